@@ -1,0 +1,178 @@
+// The broker <-> worker wire messages (protocol version 1), as plain structs.
+//
+//   std::string bytes = protocol::Encode(protocol::Heartbeat{.sender_id = "w1"});
+//   StatusOr<protocol::Message> m = protocol::Decode(bytes);  // never throws
+//
+// Every message travels as one ZeroMQ frame holding one MessagePack array
+// [version, type, body-map]; docs/protocol.md gives the layout of each body.
+// The codec (codec.hpp) enforces the hard limits below. Plain data: any thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace kiln::common::protocol {
+
+inline constexpr uint32_t kProtocolVersion = 1;
+
+// Hard limits, enforced by Decode (and by Encode's callers through config
+// maxima that are always below them).
+inline constexpr size_t kMaxMessageBytes = 64u << 20;  // one frame
+inline constexpr size_t kMaxIdBytes = 128;             // job, worker, session ids
+inline constexpr size_t kMaxCodeBytes = 4u << 20;
+inline constexpr size_t kMaxInputJsonBytes = 8u << 20;
+inline constexpr size_t kMaxFiles = 256;
+inline constexpr size_t kMaxFilesBytes = 32u << 20;    // sum of file contents
+inline constexpr size_t kMaxEnvEntries = 256;
+inline constexpr size_t kMaxStringBytes = 64u << 10;   // names, paths, env values
+inline constexpr size_t kMaxChunkBytes = 64u << 10;    // one OutputChunk's data
+inline constexpr size_t kMaxStreamBytes = 16u << 20;   // stdout or stderr in a Result
+inline constexpr size_t kMaxResultJsonBytes = 8u << 20;
+inline constexpr size_t kMaxListEntries = 64;          // runtimes, layers, collect
+
+enum class MessageType : uint8_t {
+  kRegister = 1,
+  kRegisterAck = 2,
+  kHeartbeat = 3,
+  kExecute = 4,
+  kOutputChunk = 5,
+  kResult = 6,
+  kCancel = 7,
+  kDisconnect = 8,
+};
+
+struct Limits {
+  uint64_t timeout_ms = 0;
+  uint64_t memory_mb = 0;
+  uint64_t cpu_ms = 0;
+  uint64_t max_output_bytes = 0;
+  uint64_t max_pids = 0;
+  friend bool operator==(const Limits&, const Limits&) = default;
+};
+
+struct FileEntry {
+  std::string path;     // relative to the workspace
+  std::string content;  // raw bytes
+  friend bool operator==(const FileEntry&, const FileEntry&) = default;
+};
+
+// worker -> broker, first message on a connection and again after the broker
+// is seen to restart. The broker answers with RegisterAck.
+struct Register {
+  std::string worker_id;
+  std::string hostname;
+  std::vector<std::string> runtimes;        // "python", "javascript", "shell"
+  uint32_t slots = 0;                       // concurrent one-shot jobs
+  std::vector<std::string> sandbox_layers;  // active layers, e.g. "seccomp"
+  std::string metrics_endpoint;             // host:port of the worker's /metrics
+  uint32_t heartbeat_interval_ms = 0;
+  friend bool operator==(const Register&, const Register&) = default;
+};
+
+// broker -> worker.
+struct RegisterAck {
+  std::string broker_id;
+  uint32_t heartbeat_interval_ms = 0;
+  uint32_t heartbeat_liveness = 0;  // missed beats before the peer is dead
+  friend bool operator==(const RegisterAck&, const RegisterAck&) = default;
+};
+
+// Both directions, every heartbeat interval while nothing else is sent.
+struct Heartbeat {
+  std::string sender_id;
+  uint32_t running = 0;     // jobs running on the worker (0 from a broker)
+  uint32_t free_slots = 0;  // worker only
+  bool draining = false;    // worker only: takes no new jobs
+  friend bool operator==(const Heartbeat&, const Heartbeat&) = default;
+};
+
+// broker -> worker: run one job.
+struct Execute {
+  std::string job_id;
+  std::string tenant;
+  std::string language;
+  std::string code;
+  std::string session_id;  // empty for one-shot jobs
+  std::string input_json;  // a JSON object, or empty for none
+  std::map<std::string, std::string> env;
+  std::vector<FileEntry> files;
+  std::vector<std::string> collect;  // glob patterns relative to the workspace
+  Limits limits;
+  bool stream_output = false;  // send OutputChunk messages as output is produced
+  friend bool operator==(const Execute&, const Execute&) = default;
+};
+
+enum class Stream : uint8_t { kStdout = 1, kStderr = 2 };
+
+// worker -> broker: a piece of output, already passed through the secrets filter.
+struct OutputChunk {
+  std::string job_id;
+  Stream stream = Stream::kStdout;
+  uint64_t seq = 0;  // per job, from 0, across both streams
+  std::string data;
+  friend bool operator==(const OutputChunk&, const OutputChunk&) = default;
+};
+
+// Why an execution ended.
+enum class EndReason : uint8_t {
+  kExit = 1,             // the program exited (or was killed by a signal it caused)
+  kTimeout = 2,          // wall-clock or cpu limit
+  kMemoryExceeded = 3,
+  kOutputLimit = 4,      // reserved: output over the cap is truncated, not fatal
+  kCancelled = 5,
+  kSandboxViolation = 6,  // killed by the seccomp filter
+  kError = 7,             // the worker could not run it (see worker_error)
+};
+
+struct ErrorInfo {
+  std::string type;
+  std::string message;
+  std::string traceback;
+  friend bool operator==(const ErrorInfo&, const ErrorInfo&) = default;
+};
+
+// worker -> broker: the end of one job.
+struct Result {
+  std::string job_id;
+  EndReason reason = EndReason::kExit;
+  std::optional<int32_t> exit_code;
+  std::optional<int32_t> signal;
+  std::string stdout_data;
+  std::string stderr_data;
+  bool truncated = false;
+  std::string result_json;  // JSON text of `result`, empty when unset
+  std::optional<ErrorInfo> error;
+  double duration_ms = 0;
+  double cpu_ms = 0;
+  uint64_t max_rss_kb = 0;
+  std::vector<FileEntry> files;  // collected output files
+  uint32_t redactions = 0;
+  uint64_t session_epoch = 0;
+  std::string worker_error;  // set with kError: why the worker could not run it
+  friend bool operator==(const Result&, const Result&) = default;
+};
+
+// broker -> worker.
+struct Cancel {
+  std::string job_id;
+  friend bool operator==(const Cancel&, const Cancel&) = default;
+};
+
+// Either direction, before closing: the peer forgets the sender at once.
+struct Disconnect {
+  std::string reason;
+  friend bool operator==(const Disconnect&, const Disconnect&) = default;
+};
+
+using Message =
+    std::variant<Register, RegisterAck, Heartbeat, Execute, OutputChunk, Result, Cancel, Disconnect>;
+
+MessageType TypeOf(const Message& m);
+const char* TypeName(MessageType t);
+const char* EndReasonName(EndReason r);  // "exit", "timeout", ...
+
+}  // namespace kiln::common::protocol

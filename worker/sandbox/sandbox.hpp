@@ -1,0 +1,121 @@
+// Sandbox: starts a program inside every isolation layer Kiln has, and owns it.
+//
+//   ASSIGN_OR_RETURN(auto sandbox, Sandbox::Create(config));   // probes the host
+//   ASSIGN_OR_RETURN(auto proc, sandbox->Spawn(std::move(spec)));
+//
+// Layers (docs/security.md): pid, mount, net, ipc, uts and cgroup namespaces;
+// a minimal read-only filesystem view with a size-capped tmpfs workspace
+// (/workspace, the working directory) and /tmp; loopback-only network; an
+// unprivileged uid/gid with no capabilities and no_new_privs; Landlock
+// (writes only in /workspace and /tmp); a seccomp filter; cgroup limits
+// (memory without swap, pids, cpu; v2 or v1); rlimits. The spawned program is
+// pid 1 of its pid namespace, so when it ends, everything it started ends.
+//
+// A process may be spawned before its job is known (a warm sandbox): the job's
+// limits are applied with SetLimits() and its files with AddFiles() once the
+// job arrives; neither needs the process to cooperate.
+//
+// Threads: Sandbox::Spawn may be called from any thread concurrently. A
+// SandboxProcess belongs to one thread at a time.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/protocol/messages.hpp"
+#include "common/status.hpp"
+#include "common/unique_fd.hpp"
+
+namespace kiln::worker::sandbox {
+
+// Names of the layers, as reported by ActiveLayers() and accepted in
+// SandboxConfig::relaxed_layers.
+inline constexpr const char* kLayerNames[] = {
+    "user_ids", "pid_ns", "mount_ns", "net_ns", "ipc_ns", "uts_ns", "cgroup_ns",
+    "filesystem", "no_new_privs", "capabilities", "landlock", "seccomp", "cgroups", "rlimits"};
+
+struct SandboxConfig {
+  std::string state_dir = "/run/kiln";  // host folder for workspaces
+  std::string cgroup_mode = "auto";     // "auto", "v1" or "v2"
+  std::string cgroup_prefix = "kiln";   // our own sub-tree in every hierarchy
+  uint32_t uid_base = 200000;           // sandboxes run as uid/gid base..base+count-1
+  uint32_t uid_count = 1000;
+  std::vector<std::string> ro_binds;    // extra host paths bound read-only
+  uint64_t workspace_bytes = 64ull << 20;
+  uint64_t tmp_bytes = 64ull << 20;
+  // Layers that may be missing on this host without refusing to start. Only
+  // an operator's explicit config puts names here.
+  std::set<std::string> relaxed_layers;
+};
+
+struct SandboxLimits {
+  uint64_t memory_bytes = 256ull << 20;  // cgroup memory limit, no swap
+  uint32_t max_pids = 64;                // cgroup pids limit
+  uint64_t cpu_ms = 30000;               // RLIMIT_CPU (rounded up to seconds)
+  uint64_t file_size_bytes = 64ull << 20;
+  uint32_t open_files = 256;
+};
+
+struct SpawnSpec {
+  std::vector<std::string> argv;  // argv[0] is an absolute path
+  std::vector<std::string> env;   // "KEY=VALUE": the whole environment
+  SandboxLimits limits;
+  // Child ends installed as fds 0, 1, 2 and 3 (control channel); all other
+  // descriptors are closed. control_fd may be invalid (then fd 3 is closed).
+  common::UniqueFd stdin_fd, stdout_fd, stderr_fd, control_fd;
+};
+
+struct ExitStatus {
+  std::optional<int> exit_code;  // set when the program exited
+  std::optional<int> signal;     // set when a signal killed it
+  double cpu_ms = 0;             // user + system, the whole sandbox
+  uint64_t max_rss_kb = 0;       // peak memory of the whole sandbox
+  bool oom_killed = false;       // the memory limit was hit
+  bool seccomp_killed = false;   // ended by SIGSYS from the filter
+};
+
+class SandboxProcess {
+ public:
+  virtual ~SandboxProcess() = default;  // kills, reaps, removes cgroup and workspace
+
+  virtual pid_t pid() const = 0;
+  // Readable once the process has exited (a pidfd); for poll/epoll.
+  virtual int exit_fd() const = 0;
+  // The workspace as the worker sees it on the host (valid until destruction).
+  virtual const std::string& workspace_path() const = 0;
+
+  // Tightens or sets the limits of a running, not yet started job.
+  virtual common::Status SetLimits(const SandboxLimits& limits) = 0;
+  // Writes files into the workspace, owned by the sandbox uid. Paths must be
+  // relative and stay inside the workspace.
+  virtual common::Status AddFiles(const std::vector<common::protocol::FileEntry>& files) = 0;
+  // Reads back workspace files matching glob patterns, at most max_bytes in all.
+  virtual common::StatusOr<std::vector<common::protocol::FileEntry>> CollectFiles(
+      const std::vector<std::string>& patterns, uint64_t max_bytes) = 0;
+
+  // SIGKILL to the sandbox's pid 1: every process of the sandbox dies.
+  virtual void Kill() = 0;
+  // Reaps the process; blocks until it has exited. Call once.
+  virtual common::StatusOr<ExitStatus> Wait() = 0;
+};
+
+class Sandbox {
+ public:
+  virtual ~Sandbox() = default;
+
+  // Checks that the host provides every layer not relaxed in the config and
+  // prepares what every spawn shares (the compiled seccomp filter, the cgroup
+  // parent). Fails naming the first missing layer and why.
+  static common::StatusOr<std::unique_ptr<Sandbox>> Create(const SandboxConfig& config);
+
+  virtual std::vector<std::string> ActiveLayers() const = 0;
+  virtual common::StatusOr<std::unique_ptr<SandboxProcess>> Spawn(SpawnSpec spec) = 0;
+};
+
+}  // namespace kiln::worker::sandbox

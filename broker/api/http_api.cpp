@@ -1,0 +1,217 @@
+#include "broker/api/http_api.hpp"
+
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include <charconv>
+
+#include "broker/api/submit_request.hpp"
+
+namespace kiln::broker {
+namespace {
+
+using common::Code;
+using common::Status;
+using nlohmann::json;
+
+void Reply(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+void ReplyError(httplib::Response& res, const Status& st) {
+  if (st.code() == Code::kUnauthorized) {
+    res.set_header("WWW-Authenticate", "Bearer");
+  }
+  if (st.code() == Code::kQueueFull || st.code() == Code::kUnavailable) {
+    res.set_header("Retry-After", "1");
+  }
+  Reply(res, common::HttpStatusFor(st.code()), ErrorJson(st));
+}
+
+}  // namespace
+
+common::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Create(const BrokerConfig& config,
+                                                           JobStore* store,
+                                                           Dispatcher* dispatcher,
+                                                           JobWaiters* waiters) {
+  std::unique_ptr<HttpApi> api(new HttpApi(config, store, dispatcher, waiters));
+  const std::string& listen = config.http_listen;
+  auto colon = listen.rfind(':');
+  if (colon == std::string::npos) {
+    return common::InvalidRequest("broker.http.listen: expected host:port, got " + listen);
+  }
+  std::string host = listen.substr(0, colon);
+  int port = 0;
+  auto [p, ec] = std::from_chars(listen.data() + colon + 1, listen.data() + listen.size(), port);
+  if (ec != std::errc() || p != listen.data() + listen.size() || port < 0 || port > 65535) {
+    return common::InvalidRequest("broker.http.listen: bad port in " + listen);
+  }
+  if (port == 0) {
+    api->port_ = api->server_->bind_to_any_port(host);
+  } else {
+    api->port_ = api->server_->bind_to_port(host, port) ? port : -1;
+  }
+  if (api->port_ <= 0) {
+    return common::InvalidRequest("broker.http.listen: cannot listen on " + listen);
+  }
+  return api;
+}
+
+HttpApi::HttpApi(const BrokerConfig& config, JobStore* store, Dispatcher* dispatcher,
+                 JobWaiters* waiters)
+    : config_(config),
+      store_(store),
+      dispatcher_(dispatcher),
+      waiters_(waiters),
+      server_(std::make_unique<httplib::Server>()) {
+  const size_t threads = config.http_threads;
+  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  server_->set_payload_max_length(config.max_body_bytes);
+  server_->set_read_timeout(10, 0);
+  server_->set_keep_alive_max_count(1000);
+  Routes();
+}
+
+HttpApi::~HttpApi() = default;
+
+void HttpApi::Serve() { server_->listen_after_bind(); }
+void HttpApi::Stop() { server_->stop(); }
+
+void HttpApi::Routes() {
+  auto& s = *server_;
+  s.Post("/v1/executions",
+         [this](const httplib::Request& q, httplib::Response& r) { Submit(q, r); });
+  s.Get(R"(/v1/executions/([^/]+))",
+        [this](const httplib::Request& q, httplib::Response& r) { Get(q, r); });
+  s.Get("/v1/workers",
+        [this](const httplib::Request& q, httplib::Response& r) { ListWorkers(q, r); });
+  s.Get("/v1/health", [this](const httplib::Request& q, httplib::Response& r) { Health(q, r); });
+  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    // Only fill bodies httplib left empty (its own 400/404/413 answers).
+    if (!res.body.empty()) return;
+    Code code = res.status == 404 ? Code::kNotFound : Code::kInvalidRequest;
+    std::string msg = res.status == 404   ? "no route for " + req.method + " " + req.path
+                      : res.status == 413 ? "request body too large"
+                                          : "malformed HTTP request";
+    int status = res.status;
+    Reply(res, status, ErrorJson(Status(code, msg)));
+  });
+  s.set_exception_handler(
+      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "unknown error";
+        try {
+          if (ep) std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        spdlog::error("{} {} failed: {}", req.method, req.path, what);
+        Reply(res, 500, ErrorJson(common::Internal("internal error")));
+      });
+}
+
+common::StatusOr<HttpApi::Caller> HttpApi::Authenticate(const httplib::Request& req) const {
+  const std::string& h = req.get_header_value("Authorization");
+  static constexpr std::string_view kBearer = "Bearer ";
+  if (h.size() <= kBearer.size() || h.compare(0, kBearer.size(), kBearer) != 0) {
+    return Status(Code::kUnauthorized, "missing bearer token");
+  }
+  std::string token = h.substr(kBearer.size());
+  for (const auto& t : config_.admin_tokens) {
+    if (t == token) return Caller{"", true};
+  }
+  for (const auto& tenant : config_.tenants) {
+    for (const auto& t : tenant.tokens) {
+      if (t == token) return Caller{tenant.name, false};
+    }
+  }
+  return Status(Code::kUnauthorized, "unknown token");
+}
+
+void HttpApi::Submit(const httplib::Request& req, httplib::Response& res) {
+  auto caller = Authenticate(req);
+  if (!caller.ok()) return ReplyError(res, caller.status());
+  if (caller->admin) {
+    return ReplyError(res, Status(Code::kForbidden, "admin tokens cannot submit jobs"));
+  }
+  auto spec = ParseSubmitRequest(req.body, caller->tenant, config_);
+  if (!spec.ok()) return ReplyError(res, spec.status());
+  if (dispatcher_->QueueDepth() >= config_.max_queue) {
+    return ReplyError(res, Status(Code::kQueueFull, "the queue is full; retry later"));
+  }
+  // The record is in Redis before anyone learns the id.
+  JobRecord queued = JobRecord::Queued(*spec);
+  if (auto st = store_->Create(*spec, queued); !st.ok()) {
+    return ReplyError(res, Status(Code::kUnavailable, st.message()));
+  }
+  const std::string id = spec->id;
+  const bool wait = spec->wait;
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(spec->limits.timeout_ms + config_.wait_grace_ms);
+  JobWaiters::Handle handle;
+  if (wait) handle = waiters_->Add(id);
+  if (auto st = dispatcher_->Submit(std::move(*spec)); !st.ok()) {
+    // Accepted in Redis but refused by the queue: end it so nothing dangles.
+    JobRecord rejected = queued;
+    rejected.status = JobStatus::kRejected;
+    rejected.error = JobError{std::string(common::CodeName(st.code())), st.message(), true, "", ""};
+    (void)store_->Update(rejected);
+    if (handle) waiters_->Wait(handle, std::chrono::steady_clock::now());
+    return ReplyError(res, st);
+  }
+  if (!wait) return Reply(res, 202, {{"id", id}, {"status", "queued"}});
+  if (auto record = waiters_->Wait(handle, deadline)) return Reply(res, 200, record->ToJson());
+  // Not finished in time: answer with what is stored now.
+  auto current = store_->Load(id);
+  if (!current.ok()) return ReplyError(res, current.status());
+  Reply(res, 200, current->ToJson());
+}
+
+void HttpApi::Get(const httplib::Request& req, httplib::Response& res) {
+  auto caller = Authenticate(req);
+  if (!caller.ok()) return ReplyError(res, caller.status());
+  const std::string id = req.matches[1];
+  auto record = store_->Load(id);
+  if (!record.ok()) {
+    if (record.status().code() == Code::kNotFound) return ReplyError(res, record.status());
+    return ReplyError(res, Status(Code::kUnavailable, record.status().message()));
+  }
+  // Another tenant's job is indistinguishable from a missing one.
+  if (!caller->admin && record->tenant != caller->tenant) {
+    return ReplyError(res, common::NotFound("no execution with id " + id));
+  }
+  Reply(res, 200, record->ToJson());
+}
+
+void HttpApi::ListWorkers(const httplib::Request& req, httplib::Response& res) {
+  auto caller = Authenticate(req);
+  if (!caller.ok()) return ReplyError(res, caller.status());
+  if (!caller->admin) return ReplyError(res, Status(Code::kForbidden, "admin token required"));
+  json workers = json::array();
+  for (const auto& w : dispatcher_->Workers()) {
+    workers.push_back({{"id", w.id},
+                       {"hostname", w.hostname},
+                       {"runtimes", w.runtimes},
+                       {"sandbox_layers", w.sandbox_layers},
+                       {"slots", w.slots},
+                       {"running", w.running},
+                       {"load", w.slots ? static_cast<double>(w.running) / w.slots : 0.0},
+                       {"draining", w.draining},
+                       {"registered_at_ms", w.registered_at_ms},
+                       {"last_heartbeat_ms", w.last_heartbeat_ms},
+                       {"metrics_endpoint", w.metrics_endpoint}});
+  }
+  Reply(res, 200, {{"workers", workers}});
+}
+
+void HttpApi::Health(const httplib::Request&, httplib::Response& res) {
+  auto st = store_->Ping();
+  json body = {{"status", st.ok() ? "ok" : "unavailable"},
+               {"redis", st.ok() ? "ok" : st.message()},
+               {"workers", dispatcher_->Workers().size()},
+               {"queued", dispatcher_->QueueDepth()}};
+  Reply(res, st.ok() ? 200 : 503, body);
+}
+
+}  // namespace kiln::broker

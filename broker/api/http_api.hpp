@@ -1,0 +1,68 @@
+// HttpApi: the broker's HTTP/JSON front end (docs/api.md) on cpp-httplib.
+//
+//   ASSIGN_OR_RETURN(auto api, HttpApi::Create(config, &store, &dispatcher, &waiters));
+//   std::jthread t([&] { api->Serve(); });   // until Stop()
+//
+// Routes: POST /v1/executions, GET /v1/executions/{id}, GET /v1/workers
+// (admin), GET /v1/health. Every error answers with the API's error object
+// and code. Requests run on a pool of config.http_threads threads; a
+// `wait: true` submit holds its thread until the job ends (or its timeout plus
+// wait_grace_ms passes, then it answers with the current record).
+// Serve() blocks in the calling thread; Stop() may be called from any thread.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "broker/config.hpp"
+#include "broker/scheduler/dispatcher.hpp"
+#include "broker/scheduler/job_waiters.hpp"
+#include "broker/store/job_store.hpp"
+#include "common/status.hpp"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace kiln::broker {
+
+class HttpApi {
+ public:
+  static common::StatusOr<std::unique_ptr<HttpApi>> Create(const BrokerConfig& config,
+                                                           JobStore* store,
+                                                           Dispatcher* dispatcher,
+                                                           JobWaiters* waiters);
+  ~HttpApi();
+  HttpApi(const HttpApi&) = delete;
+  HttpApi& operator=(const HttpApi&) = delete;
+
+  int port() const { return port_; }
+  void Serve();
+  void Stop();
+
+ private:
+  struct Caller {
+    std::string tenant;  // empty for admin tokens
+    bool admin = false;
+  };
+
+  HttpApi(const BrokerConfig& config, JobStore* store, Dispatcher* dispatcher,
+          JobWaiters* waiters);
+  void Routes();
+  common::StatusOr<Caller> Authenticate(const httplib::Request& req) const;
+  void Submit(const httplib::Request& req, httplib::Response& res);
+  void Get(const httplib::Request& req, httplib::Response& res);
+  void ListWorkers(const httplib::Request& req, httplib::Response& res);
+  void Health(const httplib::Request& req, httplib::Response& res);
+
+  const BrokerConfig& config_;
+  JobStore* store_;
+  Dispatcher* dispatcher_;
+  JobWaiters* waiters_;
+  std::unique_ptr<httplib::Server> server_;
+  int port_ = 0;
+};
+
+}  // namespace kiln::broker

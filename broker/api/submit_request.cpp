@@ -1,0 +1,217 @@
+#include "broker/api/submit_request.hpp"
+
+#include <set>
+
+#include "common/base64.hpp"
+#include "common/clock.hpp"
+
+namespace kiln::broker {
+namespace {
+
+using common::Code;
+using common::InvalidRequest;
+using common::Status;
+using nlohmann::json;
+
+const std::set<std::string> kLanguages = {"python", "javascript", "shell"};
+const std::set<std::string> kFields = {"language", "code",   "session_id", "input", "files",
+                                       "collect",  "env",    "limits",     "wait"};
+const std::set<std::string> kLimitFields = {"timeout_ms", "memory_mb", "cpu_ms",
+                                            "max_output_bytes", "max_pids"};
+
+bool IsIdentifier(const std::string& s) {
+  if (s.empty() || s.size() > 128) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    char c = s[i];
+    bool ok = c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (i > 0 && c >= '0' && c <= '9');
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// A relative path that stays inside the workspace: no "..", no absolute path,
+// no NUL, no empty components.
+Status CheckRelativePath(const std::string& path, const std::string& field) {
+  if (path.empty() || path.size() > 1024) return InvalidRequest(field + ": bad length");
+  if (path.front() == '/') return InvalidRequest(field + ": must be a relative path");
+  if (path.find('\0') != std::string::npos) return InvalidRequest(field + ": NUL in path");
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string::npos) end = path.size();
+    std::string part = path.substr(start, end - start);
+    if (part.empty() || part == "." || part == "..") {
+      return InvalidRequest(field + ": '" + path + "' must not contain empty, '.' or '..' parts");
+    }
+    start = end + 1;
+  }
+  return Status::Ok();
+}
+
+Status ReadLimit(const json& limits, const char* key, uint64_t max, uint64_t* out) {
+  auto it = limits.find(key);
+  if (it == limits.end() || it->is_null()) return Status::Ok();
+  if (!it->is_number_unsigned() && !(it->is_number_integer() && it->get<int64_t>() > 0)) {
+    return InvalidRequest(std::string("limits.") + key + ": expected a positive integer");
+  }
+  uint64_t v = it->get<uint64_t>();
+  if (v == 0) return InvalidRequest(std::string("limits.") + key + ": must be positive");
+  if (v > max) {
+    return Status(Code::kLimitExceeded, std::string("limits.") + key + " is " + std::to_string(v) +
+                                      ", above the maximum " + std::to_string(max));
+  }
+  *out = v;
+  return Status::Ok();
+}
+
+}  // namespace
+
+common::StatusOr<JobSpec> ParseSubmitRequest(std::string_view body, const std::string& tenant,
+                                             const BrokerConfig& config) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return InvalidRequest("request body is not valid JSON");
+  if (!j.is_object()) return InvalidRequest("request body must be a JSON object");
+  for (const auto& [key, value] : j.items()) {
+    if (kFields.count(key) == 0) return InvalidRequest("unknown field '" + key + "'");
+  }
+
+  JobSpec spec;
+  spec.tenant = tenant;
+  spec.limits = config.default_limits;
+
+  auto lang = j.find("language");
+  if (lang == j.end() || !lang->is_string()) {
+    return InvalidRequest("language: required, one of python, javascript, shell");
+  }
+  spec.language = lang->get<std::string>();
+  if (kLanguages.count(spec.language) == 0) {
+    return InvalidRequest("language: unknown language '" + spec.language +
+                          "' (expected python, javascript or shell)");
+  }
+
+  auto code = j.find("code");
+  if (code == j.end() || !code->is_string()) return InvalidRequest("code: required string");
+  spec.code = code->get<std::string>();
+  if (spec.code.size() > config.max_code_bytes) {
+    return Status(Code::kLimitExceeded, "code is " + std::to_string(spec.code.size()) +
+                                      " bytes, above the maximum " +
+                                      std::to_string(config.max_code_bytes));
+  }
+
+  if (auto s = j.find("session_id"); s != j.end() && !s->is_null()) {
+    if (!s->is_string()) return InvalidRequest("session_id: expected a string");
+    spec.session_id = s->get<std::string>();
+    bool ok = !spec.session_id.empty() && spec.session_id.size() <= 128;
+    for (char c : spec.session_id) {
+      ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' ||
+                  c == '.' || c == ':');
+    }
+    if (!ok) return InvalidRequest("session_id: 1-128 characters of [A-Za-z0-9._:-]");
+  }
+
+  if (auto in = j.find("input"); in != j.end() && !in->is_null()) {
+    if (!in->is_object()) return InvalidRequest("input: expected a JSON object");
+    for (const auto& [key, value] : in->items()) {
+      if (!IsIdentifier(key)) {
+        return InvalidRequest("input: key '" + key + "' is not a valid identifier");
+      }
+    }
+    spec.input_json = in->dump(-1, ' ', false, json::error_handler_t::replace);
+    if (spec.input_json.size() > config.max_input_bytes) {
+      return Status(Code::kLimitExceeded, "input is " + std::to_string(spec.input_json.size()) +
+                                        " bytes, above the maximum " +
+                                        std::to_string(config.max_input_bytes));
+    }
+  }
+
+  if (auto env = j.find("env"); env != j.end() && !env->is_null()) {
+    if (!env->is_object()) return InvalidRequest("env: expected an object of strings");
+    if (env->size() > common::protocol::kMaxEnvEntries) {
+      return Status(Code::kLimitExceeded, "env: too many variables");
+    }
+    for (const auto& [key, value] : env->items()) {
+      if (!IsIdentifier(key)) return InvalidRequest("env: '" + key + "' is not a valid name");
+      if (!value.is_string()) return InvalidRequest("env." + key + ": expected a string");
+      std::string v = value.get<std::string>();
+      if (v.find('\0') != std::string::npos || v.size() > common::protocol::kMaxStringBytes) {
+        return InvalidRequest("env." + key + ": value has a NUL byte or is too long");
+      }
+      spec.env[key] = std::move(v);
+    }
+  }
+
+  if (auto files = j.find("files"); files != j.end() && !files->is_null()) {
+    if (!files->is_array()) return InvalidRequest("files: expected an array");
+    if (files->size() > common::protocol::kMaxFiles) {
+      return Status(Code::kLimitExceeded, "files: too many files");
+    }
+    uint64_t total = 0;
+    std::set<std::string> seen;
+    for (size_t i = 0; i < files->size(); ++i) {
+      const json& f = (*files)[i];
+      std::string field = "files[" + std::to_string(i) + "]";
+      if (!f.is_object()) return InvalidRequest(field + ": expected an object");
+      for (const auto& [key, value] : f.items()) {
+        if (key != "path" && key != "content_base64") {
+          return InvalidRequest(field + ": unknown field '" + key + "'");
+        }
+      }
+      if (!f.contains("path") || !f["path"].is_string()) {
+        return InvalidRequest(field + ".path: required string");
+      }
+      if (!f.contains("content_base64") || !f["content_base64"].is_string()) {
+        return InvalidRequest(field + ".content_base64: required string");
+      }
+      std::string path = f["path"].get<std::string>();
+      RETURN_IF_ERROR(CheckRelativePath(path, field + ".path"));
+      if (!seen.insert(path).second) return InvalidRequest(field + ".path: duplicate path");
+      auto content = common::Base64Decode(f["content_base64"].get<std::string>());
+      if (!content.ok()) return content.status().WithContext(field + ".content_base64");
+      total += content->size();
+      if (total > config.max_files_bytes) {
+        return Status(Code::kLimitExceeded, "files: total size above the maximum " +
+                                          std::to_string(config.max_files_bytes) + " bytes");
+      }
+      spec.files.push_back({std::move(path), std::move(*content)});
+    }
+  }
+
+  if (auto collect = j.find("collect"); collect != j.end() && !collect->is_null()) {
+    if (!collect->is_array() || collect->size() > common::protocol::kMaxListEntries) {
+      return InvalidRequest("collect: expected an array of at most 64 patterns");
+    }
+    for (const auto& p : *collect) {
+      if (!p.is_string()) return InvalidRequest("collect: expected strings");
+      std::string pat = p.get<std::string>();
+      RETURN_IF_ERROR(CheckRelativePath(pat, "collect"));
+      spec.collect.push_back(std::move(pat));
+    }
+  }
+
+  if (auto limits = j.find("limits"); limits != j.end() && !limits->is_null()) {
+    if (!limits->is_object()) return InvalidRequest("limits: expected an object");
+    for (const auto& [key, value] : limits->items()) {
+      if (kLimitFields.count(key) == 0) return InvalidRequest("limits: unknown field '" + key + "'");
+    }
+    const auto& m = config.max_limits;
+    RETURN_IF_ERROR(ReadLimit(*limits, "timeout_ms", m.timeout_ms, &spec.limits.timeout_ms));
+    RETURN_IF_ERROR(ReadLimit(*limits, "memory_mb", m.memory_mb, &spec.limits.memory_mb));
+    RETURN_IF_ERROR(ReadLimit(*limits, "cpu_ms", m.cpu_ms, &spec.limits.cpu_ms));
+    RETURN_IF_ERROR(ReadLimit(*limits, "max_output_bytes", m.max_output_bytes,
+                              &spec.limits.max_output_bytes));
+    RETURN_IF_ERROR(ReadLimit(*limits, "max_pids", m.max_pids, &spec.limits.max_pids));
+    if (spec.limits.memory_mb < 16) return InvalidRequest("limits.memory_mb: at least 16");
+  }
+
+  if (auto wait = j.find("wait"); wait != j.end() && !wait->is_null()) {
+    if (!wait->is_boolean()) return InvalidRequest("wait: expected true or false");
+    spec.wait = wait->get<bool>();
+  }
+
+  spec.id = common::NewId("ex_");
+  spec.created_ms = common::NowMs();
+  return spec;
+}
+
+}  // namespace kiln::broker

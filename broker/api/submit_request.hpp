@@ -1,0 +1,22 @@
+// Parses and validates the body of POST /v1/executions into a JobSpec.
+//
+//   StatusOr<JobSpec> spec = ParseSubmitRequest(body, tenant, config);
+//
+// Pure function (no I/O): malformed JSON, unknown fields, wrong types, unknown
+// languages, oversized code/input/files, bad paths and limits above the
+// configured maxima come back as INVALID_REQUEST or LIMIT_EXCEEDED with a
+// message naming the field. Fills unset limits from config defaults. Any thread.
+#pragma once
+
+#include <string_view>
+
+#include "broker/config.hpp"
+#include "broker/job/job.hpp"
+#include "common/status.hpp"
+
+namespace kiln::broker {
+
+common::StatusOr<JobSpec> ParseSubmitRequest(std::string_view body, const std::string& tenant,
+                                             const BrokerConfig& config);
+
+}  // namespace kiln::broker

@@ -1,0 +1,114 @@
+#include "broker/config.hpp"
+
+#include <unistd.h>
+
+#include <set>
+
+#include "common/config/yaml_reader.hpp"
+
+namespace kiln::broker {
+namespace {
+
+using common::YamlReader;
+
+void ReadLimits(YamlReader r, common::protocol::Limits* l, common::Status* st) {
+  r.Get("timeout_ms", &l->timeout_ms, 1, 24ull * 3600 * 1000);
+  r.Get("memory_mb", &l->memory_mb, 16, 1u << 20);
+  r.Get("cpu_ms", &l->cpu_ms, 1, 24ull * 3600 * 1000);
+  r.Get("max_output_bytes", &l->max_output_bytes, 1, common::protocol::kMaxStreamBytes);
+  r.Get("max_pids", &l->max_pids, 1, 1u << 16);
+  if (st->ok()) *st = r.Finish();
+}
+
+}  // namespace
+
+common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
+  ASSIGN_OR_RETURN(YAML::Node root, common::LoadYamlFile(file));
+  BrokerConfig c;
+  common::Status st;
+  YamlReader top(root, "");
+
+  YamlReader b = top.Child("broker");
+  b.Get("id", &c.id);
+  b.Get("job_ttl_s", &c.job_ttl_s, 60, 365ull * 86400);
+  b.Get("max_queue", &c.max_queue, 1, 10'000'000);
+  b.Get("wait_grace_ms", &c.wait_grace_ms, 0, 600'000);
+  YamlReader http = b.Child("http");
+  http.Get("listen", &c.http_listen);
+  http.Get("threads", &c.http_threads, 2, 4096);
+  http.Get("max_body_bytes", &c.max_body_bytes, 1024, 256u << 20);
+  YamlReader workers = b.Child("workers");
+  workers.Get("endpoint", &c.worker_endpoint);
+  workers.Get("heartbeat_interval_ms", &c.heartbeat_interval_ms, 50, 60'000);
+  workers.Get("heartbeat_liveness", &c.heartbeat_liveness, 1, 100);
+  YamlReader redis = b.Child("redis");
+  redis.Get("url", &c.redis_url);
+  redis.Get("pool_size", &c.redis_pool_size, 1, 1024);
+  for (auto* r : {&http, &workers, &redis}) {
+    if (st.ok()) st = r->Finish();
+  }
+  if (st.ok()) st = b.Finish();
+
+  YamlReader limits = top.Child("limits");
+  ReadLimits(limits.Child("default"), &c.default_limits, &st);
+  ReadLimits(limits.Child("max"), &c.max_limits, &st);
+  limits.Get("max_code_bytes", &c.max_code_bytes, 1, common::protocol::kMaxCodeBytes);
+  limits.Get("max_input_bytes", &c.max_input_bytes, 2, common::protocol::kMaxInputJsonBytes);
+  limits.Get("max_files_bytes", &c.max_files_bytes, 0, common::protocol::kMaxFilesBytes);
+  if (st.ok()) st = limits.Finish();
+
+  std::set<std::string> seen_tokens;
+  YAML::Node tenants = top.Sequence("tenants");
+  for (size_t i = 0; tenants && i < tenants.size() && st.ok(); ++i) {
+    YamlReader t(tenants[i], "tenants[" + std::to_string(i) + "]");
+    TenantConfig tc;
+    t.Get("name", &tc.name);
+    t.Get("tokens", &tc.tokens);
+    if (tc.name.empty()) t.Fail("name", "required");
+    if (tc.tokens.empty()) t.Fail("tokens", "at least one token is required");
+    for (const auto& tok : tc.tokens) {
+      if (tok.size() < 8) t.Fail("tokens", "tokens must be at least 8 characters");
+      if (!seen_tokens.insert(tok).second) t.Fail("tokens", "token used twice");
+    }
+    st = t.Finish();
+    c.tenants.push_back(std::move(tc));
+  }
+  top.Get("admin_tokens", &c.admin_tokens);
+  for (const auto& tok : c.admin_tokens) {
+    if (tok.size() < 8) top.Fail("admin_tokens", "tokens must be at least 8 characters");
+    if (!seen_tokens.insert(tok).second) top.Fail("admin_tokens", "token used twice");
+  }
+
+  YamlReader log = top.Child("log");
+  log.GetEnum("level", &c.log_level, {"trace", "debug", "info", "warn", "error", "off"});
+  log.GetEnum("format", &c.log_format, {"text", "json"});
+  if (st.ok()) st = log.Finish();
+  if (st.ok()) st = top.Finish();
+  if (!st.ok()) return st.WithContext(file);
+
+  auto over = [&](uint64_t d, uint64_t m, const char* name) -> common::Status {
+    if (d > m) {
+      return common::InvalidRequest(file + ": limits.default." + name +
+                                    " is above limits.max." + name);
+    }
+    return common::Status::Ok();
+  };
+  const auto& d = c.default_limits;
+  const auto& m = c.max_limits;
+  RETURN_IF_ERROR(over(d.timeout_ms, m.timeout_ms, "timeout_ms"));
+  RETURN_IF_ERROR(over(d.memory_mb, m.memory_mb, "memory_mb"));
+  RETURN_IF_ERROR(over(d.cpu_ms, m.cpu_ms, "cpu_ms"));
+  RETURN_IF_ERROR(over(d.max_output_bytes, m.max_output_bytes, "max_output_bytes"));
+  RETURN_IF_ERROR(over(d.max_pids, m.max_pids, "max_pids"));
+  if (c.tenants.empty()) {
+    return common::InvalidRequest(file + ": tenants: at least one tenant is required");
+  }
+  if (c.id.empty()) {
+    char host[256] = {};
+    ::gethostname(host, sizeof(host) - 1);
+    c.id = std::string(host) + "-" + std::to_string(::getpid());
+  }
+  return c;
+}
+
+}  // namespace kiln::broker

@@ -1,0 +1,316 @@
+#include "broker/job/job.hpp"
+
+#include <array>
+#include <utility>
+
+#include "common/base64.hpp"
+
+namespace kiln::broker {
+namespace {
+
+using common::Code;
+using nlohmann::json;
+namespace protocol = common::protocol;
+
+constexpr std::array<std::pair<JobStatus, const char*>, 10> kStatusNames{{
+    {JobStatus::kQueued, "queued"},
+    {JobStatus::kAwaitingApproval, "awaiting_approval"},
+    {JobStatus::kRunning, "running"},
+    {JobStatus::kSucceeded, "succeeded"},
+    {JobStatus::kFailed, "failed"},
+    {JobStatus::kTimedOut, "timed_out"},
+    {JobStatus::kMemoryExceeded, "memory_exceeded"},
+    {JobStatus::kCancelled, "cancelled"},
+    {JobStatus::kRejected, "rejected"},
+    {JobStatus::kError, "error"},
+}};
+
+json LimitsJson(const protocol::Limits& l) {
+  return {{"timeout_ms", l.timeout_ms},
+          {"memory_mb", l.memory_mb},
+          {"cpu_ms", l.cpu_ms},
+          {"max_output_bytes", l.max_output_bytes},
+          {"max_pids", l.max_pids}};
+}
+
+json FilesJson(const std::vector<protocol::FileEntry>& files) {
+  json a = json::array();
+  for (const auto& f : files) {
+    a.push_back({{"path", f.path},
+                 {"content_base64", common::Base64Encode(f.content)},
+                 {"size", f.content.size()}});
+  }
+  return a;
+}
+
+common::StatusOr<std::vector<protocol::FileEntry>> FilesFromJson(const json& a) {
+  std::vector<protocol::FileEntry> files;
+  for (const auto& f : a) {
+    ASSIGN_OR_RETURN(std::string content,
+                     common::Base64Decode(f.at("content_base64").get<std::string>()));
+    files.push_back({f.at("path").get<std::string>(), std::move(content)});
+  }
+  return files;
+}
+
+template <typename T>
+json Opt(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+template <typename T>
+std::optional<T> OptFrom(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  return it->get<T>();
+}
+
+}  // namespace
+
+const char* JobStatusName(JobStatus s) {
+  for (const auto& [st, name] : kStatusNames) {
+    if (st == s) return name;
+  }
+  return "error";
+}
+
+common::StatusOr<JobStatus> ParseJobStatus(std::string_view s) {
+  for (const auto& [st, name] : kStatusNames) {
+    if (s == name) return st;
+  }
+  return common::InvalidRequest("unknown job status '" + std::string(s) + "'");
+}
+
+bool IsTerminal(JobStatus s) {
+  return s != JobStatus::kQueued && s != JobStatus::kAwaitingApproval &&
+         s != JobStatus::kRunning;
+}
+
+json JobSpec::ToJson() const {
+  return {{"id", id},           {"tenant", tenant},
+          {"language", language}, {"code", code},
+          {"session_id", session_id}, {"input_json", input_json},
+          {"env", env},         {"files", FilesJson(files)},
+          {"collect", collect}, {"limits", LimitsJson(limits)},
+          {"wait", wait},       {"created_ms", created_ms}};
+}
+
+common::StatusOr<JobSpec> JobSpec::FromJson(const json& j) {
+  try {
+    JobSpec s;
+    s.id = j.at("id").get<std::string>();
+    s.tenant = j.at("tenant").get<std::string>();
+    s.language = j.at("language").get<std::string>();
+    s.code = j.at("code").get<std::string>();
+    s.session_id = j.at("session_id").get<std::string>();
+    s.input_json = j.at("input_json").get<std::string>();
+    s.env = j.at("env").get<std::map<std::string, std::string>>();
+    ASSIGN_OR_RETURN(s.files, FilesFromJson(j.at("files")));
+    s.collect = j.at("collect").get<std::vector<std::string>>();
+    const json& l = j.at("limits");
+    s.limits = {l.at("timeout_ms").get<uint64_t>(), l.at("memory_mb").get<uint64_t>(),
+                l.at("cpu_ms").get<uint64_t>(), l.at("max_output_bytes").get<uint64_t>(),
+                l.at("max_pids").get<uint64_t>()};
+    s.wait = j.at("wait").get<bool>();
+    s.created_ms = j.at("created_ms").get<int64_t>();
+    return s;
+  } catch (const json::exception& e) {
+    return common::Internal(std::string("stored job spec is damaged: ") + e.what());
+  }
+}
+
+protocol::Execute JobSpec::ToExecute() const {
+  protocol::Execute e;
+  e.job_id = id;
+  e.tenant = tenant;
+  e.language = language;
+  e.code = code;
+  e.session_id = session_id;
+  e.input_json = input_json;
+  e.env = env;
+  e.files = files;
+  e.collect = collect;
+  e.limits = limits;
+  return e;
+}
+
+JobRecord JobRecord::Queued(const JobSpec& spec) {
+  JobRecord r;
+  r.id = spec.id;
+  r.status = JobStatus::kQueued;
+  r.language = spec.language;
+  r.session_id = spec.session_id;
+  r.tenant = spec.tenant;
+  r.created_ms = spec.created_ms;
+  return r;
+}
+
+JobRecord JobRecord::Ended(const JobSpec& spec, JobStatus status, Code code, std::string message) {
+  JobRecord r = Queued(spec);
+  r.status = status;
+  r.error = JobError{std::string(common::CodeName(code)), std::move(message),
+                     common::IsRetryable(code), "", ""};
+  return r;
+}
+
+void JobRecord::ApplyResult(const protocol::Result& res, int64_t now_ms) {
+  finished_ms = now_ms;
+  exit_code = res.exit_code;
+  signal = res.signal;
+  stdout_data = res.stdout_data;
+  stderr_data = res.stderr_data;
+  truncated = res.truncated;
+  result_json = res.result_json;
+  duration_ms = res.duration_ms;
+  cpu_ms = res.cpu_ms;
+  max_rss_kb = res.max_rss_kb;
+  files = res.files;
+  redactions = res.redactions;
+  end_reason = protocol::EndReasonName(res.reason);
+  if (!session_id.empty()) session_epoch = res.session_epoch;
+  queue_position.reset();
+  auto fail = [&](JobStatus s, Code code, std::string message) {
+    status = s;
+    error = JobError{std::string(common::CodeName(code)), std::move(message),
+                     common::IsRetryable(code), "", ""};
+  };
+  switch (res.reason) {
+    case protocol::EndReason::kExit:
+      if (res.exit_code && *res.exit_code == 0 && !res.error) {
+        status = JobStatus::kSucceeded;
+      } else {
+        status = JobStatus::kFailed;
+        if (res.error) {
+          error = JobError{"EXECUTION_FAILED", res.error->message, false, res.error->type,
+                           res.error->traceback};
+        } else if (res.signal) {
+          error = JobError{"EXECUTION_FAILED",
+                           "the program was killed by signal " + std::to_string(*res.signal),
+                           false, "", ""};
+        } else {
+          error = JobError{"EXECUTION_FAILED",
+                           "the program exited with code " +
+                               std::to_string(res.exit_code.value_or(-1)),
+                           false, "", ""};
+        }
+      }
+      break;
+    case protocol::EndReason::kTimeout:
+      fail(JobStatus::kTimedOut, Code::kTimeout,
+           "execution exceeded its time limit (" + std::to_string(res.duration_ms) + " ms)");
+      break;
+    case protocol::EndReason::kMemoryExceeded:
+      fail(JobStatus::kMemoryExceeded, Code::kMemoryExceeded,
+           "execution exceeded its memory limit");
+      break;
+    case protocol::EndReason::kOutputLimit:
+      fail(JobStatus::kFailed, Code::kOutputLimit, "execution exceeded its output limit");
+      break;
+    case protocol::EndReason::kCancelled:
+      fail(JobStatus::kCancelled, Code::kCancelled, "execution was cancelled");
+      break;
+    case protocol::EndReason::kSandboxViolation:
+      fail(JobStatus::kFailed, Code::kSecurityBlocked,
+           "the sandbox killed the program for a forbidden system call");
+      break;
+    case protocol::EndReason::kError:
+      fail(JobStatus::kError, Code::kInternal,
+           "the worker could not run the job: " + res.worker_error);
+      break;
+  }
+}
+
+json JobRecord::ToJson() const {
+  json j = {
+      {"id", id},
+      {"status", JobStatusName(status)},
+      {"language", language},
+      {"session_id", session_id.empty() ? json(nullptr) : json(session_id)},
+      {"tenant", tenant},
+      {"exit_code", Opt(exit_code)},
+      {"signal", Opt(signal)},
+      {"stdout", stdout_data},
+      {"stderr", stderr_data},
+      {"truncated", truncated},
+      {"result", nullptr},
+      {"error", nullptr},
+      {"duration_ms", Opt(duration_ms)},
+      {"queued_ms", Opt(queued_ms)},
+      {"usage", nullptr},
+      {"worker", worker.empty() ? json(nullptr) : json(worker)},
+      {"files", FilesJson(files)},
+      {"session_epoch", Opt(session_epoch)},
+      {"queue_position", Opt(queue_position)},
+      {"redactions", redactions},
+      {"warnings", warnings},
+      {"end_reason", end_reason.empty() ? json(nullptr) : json(end_reason)},
+      {"created_at_ms", created_ms},
+      {"started_at_ms", started_ms ? json(started_ms) : json(nullptr)},
+      {"finished_at_ms", finished_ms ? json(finished_ms) : json(nullptr)},
+  };
+  if (!result_json.empty()) {
+    j["result"] = json::parse(result_json, nullptr, /*allow_exceptions=*/false);
+    if (j["result"].is_discarded()) j["result"] = nullptr;
+  }
+  if (error) {
+    json e = {{"code", error->code}, {"message", error->message}, {"retryable", error->retryable}};
+    if (!error->type.empty()) e["type"] = error->type;
+    if (!error->traceback.empty()) e["traceback"] = error->traceback;
+    j["error"] = std::move(e);
+  }
+  if (cpu_ms || max_rss_kb) {
+    j["usage"] = {{"cpu_ms", Opt(cpu_ms)}, {"max_rss_kb", Opt(max_rss_kb)}};
+  }
+  return j;
+}
+
+common::StatusOr<JobRecord> JobRecord::FromJson(const json& j) {
+  try {
+    JobRecord r;
+    r.id = j.at("id").get<std::string>();
+    ASSIGN_OR_RETURN(r.status, ParseJobStatus(j.at("status").get<std::string>()));
+    r.language = j.at("language").get<std::string>();
+    r.session_id = j.at("session_id").is_null() ? "" : j.at("session_id").get<std::string>();
+    r.tenant = j.at("tenant").get<std::string>();
+    r.exit_code = OptFrom<int32_t>(j, "exit_code");
+    r.signal = OptFrom<int32_t>(j, "signal");
+    r.stdout_data = j.at("stdout").get<std::string>();
+    r.stderr_data = j.at("stderr").get<std::string>();
+    r.truncated = j.at("truncated").get<bool>();
+    if (!j.at("result").is_null()) r.result_json = j.at("result").dump();
+    if (!j.at("error").is_null()) {
+      const json& e = j.at("error");
+      r.error = JobError{e.at("code").get<std::string>(), e.at("message").get<std::string>(),
+                         e.at("retryable").get<bool>(), e.value("type", ""),
+                         e.value("traceback", "")};
+    }
+    r.duration_ms = OptFrom<double>(j, "duration_ms");
+    r.queued_ms = OptFrom<double>(j, "queued_ms");
+    if (!j.at("usage").is_null()) {
+      r.cpu_ms = OptFrom<double>(j.at("usage"), "cpu_ms");
+      r.max_rss_kb = OptFrom<uint64_t>(j.at("usage"), "max_rss_kb");
+    }
+    r.worker = j.at("worker").is_null() ? "" : j.at("worker").get<std::string>();
+    ASSIGN_OR_RETURN(r.files, FilesFromJson(j.at("files")));
+    r.session_epoch = OptFrom<uint64_t>(j, "session_epoch");
+    r.queue_position = OptFrom<uint64_t>(j, "queue_position");
+    r.redactions = j.at("redactions").get<uint32_t>();
+    r.warnings = j.at("warnings").get<std::vector<std::string>>();
+    r.end_reason = j.at("end_reason").is_null() ? "" : j.at("end_reason").get<std::string>();
+    r.created_ms = j.at("created_at_ms").get<int64_t>();
+    r.started_ms = j.at("started_at_ms").is_null() ? 0 : j.at("started_at_ms").get<int64_t>();
+    r.finished_ms = j.at("finished_at_ms").is_null() ? 0 : j.at("finished_at_ms").get<int64_t>();
+    return r;
+  } catch (const json::exception& e) {
+    return common::Internal(std::string("stored job record is damaged: ") + e.what());
+  }
+}
+
+json ErrorJson(const common::Status& status) {
+  return {{"error",
+           {{"code", common::CodeName(status.code())},
+            {"message", status.message()},
+            {"retryable", common::IsRetryable(status.code())}}}};
+}
+
+}  // namespace kiln::broker

@@ -1,0 +1,110 @@
+// The broker's model of one execution job: the validated request (JobSpec)
+// and what clients read back (JobRecord), with their JSON forms.
+//
+//   JobRecord rec = JobRecord::Queued(spec);
+//   std::string body = rec.ToJson().dump();
+//
+// The JSON of JobRecord is the execution record of docs/api.md; the JSON of
+// JobSpec is what the broker keeps in Redis to dispatch the job. Plain data:
+// any thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/protocol/messages.hpp"
+#include "common/status.hpp"
+
+namespace kiln::broker {
+
+enum class JobStatus {
+  kQueued,
+  kAwaitingApproval,
+  kRunning,
+  kSucceeded,
+  kFailed,
+  kTimedOut,
+  kMemoryExceeded,
+  kCancelled,
+  kRejected,
+  kError,
+};
+
+const char* JobStatusName(JobStatus s);
+common::StatusOr<JobStatus> ParseJobStatus(std::string_view s);
+bool IsTerminal(JobStatus s);
+
+struct JobSpec {
+  std::string id;
+  std::string tenant;
+  std::string language;
+  std::string code;
+  std::string session_id;
+  std::string input_json;  // compact JSON object text, or empty
+  std::map<std::string, std::string> env;
+  std::vector<common::protocol::FileEntry> files;
+  std::vector<std::string> collect;
+  common::protocol::Limits limits;
+  bool wait = true;
+  int64_t created_ms = 0;
+
+  nlohmann::json ToJson() const;
+  static common::StatusOr<JobSpec> FromJson(const nlohmann::json& j);
+  common::protocol::Execute ToExecute() const;
+};
+
+struct JobError {
+  std::string code;  // API error code, e.g. "TIMEOUT"
+  std::string message;
+  bool retryable = false;
+  std::string type;       // exception type, for failed jobs
+  std::string traceback;  // for failed jobs
+};
+
+struct JobRecord {
+  std::string id;
+  JobStatus status = JobStatus::kQueued;
+  std::string language;
+  std::string session_id;
+  std::string tenant;
+  std::optional<int32_t> exit_code;
+  std::optional<int32_t> signal;
+  std::string stdout_data;
+  std::string stderr_data;
+  bool truncated = false;
+  std::string result_json;  // empty: null
+  std::optional<JobError> error;
+  std::optional<double> duration_ms;
+  std::optional<double> queued_ms;
+  std::optional<double> cpu_ms;
+  std::optional<uint64_t> max_rss_kb;
+  std::string worker;
+  std::vector<common::protocol::FileEntry> files;
+  std::optional<uint64_t> session_epoch;
+  std::optional<uint64_t> queue_position;
+  uint32_t redactions = 0;
+  std::vector<std::string> warnings;
+  std::string end_reason;  // worker's reason ("exit", "timeout", ...), empty until the end
+  int64_t created_ms = 0;
+  int64_t started_ms = 0;
+  int64_t finished_ms = 0;
+
+  static JobRecord Queued(const JobSpec& spec);
+  // A terminal record for a job that ended without running (or lost its worker).
+  static JobRecord Ended(const JobSpec& spec, JobStatus status, common::Code code,
+                         std::string message);
+  // Fills this record from a worker's Result.
+  void ApplyResult(const common::protocol::Result& result, int64_t now_ms);
+
+  nlohmann::json ToJson() const;
+  static common::StatusOr<JobRecord> FromJson(const nlohmann::json& j);
+};
+
+// The API's error object for a Status, e.g. {"code":"INVALID_REQUEST",...}.
+nlohmann::json ErrorJson(const common::Status& status);
+
+}  // namespace kiln::broker

@@ -1,0 +1,95 @@
+#include "broker/scheduler/worker_table.hpp"
+
+#include <algorithm>
+
+namespace kiln::broker {
+
+std::vector<std::string> WorkerTable::OnRegister(const std::string& identity,
+                                                 const common::protocol::Register& reg,
+                                                 Clock::time_point now, int64_t now_ms) {
+  std::vector<std::string> lost;
+  auto it = workers_.find(identity);
+  if (it != workers_.end()) {
+    lost.assign(it->second.running.begin(), it->second.running.end());
+  }
+  WorkerInfo& w = workers_[identity];
+  w.identity = identity;
+  w.reg = reg;
+  w.running.clear();
+  w.draining = false;
+  w.last_seen = now;
+  w.registered_at_ms = now_ms;
+  w.last_seen_ms = now_ms;
+  return lost;
+}
+
+bool WorkerTable::OnHeartbeat(const std::string& identity, const common::protocol::Heartbeat& hb,
+                              Clock::time_point now, int64_t now_ms) {
+  auto it = workers_.find(identity);
+  if (it == workers_.end()) return false;
+  it->second.last_seen = now;
+  it->second.last_seen_ms = now_ms;
+  it->second.draining = hb.draining;
+  return true;
+}
+
+void WorkerTable::Touch(const std::string& identity, Clock::time_point now, int64_t now_ms) {
+  auto it = workers_.find(identity);
+  if (it == workers_.end()) return;
+  it->second.last_seen = now;
+  it->second.last_seen_ms = now_ms;
+}
+
+std::vector<std::string> WorkerTable::Remove(const std::string& identity) {
+  auto it = workers_.find(identity);
+  if (it == workers_.end()) return {};
+  std::vector<std::string> jobs(it->second.running.begin(), it->second.running.end());
+  workers_.erase(it);
+  return jobs;
+}
+
+std::vector<std::pair<std::string, std::vector<std::string>>> WorkerTable::Expire(
+    Clock::time_point now) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> dead;
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    if (now - it->second.last_seen > dead_after_) {
+      dead.emplace_back(it->first, std::vector<std::string>(it->second.running.begin(),
+                                                            it->second.running.end()));
+      it = workers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return dead;
+}
+
+std::optional<std::string> WorkerTable::Pick(const std::string& runtime) const {
+  const WorkerInfo* best = nullptr;
+  for (const auto& [id, w] : workers_) {
+    if (w.draining || w.running.size() >= w.reg.slots) continue;
+    const auto& rts = w.reg.runtimes;
+    if (std::find(rts.begin(), rts.end(), runtime) == rts.end()) continue;
+    if (best == nullptr) {
+      best = &w;
+      continue;
+    }
+    // Compare running/slots without division: a/b < c/d <=> a*d < c*b.
+    uint64_t lhs = w.running.size() * best->reg.slots;
+    uint64_t rhs = best->running.size() * w.reg.slots;
+    if (lhs < rhs || (lhs == rhs && w.running.size() < best->running.size())) best = &w;
+  }
+  if (best == nullptr) return std::nullopt;
+  return best->identity;
+}
+
+void WorkerTable::Assign(const std::string& identity, const std::string& job_id) {
+  auto it = workers_.find(identity);
+  if (it != workers_.end()) it->second.running.insert(job_id);
+}
+
+void WorkerTable::Release(const std::string& identity, const std::string& job_id) {
+  auto it = workers_.find(identity);
+  if (it != workers_.end()) it->second.running.erase(job_id);
+}
+
+}  // namespace kiln::broker

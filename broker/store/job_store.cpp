@@ -1,0 +1,55 @@
+#include "broker/store/job_store.hpp"
+
+namespace kiln::broker {
+namespace {
+
+std::string Dump(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace
+
+common::Status JobStore::Create(const JobSpec& spec, const JobRecord& record) {
+  const std::string key = JobKey(spec.id);
+  auto conn = pool_->Acquire();
+  auto r = conn->Pipeline({{"HSET", key, "spec", Dump(spec.ToJson()), "record",
+                            Dump(record.ToJson()), "status", JobStatusName(record.status),
+                            "tenant", spec.tenant},
+                           {"EXPIRE", key, ttl_s_}});
+  return r.ok() ? common::Status::Ok() : r.status().WithContext("storing job " + spec.id);
+}
+
+common::Status JobStore::Update(const JobRecord& record) {
+  const std::string key = JobKey(record.id);
+  auto conn = pool_->Acquire();
+  auto r = conn->Pipeline({{"HSET", key, "record", Dump(record.ToJson()), "status",
+                            JobStatusName(record.status)},
+                           {"EXPIRE", key, ttl_s_}});
+  return r.ok() ? common::Status::Ok() : r.status().WithContext("updating job " + record.id);
+}
+
+common::StatusOr<JobRecord> JobStore::Load(const std::string& id) {
+  auto conn = pool_->Acquire();
+  ASSIGN_OR_RETURN(RedisReply r, conn->Command({"HGET", JobKey(id), "record"}));
+  if (r.is_nil()) return common::NotFound("no execution with id " + id);
+  auto j = nlohmann::json::parse(r.str, nullptr, false);
+  if (j.is_discarded()) return common::Internal("stored record of " + id + " is not JSON");
+  return JobRecord::FromJson(j);
+}
+
+common::StatusOr<JobSpec> JobStore::LoadSpec(const std::string& id) {
+  auto conn = pool_->Acquire();
+  ASSIGN_OR_RETURN(RedisReply r, conn->Command({"HGET", JobKey(id), "spec"}));
+  if (r.is_nil()) return common::NotFound("no execution with id " + id);
+  auto j = nlohmann::json::parse(r.str, nullptr, false);
+  if (j.is_discarded()) return common::Internal("stored spec of " + id + " is not JSON");
+  return JobSpec::FromJson(j);
+}
+
+common::Status JobStore::Ping() {
+  auto conn = pool_->Acquire();
+  auto r = conn->Command({"PING"});
+  return r.ok() ? common::Status::Ok() : r.status();
+}
+
+}  // namespace kiln::broker

@@ -1,0 +1,42 @@
+// JobStore: the job ledger in Redis. Every Redis key the broker uses is named
+// here (and in docs/architecture.md, "Redis keys"); nothing else builds keys.
+//
+//   JobStore store(pool, /*ttl_s=*/86400);
+//   RETURN_IF_ERROR(store.Create(spec, JobRecord::Queued(spec)));  // before the id is given out
+//
+// Keys (one hash tag, {kiln}, so multi-key scripts stay atomic on a cluster):
+//   {kiln}:job:<id>   hash  spec (JobSpec JSON), record (JobRecord JSON),
+//                           status, tenant; expires job_ttl_s after its last write
+// Round trips: Create 1, MarkRunning 1, Finish 1, Load 1.
+// Thread-safe (each call leases its own connection from the pool).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "broker/job/job.hpp"
+#include "broker/store/redis_connection.hpp"
+#include "common/status.hpp"
+
+namespace kiln::broker {
+
+class JobStore {
+ public:
+  JobStore(RedisPool* pool, uint64_t ttl_s) : pool_(pool), ttl_s_(std::to_string(ttl_s)) {}
+
+  static std::string JobKey(const std::string& id) { return "{kiln}:job:" + id; }
+
+  common::Status Create(const JobSpec& spec, const JobRecord& record);
+  // Writes a non-terminal or terminal record (status + record JSON).
+  common::Status Update(const JobRecord& record);
+  // NOT_FOUND when the job is unknown or expired.
+  common::StatusOr<JobRecord> Load(const std::string& id);
+  common::StatusOr<JobSpec> LoadSpec(const std::string& id);
+  common::Status Ping();
+
+ private:
+  RedisPool* pool_;
+  std::string ttl_s_;
+};
+
+}  // namespace kiln::broker

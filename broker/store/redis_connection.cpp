@@ -1,0 +1,206 @@
+#include "broker/store/redis_connection.hpp"
+
+#include <hiredis/hiredis.h>
+#include <sys/time.h>
+
+#include <charconv>
+
+namespace kiln::broker {
+namespace {
+
+constexpr timeval kTimeout{2, 0};  // connect and per-command
+
+RedisReply Convert(const redisReply* r) {
+  RedisReply out;
+  switch (r->type) {
+    case REDIS_REPLY_STRING:
+      out.type = RedisReply::Type::kString;
+      out.str.assign(r->str, r->len);
+      break;
+    case REDIS_REPLY_STATUS:
+      out.type = RedisReply::Type::kStatus;
+      out.str.assign(r->str, r->len);
+      break;
+    case REDIS_REPLY_ERROR:
+      out.type = RedisReply::Type::kError;
+      out.str.assign(r->str, r->len);
+      break;
+    case REDIS_REPLY_INTEGER:
+      out.type = RedisReply::Type::kInteger;
+      out.integer = r->integer;
+      break;
+    case REDIS_REPLY_ARRAY:
+      out.type = RedisReply::Type::kArray;
+      out.elements.reserve(r->elements);
+      for (size_t i = 0; i < r->elements; ++i) out.elements.push_back(Convert(r->element[i]));
+      break;
+    default:
+      out.type = RedisReply::Type::kNil;
+  }
+  return out;
+}
+
+}  // namespace
+
+common::StatusOr<RedisEndpoint> RedisEndpoint::Parse(const std::string& url) {
+  RedisEndpoint ep;
+  if (url.rfind("unix://", 0) == 0) {
+    ep.unix_path = url.substr(7);
+    if (ep.unix_path.empty()) return common::InvalidRequest("redis url: empty unix socket path");
+    return ep;
+  }
+  if (url.rfind("redis://", 0) != 0) {
+    return common::InvalidRequest("redis url must start with redis:// or unix://: " + url);
+  }
+  std::string rest = url.substr(8);
+  if (auto slash = rest.find('/'); slash != std::string::npos) {
+    std::string db = rest.substr(slash + 1);
+    rest = rest.substr(0, slash);
+    if (!db.empty()) {
+      auto [p, ec] = std::from_chars(db.data(), db.data() + db.size(), ep.db);
+      if (ec != std::errc() || p != db.data() + db.size()) {
+        return common::InvalidRequest("redis url: bad database number: " + url);
+      }
+    }
+  }
+  if (auto colon = rest.rfind(':'); colon != std::string::npos) {
+    std::string port = rest.substr(colon + 1);
+    auto [p, ec] = std::from_chars(port.data(), port.data() + port.size(), ep.port);
+    if (ec != std::errc() || p != port.data() + port.size() || ep.port <= 0 || ep.port > 65535) {
+      return common::InvalidRequest("redis url: bad port: " + url);
+    }
+    rest = rest.substr(0, colon);
+  }
+  ep.host = rest.empty() ? "127.0.0.1" : rest;
+  return ep;
+}
+
+common::StatusOr<std::unique_ptr<RedisConnection>> RedisConnection::Connect(
+    const RedisEndpoint& ep) {
+  std::unique_ptr<RedisConnection> c(new RedisConnection(ep));
+  RETURN_IF_ERROR(c->EnsureConnected());
+  return c;
+}
+
+std::unique_ptr<RedisConnection> RedisConnection::Lazy(const RedisEndpoint& ep) {
+  return std::unique_ptr<RedisConnection>(new RedisConnection(ep));
+}
+
+RedisConnection::~RedisConnection() { Drop(); }
+
+void RedisConnection::Drop() {
+  if (ctx_ != nullptr) redisFree(ctx_);
+  ctx_ = nullptr;
+}
+
+common::Status RedisConnection::EnsureConnected() {
+  if (ctx_ != nullptr) return common::Status::Ok();
+  redisContext* c = endpoint_.unix_path.empty()
+                        ? redisConnectWithTimeout(endpoint_.host.c_str(), endpoint_.port, kTimeout)
+                        : redisConnectUnixWithTimeout(endpoint_.unix_path.c_str(), kTimeout);
+  if (c == nullptr) return common::Unavailable("redis: cannot allocate a connection");
+  if (c->err != 0) {
+    std::string err = c->errstr;
+    redisFree(c);
+    return common::Unavailable("redis unreachable: " + err);
+  }
+  redisSetTimeout(c, kTimeout);
+  ctx_ = c;
+  if (endpoint_.db != 0) {
+    std::string db = std::to_string(endpoint_.db);
+    auto r = Command({"SELECT", db});
+    if (!r.ok()) return r.status();
+  }
+  return common::Status::Ok();
+}
+
+common::Status RedisConnection::Append(const std::vector<std::string_view>& argv) {
+  std::vector<const char*> ptrs;
+  std::vector<size_t> lens;
+  ptrs.reserve(argv.size());
+  lens.reserve(argv.size());
+  for (auto a : argv) {
+    ptrs.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  if (redisAppendCommandArgv(ctx_, static_cast<int>(argv.size()), ptrs.data(), lens.data()) !=
+      REDIS_OK) {
+    std::string err = ctx_->errstr;
+    Drop();
+    return common::Unavailable("redis: " + err);
+  }
+  return common::Status::Ok();
+}
+
+common::StatusOr<RedisReply> RedisConnection::ReadReply() {
+  void* raw = nullptr;
+  if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) {
+    std::string err = ctx_->errstr;
+    Drop();
+    return common::Unavailable("redis: " + err);
+  }
+  RedisReply r = Convert(static_cast<redisReply*>(raw));
+  freeReplyObject(raw);
+  return r;
+}
+
+common::StatusOr<RedisReply> RedisConnection::Command(const std::vector<std::string_view>& argv) {
+  RETURN_IF_ERROR(EnsureConnected());
+  RETURN_IF_ERROR(Append(argv));
+  ASSIGN_OR_RETURN(RedisReply r, ReadReply());
+  if (r.type == RedisReply::Type::kError) {
+    if (r.str.rfind("LOADING", 0) == 0) return common::Unavailable("redis: " + r.str);
+    return common::Internal("redis: " + r.str);
+  }
+  return r;
+}
+
+common::StatusOr<std::vector<RedisReply>> RedisConnection::Pipeline(
+    const std::vector<std::vector<std::string>>& commands) {
+  RETURN_IF_ERROR(EnsureConnected());
+  for (const auto& cmd : commands) {
+    std::vector<std::string_view> argv(cmd.begin(), cmd.end());
+    RETURN_IF_ERROR(Append(argv));
+  }
+  std::vector<RedisReply> replies;
+  replies.reserve(commands.size());
+  common::Status first_error;
+  for (size_t i = 0; i < commands.size(); ++i) {
+    ASSIGN_OR_RETURN(RedisReply r, ReadReply());
+    if (r.type == RedisReply::Type::kError && first_error.ok()) {
+      first_error = r.str.rfind("LOADING", 0) == 0 ? common::Unavailable("redis: " + r.str)
+                                                   : common::Internal("redis: " + r.str);
+    }
+    replies.push_back(std::move(r));
+  }
+  if (!first_error.ok()) return first_error;
+  return replies;
+}
+
+common::StatusOr<std::unique_ptr<RedisPool>> RedisPool::Create(const std::string& url,
+                                                                size_t size) {
+  ASSIGN_OR_RETURN(RedisEndpoint ep, RedisEndpoint::Parse(url));
+  auto pool = std::make_unique<RedisPool>();
+  for (size_t i = 0; i < size; ++i) {
+    pool->idle_.push_back(RedisConnection::Lazy(ep));
+  }
+  return pool;
+}
+
+RedisPool::Lease RedisPool::Acquire() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return !idle_.empty(); });
+  auto c = std::move(idle_.back());
+  idle_.pop_back();
+  return Lease(this, std::move(c));
+}
+
+void RedisPool::Release(std::unique_ptr<RedisConnection> c) {
+  {
+    std::lock_guard lock(mu_);
+    idle_.push_back(std::move(c));
+  }
+  cv_.notify_one();
+}
+
+}  // namespace kiln::broker

@@ -1,0 +1,102 @@
+// RedisConnection: one blocking hiredis connection with Status errors, and
+// RedisPool: a fixed set of them shared by the broker's threads.
+//
+//   ASSIGN_OR_RETURN(auto pool, RedisPool::Create("redis://127.0.0.1:6379", 8));
+//   auto conn = pool->Acquire();                       // RAII lease
+//   ASSIGN_OR_RETURN(RedisReply r, conn->Command({"GET", key}));
+//
+// A connection that hits an I/O error reconnects on its next use, so a Redis
+// restart costs the requests in flight (UNAVAILABLE) and nothing else.
+// Pipeline() sends several commands in one round trip. A RedisConnection
+// belongs to one thread at a time; RedisPool is thread-safe.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.hpp"
+
+struct redisContext;
+struct redisReply;
+
+namespace kiln::broker {
+
+struct RedisReply {
+  enum class Type { kNil, kString, kInteger, kArray, kStatus, kError };
+  Type type = Type::kNil;
+  std::string str;  // string, status or error text
+  long long integer = 0;
+  std::vector<RedisReply> elements;
+
+  bool is_nil() const { return type == Type::kNil; }
+};
+
+struct RedisEndpoint {
+  std::string host;  // empty for a unix socket
+  int port = 6379;
+  std::string unix_path;
+  int db = 0;
+  static common::StatusOr<RedisEndpoint> Parse(const std::string& url);
+};
+
+class RedisConnection {
+ public:
+  static common::StatusOr<std::unique_ptr<RedisConnection>> Connect(const RedisEndpoint& ep);
+  // Connects on first use.
+  static std::unique_ptr<RedisConnection> Lazy(const RedisEndpoint& ep);
+  ~RedisConnection();
+  RedisConnection(const RedisConnection&) = delete;
+  RedisConnection& operator=(const RedisConnection&) = delete;
+
+  // A reply of type kError becomes an INTERNAL status; I/O errors UNAVAILABLE.
+  common::StatusOr<RedisReply> Command(const std::vector<std::string_view>& argv);
+  common::StatusOr<std::vector<RedisReply>> Pipeline(
+      const std::vector<std::vector<std::string>>& commands);
+
+ private:
+  explicit RedisConnection(RedisEndpoint ep) : endpoint_(std::move(ep)) {}
+  common::Status EnsureConnected();
+  common::Status Append(const std::vector<std::string_view>& argv);
+  common::StatusOr<RedisReply> ReadReply();
+  void Drop();
+
+  RedisEndpoint endpoint_;
+  redisContext* ctx_ = nullptr;
+};
+
+class RedisPool {
+ public:
+  class Lease {
+   public:
+    Lease(RedisPool* pool, std::unique_ptr<RedisConnection> c) : pool_(pool), conn_(std::move(c)) {}
+    Lease(Lease&&) = default;
+    Lease& operator=(Lease&&) = delete;
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    ~Lease() {
+      if (conn_) pool_->Release(std::move(conn_));
+    }
+    RedisConnection* operator->() { return conn_.get(); }
+
+   private:
+    RedisPool* pool_;
+    std::unique_ptr<RedisConnection> conn_;
+  };
+
+  static common::StatusOr<std::unique_ptr<RedisPool>> Create(const std::string& url, size_t size);
+  Lease Acquire();
+
+ private:
+  void Release(std::unique_ptr<RedisConnection> c);
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<RedisConnection>> idle_;
+};
+
+}  // namespace kiln::broker

@@ -1,0 +1,53 @@
+#include "worker/config.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+namespace kiln::worker {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Write(const std::string& text) {
+  static int n = 0;
+  std::string path = ::testing::TempDir() + "/worker_cfg_" + std::to_string(n++) + ".yaml";
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(WorkerConfig, ExampleFileLoads) {
+  auto c = LoadWorkerConfig(std::string(KILN_SOURCE_DIR) + "/deploy/config/worker.example.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->slots, 4u);
+  EXPECT_EQ(c->brokers, std::vector<std::string>{"tcp://127.0.0.1:5555"});
+}
+
+TEST(WorkerConfig, PerWorkerDefaultsDeriveFromTheId) {
+  auto c = LoadWorkerConfig(Write("worker: {id: w7}\n"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->sandbox.state_dir, "/run/kiln/w7");
+  EXPECT_EQ(c->sandbox.cgroup_prefix, "kiln-w7");
+}
+
+TEST(WorkerConfig, RefusesUnknownKeysRuntimesAndLayers) {
+  auto a = LoadWorkerConfig(Write("worker: {slot: 3}\n"));
+  ASSERT_FALSE(a.ok());
+  EXPECT_THAT(a.status().message(), HasSubstr("worker.slot: unknown key"));
+  auto b = LoadWorkerConfig(Write("worker: {runtimes: [python, cobol]}\n"));
+  ASSERT_FALSE(b.ok());
+  EXPECT_THAT(b.status().message(), HasSubstr("cobol"));
+  auto c = LoadWorkerConfig(Write("sandbox: {relax: [seccomp, magic]}\n"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("magic"));
+  auto d = LoadWorkerConfig(Write("sandbox: {cgroup_mode: v3}\n"));
+  ASSERT_FALSE(d.ok());
+  EXPECT_THAT(d.status().message(), HasSubstr("sandbox.cgroup_mode"));
+  auto e = LoadWorkerConfig(Write("worker: {id: \"a b\"}\n"));
+  ASSERT_FALSE(e.ok());
+  EXPECT_THAT(e.status().message(), HasSubstr("worker.id"));
+}
+
+}  // namespace
+}  // namespace kiln::worker

@@ -1,0 +1,94 @@
+#include "worker/config.hpp"
+
+#include <unistd.h>
+
+#include "common/config/yaml_reader.hpp"
+
+namespace kiln::worker {
+
+common::StatusOr<WorkerConfig> LoadWorkerConfig(const std::string& file) {
+  ASSIGN_OR_RETURN(YAML::Node root, common::LoadYamlFile(file));
+  WorkerConfig c;
+  common::Status st;
+  common::YamlReader top(root, "");
+
+  common::YamlReader w = top.Child("worker");
+  w.Get("id", &c.id);
+  w.Get("brokers", &c.brokers);
+  w.Get("slots", &c.slots, 1, 1024);
+  w.Get("warm_per_runtime", &c.warm_per_runtime, 0, 64);
+  w.Get("heartbeat_interval_ms", &c.heartbeat_interval_ms, 50, 60'000);
+  w.Get("heartbeat_liveness", &c.heartbeat_liveness, 1, 100);
+  w.Get("runtimes", &c.runtimes);
+  w.Get("max_memory_mb", &c.max_memory_mb, 16, 1u << 20);
+  w.Get("max_timeout_ms", &c.max_timeout_ms, 100, 24ull * 3600 * 1000);
+  w.Get("max_output_bytes", &c.max_output_bytes, 1024, common::protocol::kMaxStreamBytes);
+  w.Get("max_collect_bytes", &c.max_collect_bytes, 0, common::protocol::kMaxFilesBytes);
+  w.Get("drain_timeout_ms", &c.drain_timeout_ms, 0, 24u * 3600 * 1000);
+  w.Get("metrics_endpoint", &c.metrics_endpoint);
+  common::YamlReader paths = w.Child("interpreters");
+  paths.Get("python", &c.runtime_paths.python);
+  paths.Get("javascript", &c.runtime_paths.node);
+  paths.Get("shell", &c.runtime_paths.bash);
+  if (st.ok()) st = paths.Finish();
+  if (st.ok()) st = w.Finish();
+  for (const auto& r : c.runtimes) {
+    if (!runtimes::ParseLanguage(r).ok() && st.ok()) {
+      st = common::InvalidRequest("worker.runtimes: unknown runtime '" + r +
+                                  "' (python, javascript, shell)");
+    }
+  }
+
+  common::YamlReader s = top.Child("sandbox");
+  auto& sb = c.sandbox;
+  // Two workers on one host must not share folders or cgroups: derive them
+  // from the worker id unless set.
+  const bool own_state_dir = s.Has("state_dir");
+  const bool own_prefix = s.Has("cgroup_prefix");
+  s.Get("state_dir", &sb.state_dir);
+  s.GetEnum("cgroup_mode", &sb.cgroup_mode, {"auto", "v1", "v2"});
+  s.Get("cgroup_prefix", &sb.cgroup_prefix);
+  s.Get("uid_base", &sb.uid_base, 1000, 0xFFFF0000u);
+  s.Get("uid_count", &sb.uid_count, 1, 1u << 20);
+  s.Get("ro_binds", &sb.ro_binds);
+  uint64_t workspace_mb = sb.workspace_bytes >> 20, tmp_mb = sb.tmp_bytes >> 20;
+  s.Get("workspace_mb", &workspace_mb, 1, 1u << 20);
+  s.Get("tmp_mb", &tmp_mb, 1, 1u << 20);
+  sb.workspace_bytes = workspace_mb << 20;
+  sb.tmp_bytes = tmp_mb << 20;
+  std::vector<std::string> relax;
+  s.Get("relax", &relax);
+  for (const auto& layer : relax) {
+    bool known = false;
+    for (const char* name : sandbox::kLayerNames) known = known || layer == name;
+    if (!known && st.ok()) {
+      st = common::InvalidRequest("sandbox.relax: unknown layer '" + layer + "'");
+    }
+    sb.relaxed_layers.insert(layer);
+  }
+  if (st.ok()) st = s.Finish();
+
+  common::YamlReader log = top.Child("log");
+  log.GetEnum("level", &c.log_level, {"trace", "debug", "info", "warn", "error", "off"});
+  log.GetEnum("format", &c.log_format, {"text", "json"});
+  if (st.ok()) st = log.Finish();
+  if (st.ok()) st = top.Finish();
+  if (!st.ok()) return st.WithContext(file);
+
+  if (c.runtimes.empty()) return common::InvalidRequest(file + ": worker.runtimes is empty");
+  if (c.id.empty()) {
+    char host[256] = {};
+    ::gethostname(host, sizeof(host) - 1);
+    c.id = std::string(host) + "-" + std::to_string(::getpid());
+  }
+  if (!own_state_dir) sb.state_dir = "/run/kiln/" + c.id;
+  if (!own_prefix) sb.cgroup_prefix = "kiln-" + c.id;
+  for (char ch : c.id) {
+    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.')) {
+      return common::InvalidRequest(file + ": worker.id: only [A-Za-z0-9._-] allowed");
+    }
+  }
+  return c;
+}
+
+}  // namespace kiln::worker

@@ -1,0 +1,43 @@
+// WorkerConfig: everything kiln-worker reads from its YAML file, with defaults.
+//
+//   ASSIGN_OR_RETURN(WorkerConfig cfg, LoadWorkerConfig("/etc/kiln/worker.yaml"));
+//
+// docs/configuration.md documents every key. Unknown keys and bad values are
+// refused with a message naming the key. Plain data; any thread after load.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.hpp"
+#include "worker/runtimes/runtime.hpp"
+#include "worker/sandbox/sandbox.hpp"
+
+namespace kiln::worker {
+
+struct WorkerConfig {
+  std::string id;                    // default: <hostname>-<pid>
+  std::vector<std::string> brokers;  // ZeroMQ endpoints of every broker
+  uint32_t slots = 4;                // concurrent one-shot jobs
+  uint32_t warm_per_runtime = 1;     // sandboxes kept ready per runtime
+  uint32_t heartbeat_interval_ms = 1000;
+  uint32_t heartbeat_liveness = 3;
+  std::vector<std::string> runtimes = {"python", "javascript", "shell"};
+  runtimes::RuntimePaths runtime_paths;
+  // Per-job ceilings the worker enforces whatever a broker asks.
+  uint64_t max_memory_mb = 4096;
+  uint64_t max_timeout_ms = 3600'000;
+  uint64_t max_output_bytes = 16u << 20;
+  uint64_t max_collect_bytes = 10u << 20;
+  uint32_t drain_timeout_ms = 60'000;  // SIGTERM waits this long for running jobs
+  std::string metrics_endpoint;         // reported to brokers; empty when none
+  sandbox::SandboxConfig sandbox;
+  std::string log_level = "info";
+  std::string log_format = "text";
+};
+
+common::StatusOr<WorkerConfig> LoadWorkerConfig(const std::string& file);
+
+}  // namespace kiln::worker

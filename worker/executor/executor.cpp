@@ -1,0 +1,107 @@
+#include "worker/executor/executor.hpp"
+
+#include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+
+#include <thread>
+
+namespace kiln::worker {
+
+namespace protocol = common::protocol;
+
+Executor::Executor(RunOptions options, uint32_t slots, WarmPool* pool, EventQueue* events)
+    : options_(std::move(options)), slots_(slots), pool_(pool), events_(events) {}
+
+Executor::~Executor() {
+  CancelAll();
+  std::unique_lock lock(mu_);
+  idle_.wait(lock, [&] { return threads_ == 0; });
+}
+
+common::Status Executor::Start(protocol::Execute job, std::string broker) {
+  auto language = runtimes::ParseLanguage(job.language);
+  if (!language.ok() || pool_->runtimes().count(*language) == 0) {
+    return common::Status(common::Code::kRuntimeUnavailable,
+                          "this worker does not offer " + job.language);
+  }
+  int cancel_fd = -1;
+  {
+    std::lock_guard lock(mu_);
+    if (running_.size() >= slots_) return common::Unavailable("all slots are busy");
+    if (running_.count(job.job_id) != 0) return common::Unavailable("job already running");
+    common::UniqueFd fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    if (!fd.valid()) return common::ErrnoStatus("eventfd", errno);
+    cancel_fd = fd.get();
+    running_.emplace(job.job_id, std::move(fd));
+    ++threads_;
+  }
+  std::thread([this, job = std::move(job), broker = std::move(broker), cancel_fd]() mutable {
+    RunOne(std::move(job), std::move(broker), cancel_fd);
+  }).detach();
+  return common::Status::Ok();
+}
+
+void Executor::RunOne(protocol::Execute job, std::string broker, int cancel_fd) {
+  auto language = runtimes::ParseLanguage(job.language);
+  protocol::Result result;
+  {
+    auto sb = pool_->Take(*language);
+    if (!sb.ok()) {
+      result.job_id = job.job_id;
+      result.reason = protocol::EndReason::kError;
+      result.worker_error = sb.status().ToString();
+    } else {
+      RunOptions opts = options_;
+      if (job.stream_output) {
+        opts.on_chunk = [this, &broker](protocol::OutputChunk c) {
+          events_->Post({broker, std::move(c)});
+        };
+      }
+      result = RunJob(job, *sb, pool_->runtimes().at(*language), opts, cancel_fd);
+    }
+    if (result.reason == protocol::EndReason::kError) {
+      spdlog::warn("job {} could not run: {}", job.job_id, result.worker_error);
+    }
+    // Free the slot before the Result leaves: the broker may send the next
+    // job as soon as it sees it.
+    {
+      std::lock_guard lock(mu_);
+      running_.erase(job.job_id);
+    }
+    events_->Post({broker, std::move(result)});
+    // The sandbox (and its workspace) is destroyed here, after the Result left.
+  }
+  std::lock_guard lock(mu_);
+  --threads_;
+  idle_.notify_all();
+}
+
+void Executor::Cancel(const std::string& job_id) {
+  std::lock_guard lock(mu_);
+  auto it = running_.find(job_id);
+  if (it == running_.end()) return;
+  uint64_t one = 1;
+  ssize_t n = ::write(it->second.get(), &one, sizeof(one));
+  (void)n;
+}
+
+void Executor::CancelAll() {
+  std::lock_guard lock(mu_);
+  for (auto& [id, fd] : running_) {
+    uint64_t one = 1;
+    ssize_t n = ::write(fd.get(), &one, sizeof(one));
+    (void)n;
+  }
+}
+
+uint32_t Executor::Running() const {
+  std::lock_guard lock(mu_);
+  return static_cast<uint32_t>(running_.size());
+}
+
+bool Executor::WaitIdle(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  return idle_.wait_for(lock, timeout, [&] { return threads_ == 0; });
+}
+
+}  // namespace kiln::worker

@@ -1,0 +1,62 @@
+// Executor: runs one-shot jobs on a fixed number of slots, one thread per
+// running job, and reports their Results through the EventQueue.
+//
+//   Executor ex(options, &pool, &events);
+//   RETURN_IF_ERROR(ex.Start(execute, broker));   // from the event loop
+//   ex.Cancel(job_id);
+//
+// A job takes a warm sandbox from the WarmPool, runs (RunJob), posts its
+// Result to the broker it came from, then destroys the sandbox. Start(),
+// Cancel(), Running() and WaitIdle() are thread-safe; the destructor waits for
+// running jobs to end.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/protocol/messages.hpp"
+#include "common/status.hpp"
+#include "common/unique_fd.hpp"
+#include "worker/executor/event_queue.hpp"
+#include "worker/executor/job_runner.hpp"
+#include "worker/executor/warm_pool.hpp"
+
+namespace kiln::worker {
+
+class Executor {
+ public:
+  Executor(RunOptions options, uint32_t slots, WarmPool* pool, EventQueue* events);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // RUNTIME_UNAVAILABLE for a runtime this worker lacks; UNAVAILABLE when all
+  // slots are busy or the job id is already running.
+  common::Status Start(common::protocol::Execute job, std::string broker);
+  // Ends a running job with reason cancelled; unknown ids are ignored.
+  void Cancel(const std::string& job_id);
+  void CancelAll();
+
+  uint32_t slots() const { return slots_; }
+  uint32_t Running() const;
+  // Blocks until no job runs or the timeout passes; true when idle.
+  bool WaitIdle(std::chrono::milliseconds timeout);
+
+ private:
+  void RunOne(common::protocol::Execute job, std::string broker, int cancel_fd);
+
+  RunOptions options_;
+  uint32_t slots_;
+  WarmPool* pool_;
+  EventQueue* events_;
+
+  mutable std::mutex mu_;
+  std::condition_variable idle_;
+  std::map<std::string, common::UniqueFd> running_;  // job id -> cancel eventfd
+  uint32_t threads_ = 0;  // job threads alive, including sandbox teardown
+};
+
+}  // namespace kiln::worker

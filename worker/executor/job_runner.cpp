@@ -1,0 +1,222 @@
+#include "worker/executor/job_runner.hpp"
+
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+
+#include "common/clock.hpp"
+
+namespace kiln::worker {
+namespace {
+
+namespace protocol = common::protocol;
+
+constexpr size_t kReadSize = 64 << 10;
+// Output kept flowing this far past the cap before the job is killed.
+constexpr uint64_t kMinFloodBytes = 8u << 20;
+// After pid 1 exits, give the pipes this long to reach end-of-file.
+constexpr auto kDrainGrace = std::chrono::milliseconds(500);
+
+protocol::Result ErrorResult(const protocol::Execute& job, const common::Status& st) {
+  protocol::Result r;
+  r.job_id = job.job_id;
+  r.reason = protocol::EndReason::kError;
+  r.worker_error = st.ToString();
+  return r;
+}
+
+class Pump {
+ public:
+  Pump(const protocol::Execute& job, const RunOptions& options)
+      : job_(job), options_(options), cap_(std::min(job.limits.max_output_bytes ? job.limits.max_output_bytes : options.max_output_bytes, options.max_output_bytes)),
+        flood_(std::max<uint64_t>(cap_ * 8, kMinFloodBytes)) {}
+
+  // Reads what is available from an output pipe; false at end-of-file.
+  bool ReadOutput(int fd, protocol::Stream stream, std::string* dest) {
+    std::array<char, kReadSize> buf;
+    while (true) {
+      ssize_t n = ::read(fd, buf.data(), buf.size());
+      if (n == 0) return false;
+      if (n < 0) return errno == EAGAIN || errno == EINTR;
+      total_ += static_cast<uint64_t>(n);
+      uint64_t room = kept_ < cap_ ? cap_ - kept_ : 0;
+      size_t keep = static_cast<size_t>(std::min<uint64_t>(room, static_cast<uint64_t>(n)));
+      if (keep < static_cast<size_t>(n)) truncated_ = true;
+      if (keep > 0) {
+        dest->append(buf.data(), keep);
+        kept_ += keep;
+        if (options_.on_chunk && job_.stream_output) {
+          options_.on_chunk(protocol::OutputChunk{job_.job_id, stream, seq_++,
+                                                  std::string(buf.data(), keep)});
+        }
+      }
+    }
+  }
+
+  bool flooded() const { return total_ > flood_; }
+  bool truncated() const { return truncated_; }
+
+ private:
+  const protocol::Execute& job_;
+  const RunOptions& options_;
+  uint64_t cap_;
+  uint64_t flood_;
+  uint64_t total_ = 0;
+  uint64_t kept_ = 0;
+  uint64_t seq_ = 0;
+  bool truncated_ = false;
+};
+
+// Reads the control pipe; false at end-of-file. Stops keeping bytes past the cap.
+bool ReadControl(int fd, std::string* dest) {
+  std::array<char, kReadSize> buf;
+  while (true) {
+    ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n == 0) return false;
+    if (n < 0) return errno == EAGAIN || errno == EINTR;
+    size_t room = runtimes::Runtime::kMaxControlBytes + 1 - std::min(dest->size(), runtimes::Runtime::kMaxControlBytes + 1);
+    dest->append(buf.data(), std::min(room, static_cast<size_t>(n)));
+  }
+}
+
+}  // namespace
+
+protocol::Result RunJob(const protocol::Execute& job, WarmSandbox& sb,
+                        const runtimes::Runtime& runtime, const RunOptions& options,
+                        int cancel_fd) {
+  const auto start = common::SteadyClock::now();
+  auto frame = runtime.EncodeJob(job.code, job.input_json, job.env);
+  if (!frame.ok()) return ErrorResult(job, frame.status());
+
+  sandbox::SandboxLimits limits;
+  limits.memory_bytes = std::min(job.limits.memory_mb, options.max_memory_mb) << 20;
+  limits.max_pids = static_cast<uint32_t>(std::max<uint64_t>(job.limits.max_pids, 1));
+  limits.cpu_ms = job.limits.cpu_ms ? job.limits.cpu_ms : job.limits.timeout_ms;
+  if (auto st = sb.process->SetLimits(limits); !st.ok()) return ErrorResult(job, st);
+  if (!job.files.empty()) {
+    if (auto st = sb.process->AddFiles(job.files); !st.ok()) {
+      // A bad path is the client's fault; say so plainly.
+      return ErrorResult(job, st.WithContext("writing input files"));
+    }
+  }
+
+  const uint64_t timeout_ms = std::min(job.limits.timeout_ms ? job.limits.timeout_ms
+                                                             : options.max_timeout_ms,
+                                       options.max_timeout_ms);
+  const auto deadline = common::SteadyClock::now() + std::chrono::milliseconds(timeout_ms);
+  protocol::Result result;
+  result.job_id = job.job_id;
+  Pump pump(job, options);
+  std::string control;
+  size_t frame_off = 0;
+  bool out_open = true, err_open = true, ctl_open = true, exited = false;
+  bool timed_out = false, cancelled = false, flooded = false;
+  std::optional<common::SteadyClock::time_point> drain_until;
+
+  while (true) {
+    if (exited && !out_open && !err_open && !ctl_open) break;
+    auto now = common::SteadyClock::now();
+    if (drain_until && now >= *drain_until) break;
+    if (!exited && !timed_out && !cancelled && !flooded && now >= deadline) {
+      timed_out = true;
+      sb.process->Kill();
+    }
+    std::vector<pollfd> fds;
+    auto add = [&](int fd, short events) { fds.push_back(pollfd{fd, events, 0}); };
+    if (sb.stdin_w.valid()) add(sb.stdin_w.get(), POLLOUT);
+    if (out_open) add(sb.stdout_r.get(), POLLIN);
+    if (err_open) add(sb.stderr_r.get(), POLLIN);
+    if (ctl_open) add(sb.control_r.get(), POLLIN);
+    if (!exited) add(sb.process->exit_fd(), POLLIN);
+    if (cancel_fd >= 0 && !cancelled) add(cancel_fd, POLLIN);
+    auto until = drain_until ? *drain_until : deadline;
+    if (timed_out || cancelled || flooded) until = now + std::chrono::milliseconds(100);
+    int wait_ms = static_cast<int>(std::max<int64_t>(
+        1, std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1));
+    int n = ::poll(fds.data(), fds.size(), wait_ms);
+    if (n < 0 && errno != EINTR) {
+      sb.process->Kill();
+      return ErrorResult(job, common::ErrnoStatus("poll", errno));
+    }
+    for (const auto& p : fds) {
+      if (p.revents == 0) continue;
+      if (p.fd == sb.stdin_w.get()) {
+        while (frame_off < frame->size()) {
+          ssize_t w = ::write(p.fd, frame->data() + frame_off, frame->size() - frame_off);
+          if (w <= 0) {
+            if (w < 0 && errno == EAGAIN) break;
+            frame_off = frame->size();  // the wrapper is gone: its exit tells why
+            break;
+          }
+          frame_off += static_cast<size_t>(w);
+        }
+        if (frame_off >= frame->size()) sb.stdin_w.Reset();  // EOF: the wrapper starts the job
+      } else if (p.fd == sb.stdout_r.get()) {
+        out_open = pump.ReadOutput(p.fd, protocol::Stream::kStdout, &result.stdout_data);
+      } else if (p.fd == sb.stderr_r.get()) {
+        err_open = pump.ReadOutput(p.fd, protocol::Stream::kStderr, &result.stderr_data);
+      } else if (p.fd == sb.control_r.get()) {
+        ctl_open = ReadControl(p.fd, &control);
+      } else if (p.fd == sb.process->exit_fd()) {
+        exited = true;
+        drain_until = common::SteadyClock::now() + kDrainGrace;
+      } else if (p.fd == cancel_fd) {
+        cancelled = true;
+        sb.process->Kill();
+      }
+    }
+    if (pump.flooded() && !flooded && !exited) {
+      flooded = true;
+      sb.process->Kill();
+    }
+  }
+  result.duration_ms = common::MsSince(start);
+  sb.stdin_w.Reset();
+
+  auto exit = sb.process->Wait();
+  if (!exit.ok()) return ErrorResult(job, exit.status().WithContext("reaping the sandbox"));
+  result.exit_code = exit->exit_code;
+  result.signal = exit->signal;
+  result.cpu_ms = exit->cpu_ms;
+  result.max_rss_kb = exit->max_rss_kb;
+  result.truncated = pump.truncated();
+
+  if (cancelled) {
+    result.reason = protocol::EndReason::kCancelled;
+  } else if (timed_out) {
+    result.reason = protocol::EndReason::kTimeout;
+  } else if (flooded) {
+    result.reason = protocol::EndReason::kOutputLimit;
+  } else if (exit->oom_killed) {
+    result.reason = protocol::EndReason::kMemoryExceeded;
+  } else if (exit->seccomp_killed) {
+    result.reason = protocol::EndReason::kSandboxViolation;
+  } else if (exit->signal && *exit->signal == SIGXCPU) {
+    result.reason = protocol::EndReason::kTimeout;  // the cpu-time limit
+  } else {
+    result.reason = protocol::EndReason::kExit;
+  }
+
+  auto outcome = runtime.ParseControl(control);
+  if (outcome.ok()) {
+    result.result_json = std::move(outcome->result_json);
+    result.error = std::move(outcome->error);
+  } else if (result.reason == protocol::EndReason::kExit) {
+    result.error = protocol::ErrorInfo{"KilnControlError", outcome.status().message(), ""};
+  }
+
+  if (!job.collect.empty()) {
+    auto files = sb.process->CollectFiles(job.collect, options.max_collect_bytes);
+    if (files.ok()) {
+      result.files = std::move(*files);
+    } else {
+      result.stderr_data += "\n[kiln] collecting output files failed: " + files.status().message();
+    }
+  }
+  return result;
+}
+
+}  // namespace kiln::worker

@@ -1,0 +1,37 @@
+// RunJob: runs one one-shot job in a warm sandbox and builds its Result.
+//
+//   protocol::Result r = RunJob(execute, std::move(warm), runtime, options, cancel_fd);
+//
+// Applies the job's limits and files, hands the wrapper its job frame, pumps
+// stdout/stderr (capped at max_output_bytes, `truncated` beyond; a flood far
+// past the cap is killed with reason output_limit), reads the control frame,
+// enforces the wall-clock timeout, and on timeout, cancel or flood kills the
+// sandbox's pid 1, which ends every process of the job. Destroying the
+// sandbox (which unmounts its workspace) is left to the caller, after the
+// Result has been sent. Blocks the calling thread for the job's duration;
+// call from a job thread, never from the event loop.
+#pragma once
+
+#include <functional>
+
+#include "common/protocol/messages.hpp"
+#include "worker/executor/warm_pool.hpp"
+#include "worker/runtimes/runtime.hpp"
+
+namespace kiln::worker {
+
+struct RunOptions {
+  std::string worker_id;
+  uint64_t max_memory_mb = 4096;
+  uint64_t max_timeout_ms = 3600'000;
+  uint64_t max_output_bytes = 16u << 20;
+  uint64_t max_collect_bytes = 10u << 20;
+  // Called with each piece of output as it is read (streaming), if set.
+  std::function<void(common::protocol::OutputChunk)> on_chunk;
+};
+
+common::protocol::Result RunJob(const common::protocol::Execute& job, WarmSandbox& sandbox,
+                                const runtimes::Runtime& runtime, const RunOptions& options,
+                                int cancel_fd);
+
+}  // namespace kiln::worker

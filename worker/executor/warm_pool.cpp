@@ -1,0 +1,140 @@
+#include "worker/executor/warm_pool.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <spdlog/spdlog.h>
+
+namespace kiln::worker {
+namespace {
+
+struct Pipe {
+  common::UniqueFd read, write;
+};
+
+common::StatusOr<Pipe> MakePipe() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return common::ErrnoStatus("pipe2", errno);
+  return Pipe{common::UniqueFd(fds[0]), common::UniqueFd(fds[1])};
+}
+
+void SetNonBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+bool Exited(const WarmSandbox& sb) {
+  pollfd p{sb.process->exit_fd(), POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
+}  // namespace
+
+WarmPool::WarmPool(sandbox::Sandbox* sandbox,
+                   std::map<runtimes::Language, runtimes::Runtime> runtimes,
+                   sandbox::SandboxLimits launch_limits, size_t per_runtime)
+    : sandbox_(sandbox),
+      runtimes_(std::move(runtimes)),
+      launch_limits_(launch_limits),
+      per_runtime_(per_runtime) {}
+
+common::StatusOr<WarmSandbox> WarmPool::SpawnOne(runtimes::Language language) {
+  auto rt = runtimes_.find(language);
+  if (rt == runtimes_.end()) {
+    return common::Status(common::Code::kRuntimeUnavailable,
+                          std::string(runtimes::LanguageName(language)) +
+                              " is not offered by this worker");
+  }
+  runtimes::Launch launch = rt->second.OneShotLaunch();
+  ASSIGN_OR_RETURN(Pipe in, MakePipe());
+  ASSIGN_OR_RETURN(Pipe out, MakePipe());
+  ASSIGN_OR_RETURN(Pipe err, MakePipe());
+  ASSIGN_OR_RETURN(Pipe ctl, MakePipe());
+  sandbox::SpawnSpec spec;
+  spec.argv = std::move(launch.argv);
+  spec.env = std::move(launch.env);
+  spec.limits = launch_limits_;
+  spec.stdin_fd = std::move(in.read);
+  spec.stdout_fd = std::move(out.write);
+  spec.stderr_fd = std::move(err.write);
+  spec.control_fd = std::move(ctl.write);
+  auto start = common::SteadyClock::now();
+  ASSIGN_OR_RETURN(auto process, sandbox_->Spawn(std::move(spec)));
+  WarmSandbox sb;
+  sb.language = language;
+  sb.process = std::move(process);
+  sb.stdin_w = std::move(in.write);
+  sb.stdout_r = std::move(out.read);
+  sb.stderr_r = std::move(err.read);
+  sb.control_r = std::move(ctl.read);
+  for (int fd : {sb.stdin_w.get(), sb.stdout_r.get(), sb.stderr_r.get(), sb.control_r.get()}) {
+    SetNonBlocking(fd);
+  }
+  sb.spawned_at = common::SteadyClock::now();
+  sb.spawn_ms = common::MsSince(start);
+  return sb;
+}
+
+common::StatusOr<WarmSandbox> WarmPool::Take(runtimes::Language language) {
+  {
+    std::lock_guard lock(mu_);
+    auto& q = stock_[language];
+    while (!q.empty()) {
+      WarmSandbox sb = std::move(q.front());
+      q.pop_front();
+      if (Exited(sb)) {
+        spdlog::warn("a warm {} sandbox died while waiting; discarding it",
+                     runtimes::LanguageName(language));
+        continue;
+      }
+      wake_.notify_all();
+      return sb;
+    }
+  }
+  wake_.notify_all();
+  return SpawnOne(language);
+}
+
+size_t WarmPool::Ready(runtimes::Language language) const {
+  std::lock_guard lock(mu_);
+  auto it = stock_.find(language);
+  return it == stock_.end() ? 0 : it->second.size();
+}
+
+void WarmPool::Run(std::stop_token stop) {
+  while (!stop.stop_requested()) {
+    bool spawned = false;
+    bool failed = false;
+    for (const auto& [language, rt] : runtimes_) {
+      if (stop.stop_requested()) break;
+      {
+        std::lock_guard lock(mu_);
+        if (stock_[language].size() >= per_runtime_) continue;
+      }
+      auto sb = SpawnOne(language);
+      if (!sb.ok()) {
+        spdlog::error("cannot start a warm {} sandbox: {}", runtimes::LanguageName(language),
+                      sb.status().ToString());
+        failed = true;
+        continue;
+      }
+      std::lock_guard lock(mu_);
+      stock_[language].push_back(std::move(*sb));
+      spawned = true;
+    }
+    if (spawned && !failed) continue;
+    std::unique_lock lock(mu_);
+    if (failed) {
+      // Do not spin on a host that refuses sandboxes: retry in a second.
+      wake_.wait_for(lock, stop, std::chrono::seconds(1), [] { return false; });
+      continue;
+    }
+    // Stock full: sleep until a Take or a stop.
+    wake_.wait_for(lock, stop, std::chrono::seconds(1), [&] {
+      for (const auto& [language, rt] : runtimes_) {
+        if (stock_[language].size() < per_runtime_) return true;
+      }
+      return false;
+    });
+  }
+  std::lock_guard lock(mu_);
+  stock_.clear();
+}
+
+}  // namespace kiln::worker

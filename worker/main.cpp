@@ -1,0 +1,98 @@
+// kiln-worker: parses flags, loads the config, checks the sandbox and wires
+// the parts together.
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <spdlog/spdlog.h>
+#include <sys/signalfd.h>
+#include <thread>
+
+#include "common/log/logging.hpp"
+#include "worker/config.hpp"
+#include "worker/executor/executor.hpp"
+#include "worker/executor/warm_pool.hpp"
+#include "worker/worker_loop.hpp"
+
+int main(int argc, char** argv) {
+  using namespace kiln;
+  CLI::App app{"kiln-worker: runs Kiln jobs in sandboxes for every broker it connects to"};
+  std::string config_file;
+  std::vector<std::string> brokers;
+  std::string id;
+  app.add_option("-c,--config", config_file, "YAML config file (docs/configuration.md)")
+      ->required();
+  app.add_option("--broker", brokers, "broker endpoint, e.g. tcp://127.0.0.1:5555 (repeatable; "
+                                      "replaces worker.brokers)");
+  app.add_option("--id", id, "override worker.id");
+  CLI11_PARSE(app, argc, argv);
+
+  auto cfg = worker::LoadWorkerConfig(config_file);
+  if (!cfg.ok()) {
+    fprintf(stderr, "kiln-worker: %s\n", cfg.status().ToString().c_str());
+    return 2;
+  }
+  if (!brokers.empty()) cfg->brokers = brokers;
+  if (!id.empty()) {
+    cfg->id = id;
+  }
+  if (cfg->brokers.empty()) {
+    fprintf(stderr, "kiln-worker: no broker: set worker.brokers or pass --broker\n");
+    return 2;
+  }
+  if (auto st = common::InitLogging({"worker", cfg->log_level, cfg->log_format}); !st.ok()) {
+    fprintf(stderr, "kiln-worker: %s\n", st.ToString().c_str());
+    return 2;
+  }
+
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  common::UniqueFd stop_fd(::signalfd(-1, &stop_signals, SFD_CLOEXEC | SFD_NONBLOCK));
+
+  std::map<worker::runtimes::Language, worker::runtimes::Runtime> runtimes;
+  for (const auto& name : cfg->runtimes) {
+    auto lang = worker::runtimes::ParseLanguage(name);
+    auto rt = worker::runtimes::Runtime::Create(*lang, cfg->runtime_paths);
+    if (!rt.ok()) {
+      spdlog::critical("runtime {}: {}", name, rt.status().ToString());
+      return 2;
+    }
+    runtimes.emplace(*lang, std::move(*rt));
+  }
+
+  auto sandbox = worker::sandbox::Sandbox::Create(cfg->sandbox);
+  if (!sandbox.ok()) {
+    spdlog::critical("the sandbox cannot run on this host: {}", sandbox.status().ToString());
+    return 3;
+  }
+  auto layers = (*sandbox)->ActiveLayers();
+
+  // Warm sandboxes start with the worker's ceilings; each job tightens them.
+  worker::sandbox::SandboxLimits launch;
+  launch.memory_bytes = cfg->max_memory_mb << 20;
+  launch.cpu_ms = cfg->max_timeout_ms;
+  launch.max_pids = 1024;
+  worker::WarmPool pool(sandbox->get(), std::move(runtimes), launch, cfg->warm_per_runtime);
+  worker::EventQueue events;
+  worker::RunOptions run_options;
+  run_options.worker_id = cfg->id;
+  run_options.max_memory_mb = cfg->max_memory_mb;
+  run_options.max_timeout_ms = cfg->max_timeout_ms;
+  run_options.max_output_bytes = cfg->max_output_bytes;
+  run_options.max_collect_bytes = cfg->max_collect_bytes;
+  zmq::context_t ctx(1);
+  {
+    worker::Executor executor(run_options, cfg->slots, &pool, &events);
+    std::jthread refill([&](std::stop_token st) { pool.Run(st); });
+    spdlog::info("worker {} ready: {} slots, runtimes [{}], sandbox layers [{}], brokers [{}]",
+                 cfg->id, cfg->slots, fmt::join(cfg->runtimes, ","), fmt::join(layers, ","),
+                 fmt::join(cfg->brokers, ","));
+    worker::WorkerLoop loop(*cfg, &ctx, &executor, &events, layers);
+    loop.Run(stop_fd.get());
+    refill.request_stop();
+  }
+  spdlog::info("worker {} stopped", cfg->id);
+  return 0;
+}

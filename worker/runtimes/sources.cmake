@@ -1,1 +1,22 @@
-set(KILN_RUNTIMES_SOURCES)
+# Runtimes: language wrappers and their worker-side codec. The wrapper programs
+# are real files, embedded into the binary at configure time (re-run when they change).
+set(_kiln_rt_dir ${CMAKE_CURRENT_LIST_DIR})
+set(_kiln_rt_generated ${CMAKE_BINARY_DIR}/generated/worker/runtimes/wrappers.cpp)
+foreach(_kiln_rt_pair "PYTHON;python_oneshot.py" "JAVASCRIPT;javascript_oneshot.js"
+                      "SHELL;shell_oneshot.sh")
+  list(GET _kiln_rt_pair 0 _kiln_rt_var)
+  list(GET _kiln_rt_pair 1 _kiln_rt_file)
+  file(READ ${_kiln_rt_dir}/wrappers/${_kiln_rt_file} KILN_${_kiln_rt_var}_ONESHOT)
+  string(FIND "${KILN_${_kiln_rt_var}_ONESHOT}" ")kiln_wrapper\"" _kiln_rt_clash)
+  if(NOT _kiln_rt_clash EQUAL -1)
+    message(FATAL_ERROR "${_kiln_rt_file} contains the raw-string delimiter )kiln_wrapper\"")
+  endif()
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+               ${_kiln_rt_dir}/wrappers/${_kiln_rt_file})
+endforeach()
+configure_file(${_kiln_rt_dir}/wrappers.cpp.in ${_kiln_rt_generated} @ONLY)
+
+set(KILN_RUNTIMES_SOURCES
+  ${_kiln_rt_dir}/runtime.cpp
+  ${_kiln_rt_generated}
+)

@@ -1,0 +1,584 @@
+// Runtime: the job frame and control frame codecs, and the real wrappers run
+// by the real interpreters (no sandbox) through RunWrapper.
+#include "worker/runtimes/runtime.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+
+#include "tests/unit/runtimes/run_wrapper.hpp"
+
+namespace kiln::worker::runtimes {
+namespace {
+
+using common::Code;
+using nlohmann::json;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using testing::RunOutput;
+using testing::RunWrapper;
+using ::testing::StartsWith;
+
+using Env = std::map<std::string, std::string>;
+
+Runtime Make(Language language) {
+  auto rt = Runtime::Create(language, RuntimePaths{});
+  EXPECT_TRUE(rt.ok()) << rt.status().ToString();
+  return std::move(rt).value();
+}
+
+// One job through the real wrapper.
+struct Job {
+  RunOutput run;
+  Runtime::Outcome outcome;
+};
+
+Job RunJob(Language language, std::string_view code, std::string_view input = "",
+           const Env& env = {}) {
+  Runtime rt = Make(language);
+  auto frame = rt.EncodeJob(code, input, env);
+  EXPECT_TRUE(frame.ok()) << frame.status().ToString();
+  Job job;
+  job.run = RunWrapper(rt, frame.ok() ? *frame : "");
+  EXPECT_FALSE(job.run.timed_out) << "stderr: " << job.run.stderr_data;
+  auto outcome = rt.ParseControl(job.run.control);
+  EXPECT_TRUE(outcome.ok()) << outcome.status().ToString() << " control: " << job.run.control;
+  if (outcome.ok()) job.outcome = *outcome;
+  return job;
+}
+
+json Result(const Job& job) { return json::parse(job.outcome.result_json); }
+
+const char* kRichInput = R"({"n": 42, "f": -1.5, "big": 12345678901234,
+  "s": "quote\" 'single' back\\slash\nnewline \u00fcn\u00efc\u00f8d\u00e9 \ud83d\ude00 $HOME `x`",
+  "nested": {"a": [1, {"b": null}], "t": true, "e": {}}, "empty": ""})";
+
+// ---------------------------------------------------------------- language, Create
+
+TEST(ParseLanguage, AcceptsTheApiNamesOnly) {
+  EXPECT_EQ(*ParseLanguage("python"), Language::kPython);
+  EXPECT_EQ(*ParseLanguage("javascript"), Language::kJavaScript);
+  EXPECT_EQ(*ParseLanguage("shell"), Language::kShell);
+  for (const char* bad : {"js", "node", "Python", "bash", ""}) {
+    EXPECT_EQ(ParseLanguage(bad).status().code(), Code::kInvalidRequest) << bad;
+  }
+  EXPECT_EQ(LanguageName(Language::kJavaScript), "javascript");
+}
+
+TEST(RuntimeCreate, MissingOrNonExecutableInterpreterIsUnavailable) {
+  for (const char* path : {"/nonexistent/python3", "/usr/bin", "/etc/passwd", "python3", ""}) {
+    RuntimePaths paths;
+    paths.python = path;
+    EXPECT_EQ(Runtime::Create(Language::kPython, paths).status().code(), Code::kRuntimeUnavailable)
+        << path;
+  }
+  auto rt = Runtime::Create(Language::kShell, RuntimePaths{});
+  ASSERT_TRUE(rt.ok());
+  EXPECT_EQ(rt->interpreter(), "/bin/bash");
+}
+
+TEST(RuntimeLaunch, ArgvCarriesTheWrapperAndTheBaseEnvIsFixed) {
+  Launch py = Make(Language::kPython).OneShotLaunch();
+  ASSERT_EQ(py.argv.size(), 4u);
+  EXPECT_EQ(py.argv[0], "/usr/bin/python3");
+  EXPECT_EQ(py.argv[1], "-I");
+  EXPECT_THAT(py.argv[3], HasSubstr("_kiln_main()"));
+  EXPECT_THAT(py.env,
+              ::testing::UnorderedElementsAre("PATH=/usr/local/bin:/usr/bin:/bin",
+                                              "HOME=/workspace", "TMPDIR=/tmp", "LANG=C.UTF-8"));
+  Launch sh = Make(Language::kShell).OneShotLaunch();
+  EXPECT_EQ(sh.argv.back(), "bash");  // $0
+  EXPECT_EQ(Make(Language::kJavaScript).OneShotLaunch().argv[1], "-e");
+}
+
+// ---------------------------------------------------------------- EncodeJob
+
+TEST(EncodeJob, RejectsBadInputAndEnv) {
+  for (Language lang : {Language::kPython, Language::kJavaScript, Language::kShell}) {
+    Runtime rt = Make(lang);
+    for (const char* input : {"[1]", "1", "\"s\"", "null", "{", "{\"a-b\": 1}", "{\"1x\": 1}",
+                              "{\"\": 1}", "{\"a b\": 1}", "{\"\u00e9\": 1}"}) {
+      auto s = rt.EncodeJob("x", input, {});
+      EXPECT_EQ(s.status().code(), Code::kInvalidRequest) << LanguageName(lang) << " " << input;
+    }
+    EXPECT_EQ(rt.EncodeJob("x", "", {{"A=B", "v"}}).status().code(), Code::kInvalidRequest);
+    EXPECT_EQ(rt.EncodeJob("x", "", {{"", "v"}}).status().code(), Code::kInvalidRequest);
+    EXPECT_EQ(rt.EncodeJob("x", "", {{"A", std::string("a\0b", 3)}}).status().code(),
+              Code::kInvalidRequest);
+    EXPECT_EQ(rt.EncodeJob("x", "", {{"A", "\xff"}}).status().code(), Code::kInvalidRequest);
+    EXPECT_TRUE(rt.EncodeJob("x", "", {{"_A1", "v"}}).ok());
+    EXPECT_TRUE(rt.EncodeJob("x", "{}", {}).ok());
+  }
+  Runtime sh = Make(Language::kShell);
+  auto nul = sh.EncodeJob(std::string("echo a\0b", 8), "", {});
+  EXPECT_EQ(nul.status().code(), Code::kInvalidRequest);
+  EXPECT_THAT(nul.status().message(), HasSubstr("NUL"));
+  EXPECT_EQ(sh.EncodeJob("x", R"({"a": "x\u0000y"})", {}).status().code(), Code::kInvalidRequest);
+  EXPECT_EQ(sh.EncodeJob("x", R"({"A": 1})", {{"A", "2"}}).status().code(), Code::kInvalidRequest);
+  EXPECT_EQ(sh.EncodeJob("x", R"({"UID": 1})", {}).status().code(), Code::kInvalidRequest);
+  EXPECT_EQ(sh.EncodeJob("x", "", {{"SHELLOPTS", "x"}}).status().code(), Code::kInvalidRequest);
+}
+
+TEST(EncodeJob, ShellHeaderEscapesEveryByte) {
+  auto frame = Make(Language::kShell).EncodeJob("echo hi", R"({"k": "a'$"})", {{"E", "\n"}});
+  ASSERT_TRUE(frame.ok());
+  EXPECT_EQ(*frame, "export E=$'\\x0a' k=$'\\x61\\x27\\x24'\necho hi.");
+}
+
+// ---------------------------------------------------------------- ParseControl
+
+TEST(ParseControl, EmptyMeansNoFrame) {
+  for (Language lang : {Language::kPython, Language::kShell}) {
+    auto out = Make(lang).ParseControl("");
+    ASSERT_TRUE(out.ok());
+    EXPECT_FALSE(out->has_frame);
+    EXPECT_FALSE(out->exit_code.has_value());
+    EXPECT_EQ(out->result_json, "");
+  }
+}
+
+TEST(ParseControl, DecodesJsonFrames) {
+  Runtime rt = Make(Language::kPython);
+  auto out = rt.ParseControl(
+      R"({"exit_code": 1, "result": {"a": [1, "\u00e9"]},
+          "error": {"type": "E", "message": "m", "traceback": "t"}})");
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(out->exit_code, 1);
+  EXPECT_EQ(out->result_json, "{\"a\":[1,\"\u00e9\"]}");
+  EXPECT_EQ(out->error, (common::protocol::ErrorInfo{"E", "m", "t"}));
+  auto null_result = rt.ParseControl(R"({"exit_code": 0, "result": null})");
+  ASSERT_TRUE(null_result.ok());
+  EXPECT_EQ(null_result->result_json, "null");  // set to None/null, not unset
+}
+
+TEST(ParseControl, GarbageIsAnErrorNeverACrash) {
+  Runtime py = Make(Language::kPython), sh = Make(Language::kShell);
+  for (const char* bad :
+       {"{", "[]", "null", "garbage", "{\"exit_code\": \"0\"}", "{\"exit_code\": 300}",
+        "{\"exit_code\": -1}", "{\"exit_code\": 1.5}", "{}", "{\"exit_code\":0}{\"exit_code\":0}",
+        "{\"exit_code\": 0, \"error\": {\"type\": \"E\"}}", "{\"exit_code\": 0, \"error\": 5}",
+        "{\"exit_code\": 0, \"x\": 1}", "{\"exit_code\": 0, \"result\": \"\\ud800\"}"}) {
+    EXPECT_EQ(py.ParseControl(bad).status().code(), Code::kInternal) << bad;
+  }
+  for (const char* bad : {"garbage", "\n", "x\n", "256\n", "-1\n", "0", "0\nx", "1 \n"}) {
+    EXPECT_EQ(sh.ParseControl(bad).status().code(), Code::kInternal) << bad;
+  }
+  EXPECT_EQ(py.ParseControl(std::string(Runtime::kMaxControlBytes + 1, ' ')).status().code(),
+            Code::kOutputLimit);
+  // Random bytes and every prefix of a valid frame: some answer, no crash.
+  std::mt19937 rng(42);
+  const std::string valid = R"({"exit_code":0,"result":{"k":[1,2,"\u00e9"]}})";
+  for (size_t i = 0; i < valid.size(); ++i) (void)py.ParseControl(valid.substr(0, i));
+  for (int i = 0; i < 2000; ++i) {
+    std::string s(rng() % 64, '\0');
+    for (char& c : s) c = static_cast<char>(rng());
+    (void)py.ParseControl(s);
+    (void)sh.ParseControl(s);
+  }
+}
+
+TEST(ParseControl, ShellResultBecomesAJsonString) {
+  Runtime sh = Make(Language::kShell);
+  auto out = sh.ParseControl("0\nr\"quoted\"\n\xff");
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->exit_code, 0);
+  EXPECT_EQ(json::parse(out->result_json), "\"quoted\"\n\xef\xbf\xbd");  // U+FFFD
+  auto empty = sh.ParseControl("3\nr");
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(empty->result_json, "\"\"");
+  auto unset = sh.ParseControl("3\n");
+  ASSERT_TRUE(unset.ok());
+  EXPECT_EQ(unset->exit_code, 3);
+  EXPECT_EQ(unset->result_json, "");
+}
+
+// ---------------------------------------------------------------- all wrappers
+
+TEST(Wrappers, EmptyFrameRetiresTheWarmSandboxQuietly) {
+  for (Language lang : {Language::kPython, Language::kJavaScript, Language::kShell}) {
+    RunOutput run = RunWrapper(Make(lang), "");
+    EXPECT_EQ(run.exit_status, 0) << LanguageName(lang);
+    EXPECT_EQ(run.stdout_data + run.stderr_data + run.control, "") << LanguageName(lang);
+  }
+}
+
+TEST(Wrappers, CodeWithFakeMarkersQuotesAndBackslashesRunsVerbatim) {
+  const std::string text =
+      R"(__FM_RESULT_START__ \\n ''' """ ` ${x} $(y) é )kiln_wrapper" {"exit_code": 9})";
+  const std::string quoted = json(text).dump();
+  EXPECT_EQ(Result(RunJob(Language::kPython, "result = " + quoted)), text);
+  EXPECT_EQ(Result(RunJob(Language::kJavaScript, "result = " + quoted + ";")), text);
+  EXPECT_EQ(Result(RunJob(Language::kShell, "result=$(cat <<'EOF'\n" + text + "\nEOF\n)")), text);
+}
+
+// ---------------------------------------------------------------- Python, for real
+
+TEST(PythonWrapper, StdoutStderrAndExitCode) {
+  Job j = RunJob(Language::kPython, "import sys\nprint('out')\nprint('err', file=sys.stderr)");
+  EXPECT_EQ(j.run.stdout_data, "out\n");
+  EXPECT_EQ(j.run.stderr_data, "err\n");
+  EXPECT_EQ(j.run.exit_status, 0);
+  EXPECT_TRUE(j.outcome.has_frame);
+  EXPECT_EQ(j.outcome.exit_code, 0);
+  EXPECT_EQ(j.outcome.result_json, "");
+  EXPECT_FALSE(j.outcome.error.has_value());
+}
+
+TEST(PythonWrapper, InputBecomesGlobalsAndResultRoundTrips) {
+  Job j = RunJob(Language::kPython,
+                 "result = {'n': n, 'f': f, 'big': big, 's': s, 'nested': nested, 'empty': empty}\n"
+                 "assert isinstance(n, int) and nested['a'][1]['b'] is None",
+                 kRichInput);
+  EXPECT_EQ(j.run.exit_status, 0) << j.run.stderr_data;
+  EXPECT_EQ(Result(j), json::parse(kRichInput));
+}
+
+TEST(PythonWrapper, ExceptionGivesTypeMessageTracebackWithoutWrapperFrames) {
+  Job j = RunJob(Language::kPython, "x = 1\ndef f():\n    return x / 0\nf()\n");
+  EXPECT_EQ(j.run.exit_status, 1);
+  EXPECT_EQ(j.outcome.exit_code, 1);
+  ASSERT_TRUE(j.outcome.error.has_value());
+  EXPECT_EQ(j.outcome.error->type, "ZeroDivisionError");
+  EXPECT_EQ(j.outcome.error->message, "division by zero");
+  EXPECT_EQ(j.outcome.error->traceback,
+            "Traceback (most recent call last):\n"
+            "  File \"<code>\", line 4, in <module>\n"
+            "    f()\n"
+            "  File \"<code>\", line 3, in f\n"
+            "    return x / 0\n"
+            "           ~~^~~\n"
+            "ZeroDivisionError: division by zero\n");
+  EXPECT_EQ(j.run.stderr_data, j.outcome.error->traceback);  // printed as python would
+}
+
+TEST(PythonWrapper, SyntaxErrorIsReported) {
+  Job j = RunJob(Language::kPython, "x = (\n");
+  EXPECT_EQ(j.run.exit_status, 1);
+  ASSERT_TRUE(j.outcome.error.has_value());
+  EXPECT_EQ(j.outcome.error->type, "SyntaxError");
+  EXPECT_THAT(j.outcome.error->traceback, StartsWith("  File \"<code>\", line 1\n"));
+}
+
+TEST(PythonWrapper, SysExitSetsTheCodeWithoutErrorAndKeepsResult) {
+  Job j = RunJob(Language::kPython, "import sys\nresult = 'partial'\nsys.exit(3)\nresult = 'no'");
+  EXPECT_EQ(j.run.exit_status, 3);
+  EXPECT_EQ(j.outcome.exit_code, 3);
+  EXPECT_EQ(Result(j), "partial");
+  EXPECT_FALSE(j.outcome.error.has_value());
+  Job msg = RunJob(Language::kPython, "import sys\nsys.exit('bye')");
+  EXPECT_EQ(msg.run.exit_status, 1);
+  EXPECT_EQ(msg.run.stderr_data, "bye\n");
+  EXPECT_FALSE(msg.outcome.error.has_value());
+}
+
+TEST(PythonWrapper, ResultNoneIsNullAndUnsetIsAbsent) {
+  EXPECT_EQ(RunJob(Language::kPython, "result = None").outcome.result_json, "null");
+  EXPECT_EQ(RunJob(Language::kPython, "results = 1").outcome.result_json, "");
+}
+
+TEST(PythonWrapper, NonSerializableResultIsAnErrorWithExitCodeZero) {
+  Job j = RunJob(Language::kPython, "result = object()");
+  EXPECT_EQ(j.run.exit_status, 0);
+  EXPECT_EQ(j.outcome.exit_code, 0);
+  EXPECT_EQ(j.outcome.result_json, "");
+  ASSERT_TRUE(j.outcome.error.has_value());
+  EXPECT_EQ(j.outcome.error->type, "ResultNotSerializable");
+  EXPECT_EQ(j.outcome.error->message, "Object of type object is not JSON serializable");
+  EXPECT_EQ(RunJob(Language::kPython, "result = float('nan')").outcome.error->type,
+            "ResultNotSerializable");
+  // Sets (and numpy values, via tolist) are converted.
+  EXPECT_EQ(Result(RunJob(Language::kPython, "result = {'s': {3}, 't': (1, 2)}")),
+            json::parse(R"({"s": [3], "t": [1, 2]})"));
+}
+
+TEST(PythonWrapper, EnvMapIsAppliedOverTheBaseEnv) {
+  Job j = RunJob(Language::kPython,
+                 "import os\nresult = [os.environ['FOO'], os.environ['HOME'], os.environ['PATH']]",
+                 "", {{"FOO", "b\u00e4r \"x\"\n"}});
+  EXPECT_EQ(Result(j), json::parse(R"(["b\u00e4r \"x\"\n", "/workspace",
+                                      "/usr/local/bin:/usr/bin:/bin"])"));
+}
+
+TEST(PythonWrapper, StdinIsEmptyForUserCode) {
+  Job j = RunJob(Language::kPython,
+                 "import sys, subprocess\n"
+                 "result = [sys.stdin.read(), subprocess.run(['cat'], capture_output=True).stdout"
+                 ".decode()]");
+  EXPECT_EQ(Result(j), json::parse(R"(["", ""])"));
+}
+
+TEST(PythonWrapper, OutputCannotForgeTheControlChannel) {
+  Job j = RunJob(Language::kPython,
+                 "import sys\n"
+                 "sys.stdout.buffer.write(b'{\"exit_code\": 7, \"result\": 1}\\n\\0\\xff\\xfe')\n"
+                 "sys.stdout.buffer.write(b'x' * 1048576)\n"
+                 "sys.stderr.buffer.write(b'{\"exit_code\": 9}\\0\\xc3')\n"
+                 "result = 'real'");
+  EXPECT_EQ(j.run.exit_status, 0);
+  EXPECT_EQ(j.outcome.exit_code, 0);
+  EXPECT_EQ(Result(j), "real");
+  EXPECT_EQ(j.run.stdout_data, std::string("{\"exit_code\": 7, \"result\": 1}\n\0\xff\xfe", 33) +
+                                   std::string(1048576, 'x'));
+  EXPECT_EQ(j.run.stderr_data, std::string("{\"exit_code\": 9}\0\xc3", 18));
+}
+
+TEST(PythonWrapper, ChildProcessesDoNotInheritTheControlFd) {
+  Job j = RunJob(Language::kPython,
+                 "import os, subprocess\n"
+                 "p = subprocess.run(['readlink', '/proc/self/fd/3'], capture_output=True)\n"
+                 "q = subprocess.run(['readlink', '/proc/self/fd/3'], capture_output=True,"
+                 " close_fds=False)\n"
+                 "os.system('readlink /proc/self/fd/3 || echo closed')\n"
+                 "result = [p.returncode, p.stdout.decode(), q.returncode]");
+  EXPECT_EQ(Result(j), json::parse(R"([1, "", 1])"));
+  EXPECT_EQ(j.run.stdout_data, "closed\n");
+}
+
+TEST(PythonWrapper, CodeIsCompiledFromBytes) {
+  Job latin = RunJob(Language::kPython, "# -*- coding: latin-1 -*-\nresult = '\xe9'");
+  EXPECT_EQ(Result(latin), "\u00e9");
+  Job invalid = RunJob(Language::kPython, "result = '\xff'");
+  ASSERT_TRUE(invalid.outcome.error.has_value());
+  EXPECT_EQ(invalid.outcome.error->type, "SyntaxError");
+  Job nul = RunJob(Language::kPython, std::string("x = 1\0", 6));
+  ASSERT_TRUE(nul.outcome.error.has_value());  // ValueError up to 3.11, then SyntaxError
+  EXPECT_THAT(nul.outcome.error->type, ::testing::AnyOf("ValueError", "SyntaxError"));
+}
+
+TEST(PythonWrapper, ResultIsReadAfterThreadsFinishAndMainIsAModule) {
+  Job j = RunJob(Language::kPython,
+                 "import threading, time, pickle, dataclasses\n"
+                 "@dataclasses.dataclass\nclass P:\n    x: int\n"
+                 "def later():\n    global result\n    time.sleep(0.1)\n"
+                 "    result = [__name__, pickle.loads(pickle.dumps(P(5))).x]\n"
+                 "threading.Thread(target=later).start()\n");
+  EXPECT_EQ(Result(j), json::parse(R"(["__main__", 5])")) << j.run.stderr_data;
+}
+
+TEST(PythonWrapper, OsExitWritesNoFrame) {
+  Job j = RunJob(Language::kPython, "import os\nresult = 1\nos._exit(4)");
+  EXPECT_EQ(j.run.exit_status, 4);
+  EXPECT_FALSE(j.outcome.has_frame);
+}
+
+// ---------------------------------------------------------------- JavaScript, for real
+
+TEST(JavaScriptWrapper, StdoutStderrAndExitCode) {
+  Job j = RunJob(Language::kJavaScript, "console.log('out'); console.error('err');");
+  EXPECT_EQ(j.run.stdout_data, "out\n");
+  EXPECT_EQ(j.run.stderr_data, "err\n");
+  EXPECT_EQ(j.run.exit_status, 0);
+  EXPECT_EQ(j.outcome.exit_code, 0);
+  EXPECT_EQ(j.outcome.result_json, "");
+  EXPECT_FALSE(j.outcome.error.has_value());
+}
+
+TEST(JavaScriptWrapper, InputBecomesGlobalsAndResultRoundTrips) {
+  Job j = RunJob(Language::kJavaScript,
+                 "if (typeof n !== 'number' || nested.a[1].b !== null) throw new Error('types');\n"
+                 "result = {n, f, big, s, nested, empty};",
+                 kRichInput);
+  EXPECT_EQ(j.run.exit_status, 0) << j.run.stderr_data;
+  EXPECT_EQ(Result(j), json::parse(kRichInput));
+}
+
+TEST(JavaScriptWrapper, TypeErrorGivesNameMessageStackWithoutWrapperFrames) {
+  Job j = RunJob(Language::kJavaScript, "function f(o) {\n  return o.x;\n}\nf(null);\n");
+  EXPECT_EQ(j.run.exit_status, 1);
+  EXPECT_EQ(j.outcome.exit_code, 1);
+  ASSERT_TRUE(j.outcome.error.has_value());
+  EXPECT_EQ(j.outcome.error->type, "TypeError");
+  EXPECT_EQ(j.outcome.error->message, "Cannot read properties of null (reading 'x')");
+  EXPECT_THAT(j.outcome.error->traceback,
+              HasSubstr("TypeError: Cannot read properties of null (reading 'x')\n"
+                        "    at f (<code>:2:12)\n"
+                        "    at <code>:4:1"));
+  EXPECT_THAT(j.outcome.error->traceback, Not(HasSubstr("[eval]")));
+  EXPECT_THAT(j.outcome.error->traceback, Not(HasSubstr("node:")));
+  EXPECT_EQ(j.run.stderr_data, j.outcome.error->traceback + "\n");
+}
+
+TEST(JavaScriptWrapper, ThrownNonErrorValue) {
+  Job j = RunJob(Language::kJavaScript, "throw 'boom';");
+  EXPECT_EQ(j.run.exit_status, 1);
+  ASSERT_TRUE(j.outcome.error.has_value());
+  EXPECT_EQ(j.outcome.error->type, "ThrownValue");
+  EXPECT_EQ(j.outcome.error->message, "boom");
+  EXPECT_EQ(j.run.stderr_data, "Uncaught 'boom'\n");
+  Job obj = RunJob(Language::kJavaScript, "setTimeout(() => { throw {code: 7}; }, 1);");
+  ASSERT_TRUE(obj.outcome.error.has_value());
+  EXPECT_EQ(obj.outcome.error->message, "{ code: 7 }");
+}
+
+TEST(JavaScriptWrapper, UnhandledRejectionFailsTheJob) {
+  Job j = RunJob(Language::kJavaScript,
+                 "async function f() { throw new RangeError('late'); }\nf();\nresult = 1;");
+  EXPECT_EQ(j.run.exit_status, 1);
+  ASSERT_TRUE(j.outcome.error.has_value());
+  EXPECT_EQ(j.outcome.error->type, "RangeError");
+  EXPECT_EQ(j.outcome.error->message, "late");
+  EXPECT_EQ(Result(j), 1);
+}
+
+TEST(JavaScriptWrapper, ProcessExitSetsTheCodeAndKeepsResult) {
+  Job j = RunJob(Language::kJavaScript,
+                 "result = 'partial'; setTimeout(() => {}, 10000); process.exit(3);");
+  EXPECT_EQ(j.run.exit_status, 3);
+  EXPECT_EQ(j.outcome.exit_code, 3);
+  EXPECT_EQ(Result(j), "partial");
+  EXPECT_FALSE(j.outcome.error.has_value());
+  EXPECT_EQ(RunJob(Language::kJavaScript, "process.exitCode = 5;").outcome.exit_code, 5);
+}
+
+TEST(JavaScriptWrapper, TopLevelLetAndConstResult) {
+  EXPECT_EQ(Result(RunJob(Language::kJavaScript, "let result = [1, 'a'];")),
+            json::parse(R"([1, "a"])"));
+  EXPECT_EQ(Result(RunJob(Language::kJavaScript, "const result = {k: null};")),
+            json::parse(R"({"k": null})"));
+  EXPECT_EQ(RunJob(Language::kJavaScript, "let x = 1;").outcome.result_json, "");
+  EXPECT_EQ(RunJob(Language::kJavaScript, "result = undefined;").outcome.result_json, "");
+}
+
+TEST(JavaScriptWrapper, AsyncTimersAndPromisesFinishBeforeTheResultIsRead) {
+  EXPECT_EQ(Result(RunJob(Language::kJavaScript,
+                          "result = 1; setTimeout(() => { result = 'late'; }, 50);")),
+            "late");
+  EXPECT_EQ(Result(RunJob(Language::kJavaScript,
+                          "result = new Promise((r) => setTimeout(() => r({v: 2}), 20));")),
+            json::parse(R"({"v": 2})"));
+  Job tla = RunJob(Language::kJavaScript,
+                   "const v = await new Promise((r) => setTimeout(() => r(20), 20));\n"
+                   "let result = v + 1;");
+  EXPECT_EQ(Result(tla), 21) << tla.run.stderr_data;
+  Job tla_err = RunJob(Language::kJavaScript, "await null;\nnull.y;");
+  ASSERT_TRUE(tla_err.outcome.error.has_value());
+  EXPECT_EQ(tla_err.outcome.error->type, "TypeError");
+  EXPECT_THAT(tla_err.outcome.error->traceback, HasSubstr("<code>:2:6"));
+  Job never = RunJob(Language::kJavaScript, "result = new Promise(() => {});");
+  ASSERT_TRUE(never.outcome.error.has_value());
+  EXPECT_EQ(never.outcome.error->type, "ResultNotSerializable");
+}
+
+TEST(JavaScriptWrapper, NonSerializableResult) {
+  for (const char* code :
+       {"result = () => 1;", "result = 10n;", "result = {}; result.self = result;"}) {
+    Job j = RunJob(Language::kJavaScript, code);
+    EXPECT_EQ(j.run.exit_status, 0) << code;
+    EXPECT_EQ(j.outcome.result_json, "") << code;
+    ASSERT_TRUE(j.outcome.error.has_value()) << code;
+    EXPECT_EQ(j.outcome.error->type, "ResultNotSerializable") << code;
+  }
+  // Lone surrogates cannot cross as JSON text: replaced.
+  EXPECT_EQ(Result(RunJob(Language::kJavaScript, "result = 'a\\ud800b';")), "a\ufffdb");
+}
+
+TEST(JavaScriptWrapper, EnvRequireAndEmptyStdin) {
+  Job j = RunJob(Language::kJavaScript,
+                 "const fs = require('fs');\n"
+                 "result = [process.env.FOO, process.env.HOME, require('path').join('a', 'b'),\n"
+                 "          fs.readFileSync(0).length,\n"
+                 "          require('child_process').execSync('cat').toString()];",
+                 "", {{"FOO", "bar"}});
+  EXPECT_EQ(Result(j), json::parse(R"(["bar", "/workspace", "a/b", 0, ""])")) << j.run.stderr_data;
+}
+
+TEST(JavaScriptWrapper, OutputCannotForgeTheControlChannel) {
+  Job j = RunJob(Language::kJavaScript,
+                 "process.stdout.write(Buffer.from('{\"exit_code\":7}\\n\\0\\xff', 'latin1'));\n"
+                 "process.stdout.write('x'.repeat(1048576));\n"
+                 "process.stderr.write('{\"exit_code\":9}\\0');\n"
+                 "result = 'real';");
+  EXPECT_EQ(j.outcome.exit_code, 0);
+  EXPECT_EQ(Result(j), "real");
+  EXPECT_EQ(j.run.stdout_data,
+            std::string("{\"exit_code\":7}\n\0\xff", 18) + std::string(1048576, 'x'));
+  EXPECT_EQ(j.run.stderr_data, std::string("{\"exit_code\":9}\0", 16));
+}
+
+TEST(JavaScriptWrapper, ChildProcessesDoNotInheritTheControlFd) {
+  Job j = RunJob(Language::kJavaScript,
+                 "result = require('child_process')"
+                 ".execSync('readlink /proc/self/fd/3 || echo closed').toString();");
+  EXPECT_EQ(Result(j), "closed\n");
+}
+
+// ---------------------------------------------------------------- shell, for real
+
+TEST(ShellWrapper, StdoutStderrAndExitStatusOfTheLastCommand) {
+  Job j = RunJob(Language::kShell, "echo out\necho err >&2\nfalse");
+  EXPECT_EQ(j.run.stdout_data, "out\n");
+  EXPECT_EQ(j.run.stderr_data, "err\n");
+  EXPECT_EQ(j.run.exit_status, 1);
+  EXPECT_EQ(j.outcome.exit_code, 1);
+  EXPECT_EQ(j.outcome.result_json, "");
+  EXPECT_FALSE(j.outcome.error.has_value());
+}
+
+TEST(ShellWrapper, InputBecomesEnvironmentVariables) {
+  Job j = RunJob(Language::kShell,
+                 "printf '%s|' \"$n\" \"$s\" \"$nested\" \"$empty\" \"$#\"\n"
+                 "sh -c 'printf \"%s|\" \"$f\"'",
+                 kRichInput);
+  EXPECT_EQ(j.run.exit_status, 0) << j.run.stderr_data;
+  json in = json::parse(kRichInput);
+  EXPECT_EQ(j.run.stdout_data,
+            "42|" + in["s"].get<std::string>() + "|" + in["nested"].dump() + "||0|-1.5|");
+}
+
+TEST(ShellWrapper, ResultIsAStringAndUnsetDiffersFromEmpty) {
+  EXPECT_EQ(Result(RunJob(Language::kShell, "result=\"a 'b' \\\"c\\\"\n\u00e9\"")),
+            "a 'b' \"c\"\n\u00e9");
+  EXPECT_EQ(RunJob(Language::kShell, "result=").outcome.result_json, "\"\"");
+  Job unset = RunJob(Language::kShell, "x=1");
+  EXPECT_TRUE(unset.outcome.has_frame);
+  EXPECT_EQ(unset.outcome.result_json, "");
+  EXPECT_EQ(Result(RunJob(Language::kShell, "true", R"({"result": [1]})")), "[1]");
+}
+
+TEST(ShellWrapper, ExitEndsTheShellWithoutAFrame) {
+  Job j = RunJob(Language::kShell, "result=x\nexit 3\necho no");
+  EXPECT_EQ(j.run.exit_status, 3);
+  EXPECT_FALSE(j.outcome.has_frame);
+  EXPECT_EQ(j.run.stdout_data, "");
+}
+
+TEST(ShellWrapper, EnvMapStdinAndQuoting) {
+  Job j = RunJob(Language::kShell,
+                 "result=\"$FOO|$HOME|$(cat | wc -c)|$(printf '%s' 'q\"\\\\')\"\n"
+                 "cat <<'EOF'\n$not_expanded `x`\nEOF",
+                 "", {{"FOO", "b\u00e4r\n'x'"}});
+  EXPECT_EQ(Result(j), "b\u00e4r\n'x'|/workspace|0|q\"\\\\");
+  EXPECT_EQ(j.run.stdout_data, "$not_expanded `x`\n");
+}
+
+TEST(ShellWrapper, OutputCannotForgeTheControlChannel) {
+  Job j = RunJob(Language::kShell,
+                 "printf '0\\nrfake\\0\\377'\nhead -c 1048576 /dev/zero | tr '\\0' x\n"
+                 "printf '1\\n' >&2\nresult=real");
+  EXPECT_EQ(j.outcome.exit_code, 0);
+  EXPECT_EQ(Result(j), "real");
+  EXPECT_EQ(j.run.stdout_data, std::string("0\nrfake\0\xff", 9) + std::string(1048576, 'x'));
+  EXPECT_EQ(j.run.stderr_data, "1\n");
+}
+
+TEST(ShellWrapper, ChildProcessesDoNotInheritTheControlFd) {
+  Job j = RunJob(Language::kShell,
+                 "readlink /proc/self/fd/3 || echo closed\n"
+                 "sh -c 'readlink /proc/self/fd/3 || echo closed'\n"
+                 "echo fake >&3 || echo cannot");
+  EXPECT_EQ(j.run.stdout_data, "closed\nclosed\ncannot\n");
+  EXPECT_EQ(j.outcome.exit_code, 0);
+}
+
+TEST(ShellWrapper, SyntaxErrorIsExitStatusTwo) {
+  Job j = RunJob(Language::kShell, "if then");
+  EXPECT_EQ(j.run.exit_status, 2);
+  EXPECT_THAT(j.run.stderr_data, HasSubstr("syntax error"));
+}
+
+}  // namespace
+}  // namespace kiln::worker::runtimes

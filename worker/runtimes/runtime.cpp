@@ -1,0 +1,263 @@
+#include "worker/runtimes/runtime.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <charconv>
+#include <exception>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "worker/runtimes/wrappers.hpp"
+
+namespace kiln::worker::runtimes {
+namespace {
+
+using common::Code;
+using common::InvalidRequest;
+using common::Status;
+using common::StatusOr;
+using common::protocol::ErrorInfo;
+using nlohmann::json;
+
+// Fixed environment of a warm sandbox; the job's env is applied by the wrapper.
+const std::vector<std::string>& BaseEnv() {
+  static const std::vector<std::string> env = {"PATH=/usr/local/bin:/usr/bin:/bin",
+                                               "HOME=/workspace", "TMPDIR=/tmp", "LANG=C.UTF-8"};
+  return env;
+}
+
+// Names bash refuses to assign (readonly): exporting them would fail in the wrapper.
+bool IsBashReadonly(std::string_view name) {
+  static constexpr std::array<std::string_view, 6> kNames = {"BASHOPTS", "BASH_VERSINFO", "EUID",
+                                                             "PPID",     "SHELLOPTS",     "UID"};
+  return std::find(kNames.begin(), kNames.end(), name) != kNames.end();
+}
+
+// Dumps JSON without throwing; invalid UTF-8 in strings becomes U+FFFD.
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+bool IsValidUtf8(std::string_view s) {
+  try {
+    (void)json(std::string(s)).dump();  // the strict handler throws on invalid UTF-8
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+StatusOr<json> ParseInput(std::string_view input_json) {
+  if (input_json.empty()) return json::object();
+  json input = json::parse(input_json, nullptr, /*allow_exceptions=*/false);
+  if (input.is_discarded()) return InvalidRequest("input is not valid JSON");
+  if (!input.is_object()) return InvalidRequest("input must be a JSON object");
+  for (const auto& [key, value] : input.items()) {
+    if (!IsValidIdentifier(key)) {
+      return InvalidRequest("input key \"" + key + "\" is not a valid identifier");
+    }
+  }
+  return input;
+}
+
+Status ValidateEnv(const std::map<std::string, std::string>& env) {
+  for (const auto& [name, value] : env) {
+    if (!IsValidIdentifier(name)) {
+      return InvalidRequest("env name \"" + name + "\" is not a valid identifier");
+    }
+    if (value.find('\0') != std::string::npos) {
+      return InvalidRequest("env value of " + name + " contains a NUL byte");
+    }
+    if (!IsValidUtf8(value)) return InvalidRequest("env value of " + name + " is not valid UTF-8");
+  }
+  return Status::Ok();
+}
+
+// `export K=$'\xHH...'` for every byte of the value: evaluating it can only assign.
+void AppendShellExport(std::string& out, std::string_view name, std::string_view value) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out += out.empty() ? "export " : " ";
+  out += name;
+  out += "=$'";
+  for (unsigned char c : value) {
+    out += "\\x";
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  }
+  out += '\'';
+}
+
+StatusOr<std::string> EncodeShellJob(std::string_view code, const json& input,
+                                     const std::map<std::string, std::string>& env) {
+  if (code.find('\0') != std::string_view::npos) {
+    return InvalidRequest("shell code cannot contain NUL bytes");
+  }
+  std::string header;
+  for (const auto& [name, value] : env) {
+    if (IsBashReadonly(name)) return InvalidRequest("env name " + name + " is read-only in bash");
+    AppendShellExport(header, name, value);
+  }
+  for (const auto& [key, value] : input.items()) {
+    if (IsBashReadonly(key)) return InvalidRequest("input key " + key + " is read-only in bash");
+    if (env.count(key) != 0) {
+      return InvalidRequest("input key " + key + " is also in env; shell has one namespace");
+    }
+    std::string text = value.is_string() ? value.get<std::string>() : Dump(value);
+    if (text.find('\0') != std::string::npos) {
+      return InvalidRequest("input value of " + key + " contains a NUL byte");
+    }
+    AppendShellExport(header, key, text);
+  }
+  std::string frame;
+  frame.reserve(header.size() + code.size() + 2);
+  frame += header;
+  frame += '\n';
+  frame += code;
+  frame += '.';  // survives $(<...) stripping trailing newlines; the wrapper drops it
+  return frame;
+}
+
+StatusOr<Runtime::Outcome> ParseShellControl(std::string_view bytes) {
+  Runtime::Outcome out;
+  size_t nl = bytes.find('\n');
+  if (nl == std::string_view::npos || nl == 0) return common::Internal("malformed shell frame");
+  int code = 0;
+  auto [end, ec] = std::from_chars(bytes.data(), bytes.data() + nl, code);
+  if (ec != std::errc() || end != bytes.data() + nl || code < 0 || code > 255) {
+    return common::Internal("malformed shell frame: bad exit status");
+  }
+  out.has_frame = true;
+  out.exit_code = code;
+  std::string_view rest = bytes.substr(nl + 1);
+  if (!rest.empty()) {
+    if (rest[0] != 'r') return common::Internal("malformed shell frame: bad result marker");
+    out.result_json = Dump(json(std::string(rest.substr(1))));
+  }
+  return out;
+}
+
+StatusOr<Runtime::Outcome> ParseJsonControl(std::string_view bytes) {
+  json frame = json::parse(bytes, nullptr, /*allow_exceptions=*/false);
+  if (frame.is_discarded() || !frame.is_object()) {
+    return common::Internal("malformed control frame: not one JSON object");
+  }
+  Runtime::Outcome out;
+  out.has_frame = true;
+  auto it = frame.find("exit_code");
+  if (it == frame.end() || !it->is_number_integer() || *it < 0 || *it > 255) {
+    return common::Internal("malformed control frame: exit_code must be an integer 0-255");
+  }
+  out.exit_code = it->get<int>();
+  if (it = frame.find("result"); it != frame.end()) out.result_json = Dump(*it);
+  if (it = frame.find("error"); it != frame.end()) {
+    const json& e = *it;
+    auto field = [&e](const char* name) -> const json* {
+      auto f = e.find(name);
+      return f != e.end() && f->is_string() ? &*f : nullptr;
+    };
+    if (!e.is_object() || !field("type") || !field("message") || !field("traceback")) {
+      return common::Internal("malformed control frame: error needs type, message, traceback");
+    }
+    out.error = ErrorInfo{field("type")->get<std::string>(), field("message")->get<std::string>(),
+                          field("traceback")->get<std::string>()};
+  }
+  for (const auto& [key, value] : frame.items()) {
+    if (key != "exit_code" && key != "result" && key != "error") {
+      return common::Internal("malformed control frame: unknown field " + key);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+StatusOr<Language> ParseLanguage(std::string_view name) {
+  if (name == "python") return Language::kPython;
+  if (name == "javascript") return Language::kJavaScript;
+  if (name == "shell") return Language::kShell;
+  return InvalidRequest("unknown language \"" + std::string(name) +
+                        "\" (expected python, javascript or shell)");
+}
+
+std::string_view LanguageName(Language language) {
+  switch (language) {
+    case Language::kPython:
+      return "python";
+    case Language::kJavaScript:
+      return "javascript";
+    case Language::kShell:
+      return "shell";
+  }
+  return "unknown";
+}
+
+bool IsValidIdentifier(std::string_view name) {
+  auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  if (name.empty() || !alpha(name[0])) return false;
+  return std::all_of(name.begin(), name.end(), [&](char c) { return alpha(c) || digit(c); });
+}
+
+StatusOr<Runtime> Runtime::Create(Language language, const RuntimePaths& paths) {
+  const std::string& path = language == Language::kPython       ? paths.python
+                            : language == Language::kJavaScript ? paths.node
+                                                                : paths.bash;
+  std::string what = std::string(LanguageName(language)) + " interpreter " + path;
+  if (path.empty() || path[0] != '/') {
+    return Status(Code::kRuntimeUnavailable, what + " is not an absolute path");
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    return Status(Code::kRuntimeUnavailable, common::ErrnoStatus(what, errno).message());
+  }
+  if (!S_ISREG(st.st_mode) || ::access(path.c_str(), X_OK) != 0) {
+    return Status(Code::kRuntimeUnavailable, what + " is not an executable file");
+  }
+  return Runtime(language, path);
+}
+
+Launch Runtime::OneShotLaunch() const {
+  Launch launch;
+  launch.env = BaseEnv();
+  switch (language_) {
+    case Language::kPython:
+      // -I: ignore PYTHON* variables and the user site; keep site-packages.
+      launch.argv = {interpreter_, "-I", "-c", std::string(kPythonOneShotWrapper)};
+      break;
+    case Language::kJavaScript:
+      launch.argv = {interpreter_, "-e", std::string(kJavaScriptOneShotWrapper)};
+      break;
+    case Language::kShell:
+      launch.argv = {interpreter_, "--noprofile", "--norc", "-c", std::string(kShellOneShotWrapper),
+                     "bash"};
+      break;
+  }
+  return launch;
+}
+
+StatusOr<std::string> Runtime::EncodeJob(std::string_view code, std::string_view input_json,
+                                         const std::map<std::string, std::string>& env) const {
+  ASSIGN_OR_RETURN(json input, ParseInput(input_json));
+  RETURN_IF_ERROR(ValidateEnv(env));
+  if (language_ == Language::kShell) return EncodeShellJob(code, input, env);
+  // Compact JSON escapes control characters, so the header holds no raw newline.
+  std::string frame = Dump(json{{"input", std::move(input)}, {"env", env}});
+  frame.reserve(frame.size() + 1 + code.size());
+  frame += '\n';
+  frame += code;
+  return frame;
+}
+
+StatusOr<Runtime::Outcome> Runtime::ParseControl(std::string_view control_bytes) const {
+  if (control_bytes.empty()) return Outcome{};
+  if (control_bytes.size() > kMaxControlBytes) {
+    return Status(Code::kOutputLimit,
+                  "result is larger than " + std::to_string(kMaxControlBytes >> 20) + " MiB");
+  }
+  if (language_ == Language::kShell) return ParseShellControl(control_bytes);
+  return ParseJsonControl(control_bytes);
+}
+
+}  // namespace kiln::worker::runtimes

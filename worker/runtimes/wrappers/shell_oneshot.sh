@@ -1,0 +1,29 @@
+# Kiln one-shot shell wrapper (docs/runtimes.md). Started warm, before the job
+# is known, as:  bash --noprofile --norc -c <this text> bash
+# fd 0: the job frame  <header line> "\n" <code> "."   (no NUL bytes anywhere)
+#       header: empty, or `export K=$'\xHH...' ...` built by the worker, every
+#       byte of every value escaped, so evaluating it can only assign variables.
+# fd 3: control pipe; at the end it gets "<exit status>\n", then "r<bytes of $result>"
+#       when `result` is set. `exit` in the user's code ends the shell: no frame.
+# Read everything in one go: `$(<file)` reads in blocks, `read -d ''` byte by byte.
+if [[ -e /dev/stdin ]]; then __kiln=$(</dev/stdin); else IFS= read -r -d '' __kiln; fi
+# stdin closed without a job: the warm sandbox is being retired.
+[[ -n $__kiln ]] || exit 0
+# fd 0 is now a pipe at EOF, i.e. an empty stdin for the user's code.
+# Split with byte semantics (LC_ALL=C): in a UTF-8 locale bash is ~10x slower
+# on big frames. The code goes to $1, the header to $2: no variable name is
+# reserved for the wrapper.
+LC_ALL=C
+set -- "${__kiln#*$'\n'}"
+set -- "${1%.}" "${__kiln%%$'\n'*}"
+unset __kiln LC_ALL
+eval "$2"
+# `shift 2` first empties $@ for the user's code; fd 3 is closed around it.
+{ eval "shift 2;$1"; } 3>&-
+set -- "$?"
+if [[ -v result ]]; then
+  builtin printf '%s\nr%s' "$1" "$result" >&3
+else
+  builtin printf '%s\n' "$1" >&3
+fi
+exit "$1"

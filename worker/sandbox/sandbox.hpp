@@ -49,6 +49,7 @@ struct SandboxConfig {
   std::vector<std::string> ro_binds;    // extra host paths bound read-only
   uint64_t workspace_bytes = 64ull << 20;
   uint64_t tmp_bytes = 64ull << 20;
+  uint32_t cpu_millicores = 1000;       // cgroup CPU cap per sandbox (1000 = one core)
   // Layers that may be missing on this host without refusing to start. Only
   // an operator's explicit config puts names here.
   std::set<std::string> relaxed_layers;

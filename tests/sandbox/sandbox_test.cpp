@@ -1,0 +1,768 @@
+// Sandbox tests: real processes in real namespaces, through the Sandbox API.
+// Parameterized over the cgroup modes; a mode this host lacks is skipped
+// with the reason (e.g. no memory/pids controller on the v2 hierarchy).
+#include "worker/sandbox/sandbox.hpp"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "worker/sandbox/cgroups.hpp"
+#include "worker/sandbox/fs_util.hpp"
+
+namespace kiln::worker::sandbox {
+namespace {
+
+using common::UniqueFd;
+using common::protocol::FileEntry;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr const char* kPython = "/usr/bin/python3";
+
+struct RunResult {
+  ExitStatus status;
+  std::string out, err;
+  uid_t uid = 0;  // the sandbox uid, read from inside when asked
+};
+
+struct RunOptions {
+  std::string stdin_data;
+  bool give_stdin = true;
+  SandboxLimits limits;
+  int timeout_ms = 20000;
+  std::vector<std::string> env = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8"};
+  bool control_fd = false;
+  // Called after Spawn, before stdin is written (warm-sandbox flow).
+  std::function<void(SandboxProcess&)> before_input;
+  // Called after Wait, before the process object is destroyed.
+  std::function<void(SandboxProcess&)> after_exit;
+};
+
+// Pids on the host whose real uid is `uid`.
+std::vector<pid_t> ProcessesWithUid(uid_t uid) {
+  std::vector<pid_t> out;
+  DIR* d = ::opendir("/proc");
+  while (struct dirent* e = ::readdir(d)) {
+    pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+    if (pid <= 0) continue;
+    std::ifstream f(std::string("/proc/") + e->d_name + "/status");
+    std::string line;
+    while (std::getline(f, line)) {
+      if (line.rfind("Uid:", 0) == 0) {
+        std::istringstream in(line.substr(4));
+        uid_t u;
+        if (in >> u && u == uid) out.push_back(pid);
+        break;
+      }
+    }
+  }
+  ::closedir(d);
+  return out;
+}
+
+class SandboxTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  static SandboxConfig ConfigFor(const std::string& mode) {
+    SandboxConfig c;
+    c.state_dir = "/tmp/kiln-sandbox-test-" + mode;
+    c.cgroup_mode = mode;
+    c.cgroup_prefix = "kiln-test-" + mode;
+    c.uid_base = mode == "v1" ? 320000 : 321000;
+    c.uid_count = 200;
+    c.workspace_bytes = 8ull << 20;
+    c.tmp_bytes = 8ull << 20;
+    return c;
+  }
+
+  // One Sandbox per mode for the whole binary (Create probes the host).
+  static Sandbox* SandboxFor(const std::string& mode, std::string* why) {
+    static std::mutex mu;
+    static std::map<std::string, std::unique_ptr<Sandbox>> boxes;
+    static std::map<std::string, std::string> errors;
+    std::lock_guard<std::mutex> lock(mu);
+    if (!boxes.count(mode) && !errors.count(mode)) {
+      auto sb = Sandbox::Create(ConfigFor(mode));
+      if (sb.ok()) {
+        boxes[mode] = std::move(*sb);
+      } else {
+        errors[mode] = sb.status().ToString();
+      }
+    }
+    if (errors.count(mode)) *why = errors[mode];
+    return boxes.count(mode) ? boxes[mode].get() : nullptr;
+  }
+
+  void SetUp() override {
+    std::string why;
+    sandbox_ = SandboxFor(GetParam(), &why);
+    if (sandbox_ == nullptr) {
+      // v2 is optional on a host; v1 must work where its hierarchies are mounted.
+      GTEST_SKIP() << "cgroup mode " << GetParam() << " is not available on this host: " << why;
+    }
+  }
+
+  RunResult Run(std::vector<std::string> argv, RunOptions opt = {}) {
+    int in[2], out[2], err[2], ctl[2];
+    EXPECT_EQ(::pipe2(in, O_CLOEXEC), 0);
+    EXPECT_EQ(::pipe2(out, O_CLOEXEC), 0);
+    EXPECT_EQ(::pipe2(err, O_CLOEXEC), 0);
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ctl), 0);
+    UniqueFd in_w(in[1]), out_r(out[0]), err_r(err[0]), ctl_parent(ctl[0]);
+    SpawnSpec spec;
+    spec.argv = std::move(argv);
+    spec.env = opt.env;
+    spec.limits = opt.limits;
+    if (opt.give_stdin)
+      spec.stdin_fd = UniqueFd(in[0]);
+    else
+      ::close(in[0]);
+    spec.stdout_fd = UniqueFd(out[1]);
+    spec.stderr_fd = UniqueFd(err[1]);
+    if (opt.control_fd)
+      spec.control_fd = UniqueFd(ctl[1]);
+    else
+      ::close(ctl[1]);
+    auto proc = sandbox_->Spawn(std::move(spec));
+    RunResult r;
+    if (!proc.ok()) {
+      ADD_FAILURE() << "Spawn: " << proc.status().ToString();
+      return r;
+    }
+    if (opt.before_input) opt.before_input(**proc);
+    if (!opt.stdin_data.empty()) {
+      (void)!::write(in_w.get(), opt.stdin_data.data(), opt.stdin_data.size());
+    }
+    in_w.Reset();
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opt.timeout_ms);
+    bool killed = false;
+    char buf[65536];
+    struct pollfd p[2] = {{out_r.get(), POLLIN, 0}, {err_r.get(), POLLIN, 0}};
+    while (p[0].fd >= 0 || p[1].fd >= 0) {
+      int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                      deadline - std::chrono::steady_clock::now())
+                                      .count());
+      if (left <= 0) {
+        if (killed) break;
+        (*proc)->Kill();
+        killed = true;
+        deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        continue;
+      }
+      if (::poll(p, 2, left) <= 0) continue;
+      for (int i = 0; i < 2; ++i) {
+        if (p[i].fd < 0 || !(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        ssize_t n = ::read(p[i].fd, buf, sizeof buf);
+        if (n <= 0) {
+          p[i].fd = -1;
+        } else {
+          (i == 0 ? r.out : r.err).append(buf, static_cast<size_t>(n));
+        }
+      }
+    }
+    auto st = (*proc)->Wait();
+    EXPECT_TRUE(st.ok()) << st.status().ToString();
+    if (st.ok()) r.status = *st;
+    if (opt.after_exit) opt.after_exit(**proc);
+    return r;
+  }
+
+  RunResult Py(const std::string& code, RunOptions opt = {}) {
+    return Run({kPython, "-c", code}, std::move(opt));
+  }
+
+  Sandbox* sandbox_ = nullptr;
+};
+
+#define EXPECT_EXIT0(r)                                  \
+  EXPECT_EQ((r).status.exit_code, std::optional<int>(0)) \
+      << "stdout: " << (r).out << "\nstderr: " << (r).err
+
+TEST_P(SandboxTest, AllLayersActive) {
+  std::vector<std::string> layers = sandbox_->ActiveLayers();
+  EXPECT_EQ(layers.size(), std::size(kLayerNames));
+}
+
+TEST_P(SandboxTest, RunsPythonNodeBash) {
+  RunResult py = Py("print(6*7)");
+  EXPECT_EXIT0(py);
+  EXPECT_EQ(py.out, "42\n");
+  RunResult node = Run({"/usr/bin/node", "-e", "console.log(6*7)"});
+  EXPECT_EXIT0(node);
+  EXPECT_EQ(node.out, "42\n");
+  RunResult sh =
+      Run({"/bin/bash", "-c", "echo hi; cat /etc/hostname; ls / | wc -l; echo x > /dev/null"});
+  EXPECT_EXIT0(sh);
+  EXPECT_THAT(sh.out, HasSubstr("hi\nkiln\n"));
+  RunResult cwd = Run({"/bin/pwd"});
+  EXPECT_EQ(cwd.out, "/workspace\n");
+}
+
+TEST_P(SandboxTest, UnprivilegedIdentity) {
+  RunResult r =
+      Py("import os\n"
+         "s = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines() if "
+         "':\\t' in l)\n"
+         "print(os.getuid(), os.geteuid(), os.getgid(), os.getgroups())\n"
+         "for k in ['CapInh','CapPrm','CapEff','CapBnd','CapAmb','NoNewPrivs','Seccomp']: print(k, "
+         "s[k].strip())\n");
+  EXPECT_EXIT0(r);
+  std::istringstream in(r.out);
+  uid_t uid, euid, gid;
+  in >> uid >> euid >> gid;
+  EXPECT_GE(uid, 320000u);
+  EXPECT_EQ(uid, euid);
+  EXPECT_EQ(uid, gid);
+  EXPECT_THAT(r.out, HasSubstr("[]\n"));  // no supplementary groups
+  for (const char* cap : {"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"}) {
+    EXPECT_THAT(r.out, HasSubstr(std::string(cap) + " 0000000000000000\n"));
+  }
+  EXPECT_THAT(r.out, HasSubstr("NoNewPrivs 1\n"));
+  EXPECT_THAT(r.out, HasSubstr("Seccomp 2\n"));
+}
+
+TEST_P(SandboxTest, EnvironmentIsExactlySpecEnv) {
+  RunOptions opt;
+  opt.env = {"A=1", "B=two words"};
+  RunResult r = Run({"/usr/bin/env"}, opt);
+  EXPECT_EXIT0(r);
+  EXPECT_EQ(r.out, "A=1\nB=two words\n");
+}
+
+TEST_P(SandboxTest, OnlyStdioAndControlFdsAreOpen) {
+  const char* code =
+      "import os\n"
+      "fds = []\n"
+      "for fd in range(0, 4096):\n"
+      "  try: os.fstat(fd); fds.append(fd)\n"
+      "  except OSError: pass\n"
+      "print(fds)\n";
+  RunOptions with;
+  with.control_fd = true;
+  RunResult a = Py(code, with);
+  EXPECT_EXIT0(a);
+  EXPECT_EQ(a.out, "[0, 1, 2, 3]\n");
+  RunResult b = Py(code);
+  EXPECT_EQ(b.out, "[0, 1, 2]\n");
+  // stdin not given: empty (/dev/null).
+  RunOptions no_stdin;
+  no_stdin.give_stdin = false;
+  RunResult c = Py("import sys; print(repr(sys.stdin.read()))", no_stdin);
+  EXPECT_EQ(c.out, "''\n");
+}
+
+TEST_P(SandboxTest, FilesystemViewIsMinimal) {
+  std::string host_pid = std::to_string(::getpid());
+  RunResult r =
+      Py("import os\n"
+         "print(sorted(os.listdir('/')))\n"
+         "print(sorted(os.listdir('/dev')))\n"
+         "for p in ['/etc/shadow', '/etc/gshadow', '/root', '/home', '/run', '/var', '/srv', "
+         "'/opt', '/sys',\n"
+         "          '/work', '/tmp/kiln-sandbox-test-" +
+         GetParam() + "', '/proc/" + host_pid +
+         "', '/etc/ssl/private']:\n"
+         "  print(p, os.path.exists(p))\n"
+         "print('pid1', open('/proc/1/cmdline').read().split('\\0')[0])\n"
+         "print('environ', open('/proc/1/environ').read().replace('\\0', ' '))\n"
+         "print('passwd', open('/etc/passwd').read().count('\\n'))\n");
+  EXPECT_EXIT0(r);
+  EXPECT_THAT(r.out, HasSubstr("['bin', 'dev', 'etc', 'lib', 'lib32', 'lib64', 'proc', 'sbin', "
+                               "'tmp', 'usr', 'workspace']\n"));
+  EXPECT_THAT(
+      r.out,
+      HasSubstr(
+          "['fd', 'null', 'random', 'shm', 'stderr', 'stdin', 'stdout', 'urandom', 'zero']\n"));
+  EXPECT_THAT(r.out, Not(HasSubstr(" True")));
+  // pid 1 is the sandboxed program itself, with only its own environment.
+  EXPECT_THAT(r.out, HasSubstr("pid1 /usr/bin/python3\n"));
+  EXPECT_THAT(r.out, HasSubstr("environ PATH=/usr/bin:/bin LANG=C.UTF-8 \n"));
+  EXPECT_THAT(r.out, HasSubstr("passwd 3\n"));
+}
+
+TEST_P(SandboxTest, WritesOnlyInWorkspaceAndTmp) {
+  RunResult r =
+      Py("import os\n"
+         "for p in ['/x', '/etc/x', '/usr/x', '/usr/bin/python3', '/etc/passwd', '/dev/x', "
+         "'/proc/sys/kernel/hostname',\n"
+         "          '/proc/sysrq-trigger', '/lib/x']:\n"
+         "  try:\n"
+         "    open(p, 'w').write('1'); print('WROTE', p)\n"
+         "  except OSError as e: print('denied', p, e.errno)\n"
+         "for p in ['/workspace/a', '/tmp/a', '/dev/null']:\n"
+         "  open(p, 'w').write('ok'); print('ok', p)\n"
+         "os.mkdir('/workspace/d'); os.symlink('/etc', '/workspace/d/l')\n");
+  EXPECT_EXIT0(r);
+  EXPECT_THAT(r.out, Not(HasSubstr("WROTE")));
+  EXPECT_THAT(r.out, HasSubstr("ok /workspace/a\nok /tmp/a\nok /dev/null\n"));
+}
+
+TEST_P(SandboxTest, WorkspaceAndTmpAreSizeCapped) {
+  RunResult r =
+      Py("import os, errno\n"
+         "for d in ['/workspace', '/tmp']:\n"
+         "  try:\n"
+         "    with open(d + '/big', 'wb') as f:\n"
+         "      for _ in range(32): f.write(b'x' * (1 << 20))\n"
+         "    print(d, 'no limit')\n"
+         "  except OSError as e: print(d, errno.errorcode[e.errno])\n"
+         "  os.unlink(d + '/big')\n");
+  EXPECT_EXIT0(r);
+  EXPECT_EQ(r.out, "/workspace ENOSPC\n/tmp ENOSPC\n");
+}
+
+TEST_P(SandboxTest, NetworkIsLoopbackOnlyAndHostUnreachable) {
+  int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(lfd, 0);
+  UniqueFd listener(lfd);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(lfd, 8), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int port = ntohs(addr.sin_port);
+  RunResult r =
+      Py("import socket\n"
+         "print(socket.if_nameindex())\n"
+         "s = socket.socket(); s.settimeout(2)\n"
+         "try:\n"
+         "  s.connect(('127.0.0.1', " +
+         std::to_string(port) +
+         ")); print('CONNECTED')\n"
+         "except OSError as e: print('refused', e.errno)\n"
+         "u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+         "try:\n"
+         "  u.sendto(b'x', ('8.8.8.8', 53)); print('SENT')\n"
+         "except OSError as e: print('unreachable', e.errno)\n"
+         "try:\n"
+         "  socket.socket(40, socket.SOCK_STREAM); print('VSOCK')\n"
+         "except OSError as e: print('vsock', e.errno)\n");
+  EXPECT_EXIT0(r);
+  EXPECT_THAT(r.out, HasSubstr("[(1, 'lo')]\n"));
+  EXPECT_THAT(r.out, HasSubstr("refused"));
+  EXPECT_THAT(r.out, HasSubstr("unreachable"));
+  EXPECT_THAT(r.out, HasSubstr("vsock 97"));
+  EXPECT_THAT(r.out, Not(HasSubstr("CONNECTED")));
+  // Nothing reached the host listener.
+  ::fcntl(lfd, F_SETFL, O_NONBLOCK);
+  EXPECT_LT(::accept(lfd, nullptr, nullptr), 0);
+}
+
+TEST_P(SandboxTest, DangerousSyscallsAreRefused) {
+  RunResult r =
+      Py("import ctypes, os\n"
+         "libc = ctypes.CDLL(None, use_errno=True)\n"
+         "def call(name, nr, *args):\n"
+         "  ctypes.set_errno(0)\n"
+         "  rc = libc.syscall(nr, *[ctypes.c_long(a) for a in args])\n"
+         "  print(name, rc, ctypes.get_errno())\n"
+         "call('ptrace', 101, 16, 1, 0, 0)\n"  // PTRACE_ATTACH to pid 1
+         "call('mount', 165, 0, 0, 0, 0, 0)\n"
+         "call('umount2', 166, 0, 0)\n"
+         "call('unshare', 272, 0x10000000)\n"  // CLONE_NEWUSER
+         "call('setns', 308, 0, 0)\n"
+         "call('bpf', 321, 0, 0, 0)\n"
+         "call('perf_event_open', 298, 0, 0, -1, -1, 0)\n"
+         "call('keyctl', 250, 0, 0)\n"
+         "call('add_key', 248, 0, 0, 0, 0, 0)\n"
+         "call('userfaultfd', 323, 0)\n"
+         "call('pivot_root', 155, 0, 0)\n"
+         "call('open_by_handle_at', 304, 0, 0, 0)\n"
+         "call('clone_newns', 56, 0x00020000 | 17, 0, 0, 0, 0)\n"
+         "call('clone_newnet', 56, 0x40000000 | 17, 0, 0, 0, 0)\n"
+         "call('personality', 135, 0x0040000)\n"
+         "call('syslog', 103, 3, 0, 0)\n"
+         "call('io_uring_setup', 425, 1, 0)\n"
+         "call('clone3', 435, 0, 0)\n");
+  EXPECT_EXIT0(r);
+  for (const char* name :
+       {"ptrace", "mount", "umount2", "unshare", "setns", "bpf", "perf_event_open", "keyctl",
+        "add_key", "userfaultfd", "pivot_root", "open_by_handle_at", "clone_newns", "clone_newnet",
+        "personality", "syslog"}) {
+    EXPECT_THAT(r.out, HasSubstr(std::string(name) + " -1 1\n")) << name;  // EPERM
+  }
+  EXPECT_THAT(r.out, HasSubstr("io_uring_setup -1 38\n"));  // ENOSYS
+  EXPECT_THAT(r.out, HasSubstr("clone3 -1 38\n"));
+}
+
+TEST_P(SandboxTest, NeverLegitimateSyscallsKillWithSigsys) {
+  for (const char* call : {
+           "libc.syscall(246, 0, 0, 0, 0)",                 // kexec_load
+           "libc.syscall(175, 0, 0, 0)",                    // init_module
+           "libc.syscall(0x40000000 | 165, 0, 0, 0, 0, 0)"  // mount via the x32 ABI
+       }) {
+    RunResult r =
+        Py(std::string("import ctypes; libc = ctypes.CDLL(None); ") + call + "; print('SURVIVED')");
+    EXPECT_EQ(r.status.signal, std::optional<int>(SIGSYS)) << call << " " << r.out;
+    EXPECT_TRUE(r.status.seccomp_killed) << call;
+    EXPECT_THAT(r.out, Not(HasSubstr("SURVIVED")));
+  }
+}
+
+TEST_P(SandboxTest, SetuidBinariesDoNotRaisePrivileges) {
+  RunResult r =
+      Run({"/bin/bash", "-c",
+           "ls -l /usr/bin/su | cut -c1-10; grep ' /usr ' /proc/self/mountinfo | grep -c nosuid; "
+           "/usr/bin/su root -c 'id -u' </dev/null; echo su=$?; /usr/bin/newgrp root </dev/null; "
+           "echo newgrp=$?"});
+  EXPECT_THAT(r.out, HasSubstr("-rwsr-xr-x\n1\n"));  // the bit is there, the mount ignores it
+  EXPECT_THAT(r.out, Not(HasSubstr("\n0\n")));
+  EXPECT_THAT(r.out, Not(HasSubstr("su=0")));
+  EXPECT_THAT(r.out, Not(HasSubstr("newgrp=0")));
+}
+
+TEST_P(SandboxTest, ForkBombIsBoundedByPidsLimit) {
+  RunOptions opt;
+  opt.limits.max_pids = 24;
+  RunResult r =
+      Py("import os, time\n"
+         "n = 0\n"
+         "try:\n"
+         "  while n < 1000:\n"
+         "    if os.fork() == 0:\n"
+         "      time.sleep(60); os._exit(0)\n"
+         "    n += 1\n"
+         "except OSError as e: print('stopped', n, e.errno, flush=True)\n",
+         opt);
+  EXPECT_EXIT0(r);
+  std::istringstream in(r.out);
+  std::string word;
+  int n = 0;
+  in >> word >> n;
+  EXPECT_EQ(word, "stopped");
+  EXPECT_LT(n, 24);
+  EXPECT_GT(n, 5);
+}
+
+TEST_P(SandboxTest, KillEndsEveryProcessIncludingDaemons) {
+  RunOptions opt;
+  opt.timeout_ms = 1500;  // then Run() calls Kill()
+  RunResult r =
+      Py("import os, sys, time\n"
+         "print(os.getuid(), flush=True)\n"
+         "if os.fork() == 0:\n"  // double fork + setsid: a daemon
+         "  os.setsid()\n"
+         "  if os.fork() == 0:\n"
+         "    os.close(1); os.close(2); time.sleep(100)\n"
+         "  os._exit(0)\n"
+         "os.system('sleep 100 &')\n"
+         "time.sleep(100)\n",
+         opt);
+  uid_t uid = static_cast<uid_t>(std::atoi(r.out.c_str()));
+  ASSERT_GE(uid, 320000u);
+  EXPECT_EQ(r.status.signal, std::optional<int>(SIGKILL));
+  EXPECT_TRUE(ProcessesWithUid(uid).empty());
+}
+
+TEST_P(SandboxTest, DaemonsDieWhenPid1Exits) {
+  RunResult r =
+      Py("import os, time\n"
+         "print(os.getuid(), flush=True)\n"
+         "if os.fork() == 0:\n"
+         "  os.setsid()\n"
+         "  if os.fork() == 0:\n"
+         "    os.close(1); os.close(2); time.sleep(100)\n"
+         "  os._exit(0)\n"
+         "time.sleep(0.2)\n");
+  EXPECT_EXIT0(r);
+  uid_t uid = static_cast<uid_t>(std::atoi(r.out.c_str()));
+  ASSERT_GE(uid, 320000u);
+  EXPECT_TRUE(ProcessesWithUid(uid).empty());
+}
+
+TEST_P(SandboxTest, KillMinusOneDoesNotReachTheHost) {
+  pid_t sentinel;
+  const char* argv[] = {"/bin/sleep", "30", nullptr};
+  char* envp[] = {nullptr};
+  ASSERT_EQ(::posix_spawn(&sentinel, argv[0], nullptr, nullptr, const_cast<char**>(argv), envp), 0);
+  // pid 1 itself is exempt from kill(-1); a child does it, as root would try to.
+  RunResult r =
+      Py("import os, signal, subprocess, time\n"
+         "s = subprocess.Popen(['/bin/sleep', '30'])\n"
+         "if os.fork() == 0:\n"
+         "  os.kill(-1, signal.SIGKILL); os._exit(0)\n"
+         "s.wait(); print('sibling', s.returncode)\n");
+  EXPECT_THAT(r.out, HasSubstr("sibling -9\n"));  // inside its own namespace it works
+  EXPECT_EXIT0(r);
+  EXPECT_EQ(::kill(sentinel, 0), 0) << "the host process was killed from inside the sandbox";
+  ::kill(sentinel, SIGKILL);
+  ::waitpid(sentinel, nullptr, 0);
+}
+
+TEST_P(SandboxTest, MemoryBombIsOomKilled) {
+  RunOptions opt;
+  opt.limits.memory_bytes = 64ull << 20;
+  RunResult r = Py("b = bytearray(400 << 20)\nprint('ALLOCATED')\n", opt);
+  EXPECT_EQ(r.status.signal, std::optional<int>(SIGKILL)) << r.out << r.err;
+  EXPECT_TRUE(r.status.oom_killed);
+  EXPECT_THAT(r.out, Not(HasSubstr("ALLOCATED")));
+  EXPECT_GT(r.status.max_rss_kb, 32u * 1024);
+  // And a normal run is not flagged.
+  RunResult ok = Py("print(1)");
+  EXPECT_FALSE(ok.status.oom_killed);
+}
+
+TEST_P(SandboxTest, CpuSpinIsStoppedByRlimitCpu) {
+  RunOptions opt;
+  opt.limits.cpu_ms = 1000;
+  auto t0 = std::chrono::steady_clock::now();
+  RunResult r = Py("while True: pass", opt);
+  double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(r.status.signal.has_value());
+  EXPECT_TRUE(*r.status.signal == SIGXCPU || *r.status.signal == SIGKILL) << *r.status.signal;
+  EXPECT_GE(r.status.cpu_ms, 900);
+  EXPECT_LT(wall, 10);
+}
+
+TEST_P(SandboxTest, TmpIsPrivatePerSandbox) {
+  RunResult a =
+      Py("open('/tmp/marker', 'w').write('secret'); open('/workspace/marker', 'w').write('s')");
+  EXPECT_EXIT0(a);
+  RunResult b =
+      Py("import os; print(os.path.exists('/tmp/marker'), os.listdir('/workspace'), "
+         "os.listdir('/tmp'))");
+  EXPECT_EQ(b.out, "False [] []\n");
+}
+
+TEST_P(SandboxTest, OtherSandboxWorkspaceIsInvisible) {
+  int in[2], out[2];
+  ASSERT_EQ(::pipe2(in, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(out, O_CLOEXEC), 0);
+  UniqueFd in_w(in[1]), out_r(out[0]);
+  SpawnSpec spec;
+  spec.argv = {kPython, "-c", "import sys; sys.stdin.read()"};
+  spec.stdin_fd = UniqueFd(in[0]);
+  spec.stdout_fd = UniqueFd(out[1]);
+  auto a = sandbox_->Spawn(std::move(spec));
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE((*a)->AddFiles({{"secret.txt", "TOPSECRET"}}).ok());
+  std::string ws = (*a)->workspace_path();
+  RunResult b =
+      Py("import os\n"
+         "print(os.path.exists('" +
+         ws +
+         "'), os.listdir('/workspace'))\n"
+         "hits = []\n"
+         "for root, dirs, files in os.walk('/'):\n"
+         "  if root.startswith('/proc') or root.startswith('/usr') or root.startswith('/sys'): "
+         "dirs[:] = []; continue\n"
+         "  hits += [f for f in files if f == 'secret.txt']\n"
+         "print(hits)\n");
+  EXPECT_EQ(b.out, "False []\n[]\n");
+  in_w.Reset();
+  auto st = (*a)->Wait();
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->exit_code, std::optional<int>(0));
+}
+
+TEST_P(SandboxTest, WarmSandboxGetsLimitsAndFilesLater) {
+  SandboxLimits job;
+  job.cpu_ms = 5000;
+  job.memory_bytes = 128ull << 20;
+  job.max_pids = 16;
+  RunOptions opt;
+  opt.stdin_data =
+      "import os, resource\n"
+      "print(open('in/data.txt').read())\n"
+      "print(resource.getrlimit(resource.RLIMIT_CPU)[0] <= 6, os.stat('in/data.txt').st_uid == "
+      "os.getuid())\n"
+      "os.makedirs('out', exist_ok=True)\n"
+      "open('out/result.txt', 'w').write('RESULT')\n"
+      "open('other.bin', 'w').write('x' * 100)\n"
+      "os.symlink('/etc/hostname', 'out/link.txt')\n";
+  std::vector<FileEntry> collected;
+  opt.before_input = [&](SandboxProcess& p) {
+    EXPECT_TRUE(p.SetLimits(job).ok());
+    EXPECT_TRUE(p.AddFiles({{"in/data.txt", "hello from the job"}}).ok());
+    EXPECT_EQ(p.AddFiles({{"../escape", "x"}}).code(), common::Code::kInvalidRequest);
+    EXPECT_EQ(p.AddFiles({{"/etc/escape", "x"}}).code(), common::Code::kInvalidRequest);
+  };
+  opt.after_exit = [&](SandboxProcess& p) {
+    auto files = p.CollectFiles({"out/*"}, 1 << 20);
+    ASSERT_TRUE(files.ok()) << files.status().ToString();
+    collected = *files;
+    auto none = p.CollectFiles({"*"}, 5);  // budget too small for any file
+    ASSERT_TRUE(none.ok());
+    EXPECT_TRUE(none->empty());
+  };
+  RunResult r = Run({kPython, "-c", "import sys; exec(sys.stdin.read())"}, opt);
+  EXPECT_EXIT0(r);
+  EXPECT_EQ(r.out, "hello from the job\nTrue True\n");
+  ASSERT_EQ(collected.size(), 1u);  // the symlink is not followed
+  EXPECT_EQ(collected[0].path, "out/result.txt");
+  EXPECT_EQ(collected[0].content, "RESULT");
+}
+
+TEST_P(SandboxTest, AddFilesRefusesSymlinkEscapes) {
+  std::string before = ReadFileString("/etc/hostname").value();
+  RunOptions opt;
+  opt.stdin_data = "x";
+  opt.before_input = [&](SandboxProcess& p) {
+    // Let the sandbox plant a symlink first.
+    for (int i = 0; i < 200 && !PathExists(p.workspace_path() + "/link"); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_FALSE(p.AddFiles({{"link/hostname", "PWNED"}}).ok());
+    EXPECT_FALSE(p.AddFiles({{"file", "PWNED"}}).ok());
+  };
+  RunResult r =
+      Py("import os, sys\nos.symlink('/etc', 'link'); os.symlink('/etc/hostname', "
+         "'file')\nsys.stdin.read()\n",
+         opt);
+  EXPECT_EXIT0(r);
+  EXPECT_EQ(ReadFileString("/etc/hostname").value(), before);
+}
+
+TEST_P(SandboxTest, ConcurrentSpawnsFromManyThreads) {
+  std::vector<std::thread> threads;
+  std::mutex mu;
+  std::vector<std::string> outs;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&] {
+      RunResult r = Run({"/bin/bash", "-c", "id -u"});
+      std::lock_guard<std::mutex> lock(mu);
+      outs.push_back(r.out);
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::set<std::string> distinct(outs.begin(), outs.end());
+  EXPECT_EQ(outs.size(), 8u);
+  EXPECT_EQ(distinct.size(), 8u);  // every live sandbox has its own uid
+}
+
+TEST_P(SandboxTest, MissingProgramIsAClearError) {
+  SpawnSpec spec;
+  spec.argv = {"/usr/bin/no-such-runtime"};
+  auto p = sandbox_->Spawn(std::move(spec));
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), common::Code::kRuntimeUnavailable);
+  EXPECT_THAT(p.status().message(), HasSubstr("execve"));
+  SpawnSpec rel;
+  rel.argv = {"python3"};
+  EXPECT_EQ(sandbox_->Spawn(std::move(rel)).status().code(), common::Code::kInvalidRequest);
+}
+
+INSTANTIATE_TEST_SUITE_P(CgroupModes, SandboxTest, ::testing::Values("v1", "v2"),
+                         [](const auto& info) { return info.param; });
+
+// --- Create(): config validation, relaxed layers, stale leftovers ----------
+
+TEST(SandboxCreate, RejectsUnknownRelaxedLayerAndBadConfig) {
+  SandboxConfig c;
+  c.state_dir = "/tmp/kiln-sandbox-test-create";
+  c.relaxed_layers = {"bogus"};
+  auto sb = Sandbox::Create(c);
+  ASSERT_FALSE(sb.ok());
+  EXPECT_EQ(sb.status().code(), common::Code::kInvalidRequest);
+  c.relaxed_layers = {};
+  c.state_dir = "relative";
+  EXPECT_EQ(Sandbox::Create(c).status().code(), common::Code::kInvalidRequest);
+  c.state_dir = "/tmp/kiln-sandbox-test-create";
+  c.ro_binds = {"/etc/../etc/shadow"};
+  EXPECT_EQ(Sandbox::Create(c).status().code(), common::Code::kInvalidRequest);
+}
+
+TEST(SandboxCreate, MissingCgroupV2NamesTheLayerUnlessRelaxed) {
+  auto v2 = CreateCgroupV2(CgroupOptions{.mode = "v2", .prefix = "kiln-test-probe"});
+  if (v2.ok()) GTEST_SKIP() << "this host has a full cgroup v2 hierarchy";
+  SandboxConfig c;
+  c.state_dir = "/tmp/kiln-sandbox-test-relax";
+  c.cgroup_prefix = "kiln-test-relax";
+  c.cgroup_mode = "v2";
+  c.uid_base = 322000;
+  auto sb = Sandbox::Create(c);
+  ASSERT_FALSE(sb.ok());
+  EXPECT_THAT(sb.status().message(), HasSubstr("sandbox layer 'cgroups'"));
+  c.relaxed_layers = {"cgroups"};
+  auto relaxed = Sandbox::Create(c);
+  ASSERT_TRUE(relaxed.ok()) << relaxed.status().ToString();
+  std::vector<std::string> layers = (*relaxed)->ActiveLayers();
+  EXPECT_EQ(std::count(layers.begin(), layers.end(), "cgroups"), 0);
+  EXPECT_EQ(std::count(layers.begin(), layers.end(), "seccomp"), 1);
+  // Non-relaxable layers stay required even when named.
+  c.relaxed_layers = {"filesystem"};
+  EXPECT_THAT(Sandbox::Create(c).status().message(), HasSubstr("'cgroups'"));
+}
+
+TEST(SandboxCreate, CleansUpStaleLeftovers) {
+  SandboxConfig c;
+  c.state_dir = "/tmp/kiln-sandbox-test-stale";
+  c.cgroup_prefix = "kiln-test-stale";
+  c.cgroup_mode = "v1";
+  c.uid_base = 323000;
+  {
+    auto first = Sandbox::Create(c);
+    if (!first.ok()) GTEST_SKIP() << first.status().ToString();
+  }
+  // A previous worker (pid 999999999 cannot exist) left a workspace mount and a cgroup.
+  std::string ws = c.state_dir + "/ws/999999999-7";
+  ASSERT_TRUE(MakeDirs(ws, 0700).ok());
+  ASSERT_EQ(::system(("mount -t tmpfs -o size=1m tmpfs " + ws).c_str()), 0);
+  std::string cg = "/sys/fs/cgroup/memory/kiln-test-stale/999999999-7";
+  ASSERT_TRUE(MakeDirs(cg, 0755).ok());
+  auto second = Sandbox::Create(c);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_FALSE(PathExists(ws));
+  EXPECT_FALSE(PathExists(cg));
+}
+
+// The v2 driver's mechanics (create, join, stats, cgroup.kill, remove) on
+// whatever v2 hierarchy this host has, even without memory/pids/cpu.
+TEST(CgroupV2, JoinKillAndRemoveOnThisHost) {
+  if (FindCgroup2Mount().empty()) GTEST_SKIP() << "no cgroup2 mount on this host";
+  auto manager = CreateCgroupV2(
+      CgroupOptions{.mode = "v2", .prefix = "kiln-test-v2mech", .require_controllers = false});
+  ASSERT_TRUE(manager.ok()) << manager.status().ToString();
+  auto cg = (*manager)->CreateFor("1-1", SandboxLimits{});
+  ASSERT_TRUE(cg.ok()) << cg.status().ToString();
+  int join = (*cg)->join_fds().at(0).get();
+  pid_t child = ::fork();
+  if (child == 0) {
+    if (::write(join, "0", 1) != 1) _exit(3);
+    volatile long sink = 0;
+    for (long i = 0; i < 50000000; ++i) sink = sink + i;
+    ::pause();
+    _exit(0);
+  }
+  std::string dir = FindCgroup2Mount() + "/kiln-test-v2mech/1-1";
+  bool joined = false;
+  for (int i = 0; i < 200 && !joined; ++i) {
+    auto procs = ReadFileString(dir + "/cgroup.procs");
+    joined = procs.ok() && procs->find(std::to_string(child)) != std::string::npos;
+    if (!joined) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(joined);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  (*cg)->KillAll();
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  CgroupStats stats = (*cg)->Stats();
+  ASSERT_TRUE(stats.cpu_ms.has_value());
+  EXPECT_GT(*stats.cpu_ms, 1.0);
+  EXPECT_TRUE((*cg)->Destroy().ok());
+  EXPECT_FALSE(PathExists(dir));
+}
+
+}  // namespace
+}  // namespace kiln::worker::sandbox

@@ -1,0 +1,185 @@
+// cgroup v1 driver: one directory per hierarchy (memory, pids, cpu, cpuacct;
+// hierarchies that co-mount several controllers are joined once).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <map>
+
+#include "worker/sandbox/cgroups.hpp"
+#include "worker/sandbox/fs_util.hpp"
+
+namespace kiln::worker::sandbox {
+namespace {
+
+using common::Status;
+using common::StatusOr;
+using common::UniqueFd;
+
+constexpr uint64_t kCfsPeriodUs = 100000;
+
+struct V1Paths {
+  std::string memory, pids, cpu, cpuacct;  // <mount>/<prefix>; cpuacct may be ""
+};
+
+class CgroupV1 final : public SandboxCgroup {
+ public:
+  CgroupV1(std::vector<std::string> dirs, const V1Paths& base, const std::string& id)
+      : dirs_(std::move(dirs)),
+        memory_(base.memory + "/" + id),
+        pids_(base.pids + "/" + id),
+        cpu_(base.cpu + "/" + id),
+        cpuacct_(base.cpuacct.empty() ? "" : base.cpuacct + "/" + id) {}
+  ~CgroupV1() override { (void)Destroy(); }
+
+  Status Open(uint32_t cpu_millicores) {
+    for (const std::string& dir : dirs_) {
+      if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+        return common::ErrnoStatus("mkdir " + dir, errno);
+      created_ = true;
+      UniqueFd fd(::open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
+      if (!fd.valid()) return common::ErrnoStatus("open " + dir + "/cgroup.procs", errno);
+      join_fds_.push_back(std::move(fd));
+    }
+    uint64_t quota = static_cast<uint64_t>(cpu_millicores) * kCfsPeriodUs / 1000;
+    RETURN_IF_ERROR(WriteFileString(cpu_ + "/cpu.cfs_period_us", std::to_string(kCfsPeriodUs)));
+    RETURN_IF_ERROR(WriteFileString(cpu_ + "/cpu.cfs_quota_us", std::to_string(quota)));
+    has_memsw_ = PathExists(memory_ + "/memory.memsw.limit_in_bytes");
+    (void)WriteFileString(memory_ + "/memory.swappiness", "0");
+    return Status::Ok();
+  }
+
+  Status SetLimits(const SandboxLimits& limits) override {
+    std::string mem = std::to_string(limits.memory_bytes);
+    // memsw >= limit at all times: raise memsw first when growing, after when shrinking.
+    if (has_memsw_) (void)WriteFileString(memory_ + "/memory.memsw.limit_in_bytes", mem);
+    RETURN_IF_ERROR(WriteFileString(memory_ + "/memory.limit_in_bytes", mem));
+    if (has_memsw_) RETURN_IF_ERROR(WriteFileString(memory_ + "/memory.memsw.limit_in_bytes", mem));
+    RETURN_IF_ERROR(WriteFileString(pids_ + "/pids.max", std::to_string(limits.max_pids)));
+    return Status::Ok();
+  }
+
+  const std::vector<UniqueFd>& join_fds() const override { return join_fds_; }
+
+  CgroupStats Stats() const override {
+    CgroupStats s;
+    if (!cpuacct_.empty()) {
+      if (auto ns = ReadFileU64(cpuacct_ + "/cpuacct.usage"); ns.ok()) s.cpu_ms = *ns / 1e6;
+    }
+    if (auto peak = ReadFileU64(memory_ + "/memory.max_usage_in_bytes"); peak.ok())
+      s.peak_bytes = *peak;
+    if (auto oom = ReadFileString(memory_ + "/memory.oom_control"); oom.ok()) {
+      auto kills = ParseKeyedU64(*oom, "oom_kill");
+      if (kills.has_value()) {
+        s.oom_killed = *kills > 0;
+      } else if (auto fail = ReadFileU64(memory_ + "/memory.failcnt"); fail.ok()) {
+        s.oom_killed = *fail > 0;  // old kernels: the limit was hit at least once
+      }
+    }
+    return s;
+  }
+
+  void KillAll() override { KillCgroupProcs(pids_); }
+
+  Status Destroy() override {
+    join_fds_.clear();
+    if (!created_) return Status::Ok();
+    Status first;
+    for (const std::string& dir : dirs_) {
+      Status st = RemoveCgroupDir(dir);
+      if (!st.ok() && first.ok()) first = st;
+    }
+    created_ = false;
+    return first;
+  }
+
+ private:
+  std::vector<std::string> dirs_;  // distinct hierarchy dirs of this sandbox
+  std::string memory_, pids_, cpu_, cpuacct_;
+  std::vector<UniqueFd> join_fds_;
+  bool has_memsw_ = false;
+  bool created_ = false;
+};
+
+class CgroupV1Manager final : public CgroupManager {
+ public:
+  CgroupV1Manager(V1Paths base, uint32_t millicores)
+      : base_(std::move(base)), millicores_(millicores) {}
+
+  std::string version() const override { return "v1"; }
+
+  StatusOr<std::unique_ptr<SandboxCgroup>> CreateFor(const std::string& id,
+                                                     const SandboxLimits& limits) override {
+    std::vector<std::string> dirs;
+    for (const std::string* b : {&base_.memory, &base_.pids, &base_.cpu, &base_.cpuacct}) {
+      if (b->empty()) continue;
+      std::string dir = *b + "/" + id;
+      bool dup = false;
+      for (const auto& d : dirs) dup = dup || d == dir;
+      if (!dup) dirs.push_back(dir);
+    }
+    auto cg = std::make_unique<CgroupV1>(std::move(dirs), base_, id);
+    RETURN_IF_ERROR(cg->Open(millicores_).WithContext("cgroup v1"));
+    RETURN_IF_ERROR(cg->SetLimits(limits).WithContext("cgroup v1 limits"));
+    return std::unique_ptr<SandboxCgroup>(std::move(cg));
+  }
+
+  void CleanupStale(const std::function<bool(const std::string&)>& is_stale) override {
+    for (const std::string* b : {&base_.pids, &base_.memory, &base_.cpu, &base_.cpuacct}) {
+      if (b->empty()) continue;
+      for (const std::string& name : ListSubdirs(*b)) {
+        if (!is_stale(name)) continue;
+        KillCgroupProcs(*b + "/" + name);
+        (void)RemoveCgroupDir(*b + "/" + name);
+      }
+    }
+  }
+
+ private:
+  V1Paths base_;
+  uint32_t millicores_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<CgroupManager>> CreateCgroupV1(const CgroupOptions& options) {
+  std::map<std::string, std::string> mounts;  // controller -> mount point
+  for (const MountInfo& m : ReadMountInfo()) {
+    if (m.fs_type != "cgroup") continue;
+    size_t pos = 0;
+    const std::string& o = m.super_options;
+    while (pos <= o.size()) {
+      size_t comma = o.find(',', pos);
+      if (comma == std::string::npos) comma = o.size();
+      std::string opt = o.substr(pos, comma - pos);
+      if (!mounts.count(opt)) mounts[opt] = m.mount_point;
+      pos = comma + 1;
+    }
+  }
+  V1Paths base;
+  for (const char* ctrl : {"memory", "pids", "cpu"}) {
+    if (!mounts.count(ctrl)) {
+      return common::Unavailable(std::string("cgroup v1: no '") + ctrl + "' hierarchy is mounted");
+    }
+  }
+  base.memory = mounts["memory"] + "/" + options.prefix;
+  base.pids = mounts["pids"] + "/" + options.prefix;
+  base.cpu = mounts["cpu"] + "/" + options.prefix;
+  if (mounts.count("cpuacct")) base.cpuacct = mounts["cpuacct"] + "/" + options.prefix;
+  for (const std::string* b : {&base.memory, &base.pids, &base.cpu, &base.cpuacct}) {
+    if (b->empty()) continue;
+    if (::mkdir(b->c_str(), 0755) != 0 && errno != EEXIST) {
+      return common::ErrnoStatus("cgroup v1: cannot create " + *b, errno);
+    }
+    if (::access((*b + "/cgroup.procs").c_str(), W_OK) != 0) {
+      return common::ErrnoStatus("cgroup v1: cannot write " + *b + "/cgroup.procs", errno);
+    }
+  }
+  if (!PathExists(base.memory + "/memory.limit_in_bytes")) {
+    return common::Unavailable("cgroup v1: memory.limit_in_bytes missing under " + base.memory);
+  }
+  return std::unique_ptr<CgroupManager>(new CgroupV1Manager(base, options.cpu_millicores));
+}
+
+}  // namespace kiln::worker::sandbox

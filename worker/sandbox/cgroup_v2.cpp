@@ -1,0 +1,162 @@
+// cgroup v2 driver: <mount>/<prefix>/<id> with memory, pids and cpu enabled
+// in <prefix>'s subtree_control; cgroup.kill for teardown.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <set>
+#include <sstream>
+
+#include "worker/sandbox/cgroups.hpp"
+#include "worker/sandbox/fs_util.hpp"
+
+namespace kiln::worker::sandbox {
+namespace {
+
+using common::Status;
+using common::StatusOr;
+using common::UniqueFd;
+
+constexpr uint64_t kCpuPeriodUs = 100000;
+const char* const kControllers[] = {"memory", "pids", "cpu"};
+
+std::set<std::string> Words(const std::string& text) {
+  std::set<std::string> out;
+  std::istringstream in(text);
+  std::string w;
+  while (in >> w) out.insert(w);
+  return out;
+}
+
+class CgroupV2 final : public SandboxCgroup {
+ public:
+  explicit CgroupV2(std::string dir) : dir_(std::move(dir)) {}
+  ~CgroupV2() override { (void)Destroy(); }
+
+  Status Open(uint32_t cpu_millicores) {
+    if (::mkdir(dir_.c_str(), 0755) != 0 && errno != EEXIST)
+      return common::ErrnoStatus("mkdir " + dir_, errno);
+    created_ = true;
+    UniqueFd fd(::open((dir_ + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
+    if (!fd.valid()) return common::ErrnoStatus("open " + dir_ + "/cgroup.procs", errno);
+    join_fds_.push_back(std::move(fd));
+    if (PathExists(dir_ + "/cpu.max")) {
+      uint64_t quota = static_cast<uint64_t>(cpu_millicores) * kCpuPeriodUs / 1000;
+      RETURN_IF_ERROR(WriteFileString(dir_ + "/cpu.max",
+                                      std::to_string(quota) + " " + std::to_string(kCpuPeriodUs)));
+    }
+    if (PathExists(dir_ + "/memory.swap.max"))
+      RETURN_IF_ERROR(WriteFileString(dir_ + "/memory.swap.max", "0"));
+    return Status::Ok();
+  }
+
+  Status SetLimits(const SandboxLimits& limits) override {
+    if (PathExists(dir_ + "/memory.max")) {
+      RETURN_IF_ERROR(WriteFileString(dir_ + "/memory.max", std::to_string(limits.memory_bytes)));
+    }
+    if (PathExists(dir_ + "/pids.max")) {
+      RETURN_IF_ERROR(WriteFileString(dir_ + "/pids.max", std::to_string(limits.max_pids)));
+    }
+    return Status::Ok();
+  }
+
+  const std::vector<UniqueFd>& join_fds() const override { return join_fds_; }
+
+  CgroupStats Stats() const override {
+    CgroupStats s;
+    if (auto st = ReadFileString(dir_ + "/cpu.stat"); st.ok()) {
+      if (auto us = ParseKeyedU64(*st, "usage_usec")) s.cpu_ms = *us / 1e3;
+    }
+    if (auto peak = ReadFileU64(dir_ + "/memory.peak"); peak.ok()) s.peak_bytes = *peak;
+    if (auto ev = ReadFileString(dir_ + "/memory.events"); ev.ok()) {
+      s.oom_killed = ParseKeyedU64(*ev, "oom_kill").value_or(0) > 0;
+    }
+    return s;
+  }
+
+  void KillAll() override {
+    if (!WriteFileString(dir_ + "/cgroup.kill", "1").ok()) KillCgroupProcs(dir_);
+  }
+
+  Status Destroy() override {
+    join_fds_.clear();
+    if (!created_) return Status::Ok();
+    created_ = false;
+    return RemoveCgroupDir(dir_);
+  }
+
+ private:
+  std::string dir_;
+  std::vector<UniqueFd> join_fds_;
+  bool created_ = false;
+};
+
+class CgroupV2Manager final : public CgroupManager {
+ public:
+  CgroupV2Manager(std::string base, uint32_t millicores)
+      : base_(std::move(base)), millicores_(millicores) {}
+  std::string version() const override { return "v2"; }
+
+  StatusOr<std::unique_ptr<SandboxCgroup>> CreateFor(const std::string& id,
+                                                     const SandboxLimits& limits) override {
+    auto cg = std::make_unique<CgroupV2>(base_ + "/" + id);
+    RETURN_IF_ERROR(cg->Open(millicores_).WithContext("cgroup v2"));
+    RETURN_IF_ERROR(cg->SetLimits(limits).WithContext("cgroup v2 limits"));
+    return std::unique_ptr<SandboxCgroup>(std::move(cg));
+  }
+
+  void CleanupStale(const std::function<bool(const std::string&)>& is_stale) override {
+    for (const std::string& name : ListSubdirs(base_)) {
+      if (!is_stale(name)) continue;
+      std::string dir = base_ + "/" + name;
+      if (!WriteFileString(dir + "/cgroup.kill", "1").ok()) KillCgroupProcs(dir);
+      (void)RemoveCgroupDir(dir);
+    }
+  }
+
+ private:
+  std::string base_;
+  uint32_t millicores_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<CgroupManager>> CreateCgroupV2(const CgroupOptions& options) {
+  std::string mount = FindCgroup2Mount();
+  if (mount.empty()) return common::Unavailable("cgroup v2: no cgroup2 file system is mounted");
+  ASSIGN_OR_RETURN(std::string available, ReadFileString(mount + "/cgroup.controllers"));
+  std::set<std::string> have = Words(available);
+  std::string missing;
+  for (const char* c : kControllers) {
+    if (!have.count(c)) missing += std::string(missing.empty() ? "" : ", ") + c;
+  }
+  if (!missing.empty() && options.require_controllers) {
+    std::string avail;
+    for (const std::string& w : have) avail += (avail.empty() ? "" : " ") + w;
+    return common::Unavailable("cgroup v2 at " + mount + " lacks the controllers: " + missing +
+                               " (it has: " + (avail.empty() ? std::string("none") : avail) + ")");
+  }
+  std::string enable;
+  for (const char* c : kControllers) {
+    if (have.count(c)) enable += std::string(enable.empty() ? "+" : " +") + c;
+  }
+  if (!enable.empty()) {
+    Status st = WriteFileString(mount + "/cgroup.subtree_control", enable);
+    if (!st.ok()) return st.WithContext("cgroup v2: enabling controllers at the root");
+  }
+  std::string base = mount + "/" + options.prefix;
+  if (::mkdir(base.c_str(), 0755) != 0 && errno != EEXIST) {
+    return common::ErrnoStatus("cgroup v2: cannot create " + base, errno);
+  }
+  if (!enable.empty()) {
+    Status st = WriteFileString(base + "/cgroup.subtree_control", enable);
+    if (!st.ok()) return st.WithContext("cgroup v2: delegating controllers to " + base);
+  }
+  if (!PathExists(base + "/cgroup.kill")) {
+    return common::Unavailable("cgroup v2: cgroup.kill missing (kernel older than 5.14)");
+  }
+  return std::unique_ptr<CgroupManager>(new CgroupV2Manager(base, options.cpu_millicores));
+}
+
+}  // namespace kiln::worker::sandbox

@@ -1,0 +1,78 @@
+// cgroups: per-sandbox memory (no swap), pids and CPU limits, and the usage
+// figures reported when a sandbox ends. Two drivers behind one small
+// interface: v2 (unified hierarchy, needs memory+pids+cpu delegated to our
+// prefix) and v1 (one hierarchy per controller, our prefix in each).
+//
+// Parent side only. The child joins its cgroups itself, before it unshares
+// its cgroup namespace, by writing "0" to the pre-opened cgroup.procs
+// descriptors of join_fds() (contain.cpp): no sync pipe round trip, and the
+// cgroup namespace is then rooted at the sandbox's own cgroup.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.hpp"
+#include "common/unique_fd.hpp"
+#include "worker/sandbox/sandbox.hpp"
+
+namespace kiln::worker::sandbox {
+
+struct CgroupStats {
+  std::optional<double> cpu_ms;        // user+system of every process that ran in it
+  std::optional<uint64_t> peak_bytes;  // high-water mark of charged memory
+  bool oom_killed = false;             // the kernel's OOM killer acted in it
+};
+
+// One sandbox's cgroup(s). Destroy() (or the destructor) removes them.
+class SandboxCgroup {
+ public:
+  virtual ~SandboxCgroup() = default;
+  virtual common::Status SetLimits(const SandboxLimits& limits) = 0;
+  // Writable cgroup.procs descriptors (O_CLOEXEC), one per hierarchy.
+  virtual const std::vector<common::UniqueFd>& join_fds() const = 0;
+  virtual CgroupStats Stats() const = 0;
+  // SIGKILLs every process still in the cgroup (v2: cgroup.kill).
+  virtual void KillAll() = 0;
+  // Removes the directories (retrying while the last tasks exit).
+  virtual common::Status Destroy() = 0;
+};
+
+struct CgroupOptions {
+  std::string mode = "auto";  // auto, v1, v2
+  std::string prefix = "kiln";
+  uint32_t cpu_millicores = 1000;
+  // Tests only: accept a v2 hierarchy without memory/pids/cpu (limits whose
+  // files are missing are skipped). Never set by the worker.
+  bool require_controllers = true;
+};
+
+class CgroupManager {
+ public:
+  virtual ~CgroupManager() = default;
+  // Picks and probes the driver; creates <prefix> in each hierarchy. The
+  // error names what is missing (controller, mount, permission).
+  static common::StatusOr<std::unique_ptr<CgroupManager>> Create(const CgroupOptions& options);
+
+  virtual std::string version() const = 0;  // "v1" or "v2"
+  virtual common::StatusOr<std::unique_ptr<SandboxCgroup>> CreateFor(
+      const std::string& id, const SandboxLimits& limits) = 0;
+  // Kills and removes sub-cgroups of <prefix> for which is_stale(name) holds.
+  virtual void CleanupStale(const std::function<bool(const std::string&)>& is_stale) = 0;
+};
+
+// Internal to the drivers.
+common::StatusOr<std::unique_ptr<CgroupManager>> CreateCgroupV1(const CgroupOptions& options);
+common::StatusOr<std::unique_ptr<CgroupManager>> CreateCgroupV2(const CgroupOptions& options);
+// The cgroup2 mount point, or "" if none.
+std::string FindCgroup2Mount();
+// rmdir with retries while the cgroup still has exiting tasks (EBUSY).
+common::Status RemoveCgroupDir(const std::string& dir);
+// SIGKILLs every pid listed in <dir>/cgroup.procs.
+void KillCgroupProcs(const std::string& dir);
+// Names of the immediate sub-directories of dir.
+std::vector<std::string> ListSubdirs(const std::string& dir);
+
+}  // namespace kiln::worker::sandbox

@@ -1,0 +1,152 @@
+#include "worker/sandbox/contain.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "worker/sandbox/credentials.hpp"
+#include "worker/sandbox/landlock.hpp"
+#include "worker/sandbox/namespaces.hpp"
+#include "worker/sandbox/seccomp_policy.hpp"
+
+namespace kiln::worker::sandbox {
+namespace {
+
+// Every step: 0 or an errno. `detail` may name a path.
+using StepFn = int (*)(ChildPlan& p, const char** detail);
+
+int ResetSignals(ChildPlan&, const char**) {
+  struct sigaction dfl;
+  std::memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    ::sigaction(sig, &dfl, nullptr);  // glibc's reserved signals answer EINVAL: fine
+  }
+  ::umask(0);
+  return 0;
+}
+
+int JoinCgroups(ChildPlan& p, const char**) {
+  if (!p.join_cgroups) return 0;
+  for (int i = 0; i < p.cgroup_fd_count; ++i) {
+    if (::write(p.cgroup_fds[i], "0", 1) != 1) return errno;
+  }
+  return 0;
+}
+
+int CgroupNs(ChildPlan& p, const char**) { return p.cgroup_ns ? EnterCgroupNamespace() : 0; }
+
+int MountTree(ChildPlan& p, const char** detail) {
+  return ApplyMountPlan(p.mount_ops, p.mount_op_count, p.new_root, detail);
+}
+
+int Hostname(ChildPlan& p, const char**) { return p.uts_ns ? SetHostname(p.hostname) : 0; }
+
+int Loopback(ChildPlan& p, const char**) { return p.net_ns ? BringUpLoopback() : 0; }
+
+int Rlimits(ChildPlan& p, const char**) { return ApplyRlimits(p.rlimits); }
+
+int Descriptors(ChildPlan& p, const char** detail) {
+  int tmp[4];
+  for (int i = 0; i < 4; ++i) {
+    tmp[i] = -1;
+    if (p.fds[i] < 0) continue;
+    tmp[i] = ::fcntl(p.fds[i], F_DUPFD_CLOEXEC, 16);
+    if (tmp[i] < 0) return errno;
+  }
+  for (int i = 0; i < 4; ++i) {
+    if (tmp[i] >= 0) {
+      // Pipes are created by the (root) worker with mode 0600: hand them to
+      // the sandbox user, so reopening them through /dev/stdin,
+      // /proc/self/fd/N or /dev/stdout works as it does outside a sandbox.
+      struct stat st;
+      if (::fstat(tmp[i], &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) {
+        *detail = "fchown stdio";
+        if (::fchown(tmp[i], p.uid, p.gid) != 0) return errno;
+      }
+      if (::dup2(tmp[i], i) < 0) return errno;
+    } else if (i < 3) {
+      *detail = "/dev/null";
+      int fd = ::open("/dev/null", O_RDWR);  // no O_CLOEXEC: it becomes fd i
+      if (fd < 0) return errno;
+      if (fd != i) {
+        if (::dup2(fd, i) < 0) return errno;
+        ::close(fd);
+      }
+    } else {
+      ::close(i);
+    }
+  }
+  return ::syscall(SYS_close_range, 4, ~0u, 0) == 0 ? 0 : errno;
+}
+
+int Credentials(ChildPlan& p, const char**) { return DropToUser(p.uid, p.gid); }
+
+int NoNewPrivs(ChildPlan&, const char**) { return SetNoNewPrivs(); }
+
+int Landlock(ChildPlan& p, const char**) { return p.landlock ? ApplyLandlock(p.landlock_abi) : 0; }
+
+int Seccomp(ChildPlan& p, const char**) {
+  return p.seccomp ? LoadSeccompFilter(p.seccomp_filter, p.seccomp_len) : 0;
+}
+
+struct Step {
+  const char* name;
+  const char* layer;
+  StepFn fn;
+};
+constexpr Step kSteps[] = {
+    {"signals", "", ResetSignals},
+    {"join cgroups", "cgroups", JoinCgroups},
+    {"cgroup namespace", "cgroup_ns", CgroupNs},
+    {"mount tree", "filesystem", MountTree},
+    {"hostname", "uts_ns", Hostname},
+    {"loopback", "net_ns", Loopback},
+    {"descriptors", "", Descriptors},
+    {"rlimits", "rlimits", Rlimits},
+    {"uid/gid and capabilities", "user_ids", Credentials},
+    {"no_new_privs", "no_new_privs", NoNewPrivs},
+    {"landlock", "landlock", Landlock},
+    {"seccomp", "seccomp", Seccomp},
+};
+
+}  // namespace
+
+int ContainAndExec(void* arg) {
+  ChildPlan& p = *static_cast<ChildPlan*>(arg);
+  for (const Step& step : kSteps) {
+    const char* detail = nullptr;
+    int err = step.fn(p, &detail);
+    if (err != 0) {
+      p.failed_step = step.name;
+      p.failed_detail = detail;
+      p.failed_errno = err;
+      ::_exit(127);
+    }
+  }
+  ::umask(022);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::execve(p.argv[0], const_cast<char* const*>(p.argv), const_cast<char* const*>(p.envp));
+  p.failed_step = "execve";
+  p.failed_detail = p.argv[0];
+  p.failed_errno = errno;
+  ::_exit(127);
+}
+
+const char* LayerOfStep(const char* step) {
+  if (step == nullptr) return "";
+  for (const Step& s : kSteps) {
+    if (std::strcmp(s.name, step) == 0) return s.layer;
+  }
+  return "";
+}
+
+}  // namespace kiln::worker::sandbox

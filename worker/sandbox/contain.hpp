@@ -1,0 +1,53 @@
+// Contain: the child side of a spawn, one linear pipeline of fallible steps
+// (after nsjail's containProc). Runs in the clone()d child, which shares the
+// worker's memory until it execs: everything it needs is in a ChildPlan built
+// by the parent; it allocates nothing, takes no locks and uses raw system
+// calls. A failing step stores its name and errno in the plan and the child
+// exits with 127; the parent reads them once clone() returns.
+//
+//   signals → join cgroups → cgroup namespace → mount tree + pivot_root →
+//   hostname → loopback → descriptors → rlimits → uid/gid + capabilities →
+//   no_new_privs → Landlock → seccomp → execve
+#pragma once
+
+#include <linux/filter.h>
+#include <sys/types.h>
+
+#include "worker/sandbox/mounts.hpp"
+#include "worker/sandbox/rlimits.hpp"
+
+namespace kiln::worker::sandbox {
+
+struct ChildPlan {
+  // Layers in force (a relaxed, missing layer is skipped).
+  bool join_cgroups = true, cgroup_ns = true, filesystem = true, uts_ns = true, net_ns = true,
+       landlock = true, seccomp = true;
+  const int* cgroup_fds = nullptr;  // cgroup.procs of each hierarchy
+  int cgroup_fd_count = 0;
+  const MountOp* mount_ops = nullptr;
+  size_t mount_op_count = 0;
+  const char* new_root = nullptr;
+  const char* hostname = "kiln";
+  RlimitSet rlimits{};
+  int fds[4] = {-1, -1, -1, -1};  // become 0, 1, 2, 3; -1: /dev/null (0-2) or closed (3)
+  uid_t uid = 0;
+  gid_t gid = 0;
+  int landlock_abi = 0;
+  const sock_filter* seccomp_filter = nullptr;
+  unsigned short seccomp_len = 0;
+  const char* const* argv = nullptr;
+  const char* const* envp = nullptr;
+
+  // Set by the child when a step fails.
+  const char* failed_step = nullptr;
+  const char* failed_detail = nullptr;
+  int failed_errno = 0;
+};
+
+// The clone() entry point: arg is a ChildPlan*. Never returns.
+int ContainAndExec(void* plan);
+
+// The layer a step belongs to (for "layer X is unavailable" messages), or "".
+const char* LayerOfStep(const char* step);
+
+}  // namespace kiln::worker::sandbox

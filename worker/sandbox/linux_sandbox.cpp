@@ -1,0 +1,404 @@
+// Sandbox and SandboxProcess on Linux: the parent side of every layer.
+//
+// Spawn: take a uid, mount the host workspace tmpfs, create the cgroup(s),
+// build the ChildPlan (all strings and the mount list), then clone() with
+// CLONE_VM | CLONE_VFORK and the namespace flags. The child joins its cgroups
+// by itself, so the parent needs no sync pipe; clone() returns once the child
+// has exec'd (the program is running) or failed (the plan says where).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+
+#include "worker/sandbox/cgroups.hpp"
+#include "worker/sandbox/contain.hpp"
+#include "worker/sandbox/fs_util.hpp"
+#include "worker/sandbox/host_probe.hpp"
+#include "worker/sandbox/landlock.hpp"
+#include "worker/sandbox/mounts.hpp"
+#include "worker/sandbox/namespaces.hpp"
+#include "worker/sandbox/rlimits.hpp"
+#include "worker/sandbox/sandbox.hpp"
+#include "worker/sandbox/seccomp_policy.hpp"
+#include "worker/sandbox/workspace.hpp"
+
+namespace kiln::worker::sandbox {
+namespace {
+
+using common::Status;
+using common::StatusOr;
+using common::UniqueFd;
+
+// Each live sandbox holds one uid of [base, base+count); uid == gid.
+class UidPool {
+ public:
+  UidPool(uint32_t base, uint32_t count) : base_(base), used_(count, false) {}
+  std::optional<uint32_t> Acquire() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < used_.size(); ++i) {
+      size_t slot = (next_ + i) % used_.size();
+      if (!used_[slot]) {
+        used_[slot] = true;
+        next_ = slot + 1;
+        return base_ + static_cast<uint32_t>(slot);
+      }
+    }
+    return std::nullopt;
+  }
+  void Release(uint32_t uid) {
+    std::lock_guard<std::mutex> lock(mu_);
+    used_[uid - base_] = false;
+  }
+
+ private:
+  std::mutex mu_;
+  uint32_t base_;
+  std::vector<bool> used_;
+  size_t next_ = 0;
+};
+
+// What every spawn of one Sandbox shares (immutable after Create, but the pool).
+struct Shared {
+  SandboxConfig config;
+  std::set<std::string> layers;
+  std::unique_ptr<CgroupManager> cgroups;  // null when the layer is relaxed away
+  std::vector<sock_filter> seccomp;
+  FilesystemLayout layout;
+  int landlock_abi = 0;
+  UidPool uids;
+  std::atomic<uint64_t> counter{0};
+  Shared(const SandboxConfig& c) : config(c), uids(c.uid_base, c.uid_count) {}
+  bool Has(const char* layer) const { return layers.count(layer) != 0; }
+};
+
+int PidfdSendSignal(int pidfd, int sig) {
+  return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
+}
+
+class LinuxSandboxProcess final : public SandboxProcess {
+ public:
+  LinuxSandboxProcess(std::shared_ptr<Shared> shared, uint32_t uid, std::string id)
+      : shared_(std::move(shared)), uid_(uid), id_(std::move(id)) {
+    workspace_ = shared_->config.state_dir + "/ws/" + id_;
+  }
+  ~LinuxSandboxProcess() override {
+    if (pid_ > 0 && !reaped_) {
+      Kill();
+      (void)Wait();
+    }
+    if (cgroup_) {
+      cgroup_->KillAll();
+      (void)cgroup_->Destroy();
+    }
+    if (workspace_mounted_) UnmountWorkspace(workspace_);
+    shared_->uids.Release(uid_);
+  }
+
+  Status Start(SpawnSpec& spec) {
+    const SandboxConfig& cfg = shared_->config;
+    RETURN_IF_ERROR(
+        MountWorkspace(workspace_, cfg.workspace_bytes, uid_, uid_).WithContext("workspace"));
+    workspace_mounted_ = true;
+    std::vector<int> cg_fds;
+    if (shared_->cgroups && shared_->Has("cgroups")) {
+      ASSIGN_OR_RETURN(cgroup_, shared_->cgroups->CreateFor(id_, spec.limits));
+      for (const UniqueFd& fd : cgroup_->join_fds()) cg_fds.push_back(fd.get());
+    }
+    MountPlan mounts = BuildMountPlan(shared_->layout, {workspace_, cfg.tmp_bytes, uid_, uid_});
+    std::vector<const char*> argv, envp;
+    for (const std::string& a : spec.argv) argv.push_back(a.c_str());
+    argv.push_back(nullptr);
+    for (const std::string& e : spec.env) envp.push_back(e.c_str());
+    envp.push_back(nullptr);
+
+    ChildPlan plan;
+    plan.join_cgroups = !cg_fds.empty();
+    plan.cgroup_ns = shared_->Has("cgroup_ns");
+    plan.uts_ns = shared_->Has("uts_ns");
+    plan.net_ns = shared_->Has("net_ns");
+    plan.landlock = shared_->Has("landlock");
+    plan.seccomp = shared_->Has("seccomp");
+    plan.cgroup_fds = cg_fds.data();
+    plan.cgroup_fd_count = static_cast<int>(cg_fds.size());
+    plan.mount_ops = mounts.ops.data();
+    plan.mount_op_count = mounts.ops.size();
+    plan.new_root = mounts.new_root;
+    plan.rlimits = RlimitsFor(spec.limits);
+    plan.fds[0] = spec.stdin_fd.get();
+    plan.fds[1] = spec.stdout_fd.get();
+    plan.fds[2] = spec.stderr_fd.get();
+    plan.fds[3] = spec.control_fd.get();
+    plan.uid = uid_;
+    plan.gid = uid_;
+    plan.landlock_abi = shared_->landlock_abi;
+    plan.seccomp_filter = shared_->seccomp.data();
+    plan.seccomp_len = static_cast<unsigned short>(shared_->seccomp.size());
+    plan.argv = argv.data();
+    plan.envp = envp.data();
+
+    int pidfd = -1;
+    pid_t pid = CloneVforked(NamespaceCloneFlags(shared_->layers), ContainAndExec, &plan, &pidfd);
+    if (pid < 0) return common::ErrnoStatus("clone into new namespaces", -pid);
+    pid_ = pid;
+    pidfd_.Reset(pidfd);
+    if (plan.failed_step != nullptr) {
+      (void)Wait();
+      std::string what = std::string("sandbox setup failed at step '") + plan.failed_step + "'";
+      const char* layer = LayerOfStep(plan.failed_step);
+      if (layer[0] != '\0') what += std::string(" (layer ") + layer + ")";
+      if (plan.failed_detail != nullptr) what += std::string(" on ") + plan.failed_detail;
+      what += std::string(": ") + std::strerror(plan.failed_errno);
+      failed_layer_ = layer;
+      bool missing_program = std::strcmp(plan.failed_step, "execve") == 0 &&
+                             (plan.failed_errno == ENOENT || plan.failed_errno == EACCES);
+      return Status(missing_program ? common::Code::kRuntimeUnavailable : common::Code::kInternal,
+                    what);
+    }
+    return Status::Ok();
+  }
+
+  const std::string& failed_layer() const { return failed_layer_; }
+
+  pid_t pid() const override { return pid_; }
+  int exit_fd() const override { return pidfd_.get(); }
+  const std::string& workspace_path() const override { return workspace_; }
+
+  Status SetLimits(const SandboxLimits& limits) override {
+    if (reaped_) return common::InvalidRequest("the sandbox has already exited");
+    if (cgroup_) RETURN_IF_ERROR(cgroup_->SetLimits(limits));
+    return ApplyJobRlimits(pid_, uid_, uid_, limits);
+  }
+
+  Status AddFiles(const std::vector<common::protocol::FileEntry>& files) override {
+    return WriteWorkspaceFiles(workspace_, files, uid_, uid_);
+  }
+
+  StatusOr<std::vector<common::protocol::FileEntry>> CollectFiles(
+      const std::vector<std::string>& patterns, uint64_t max_bytes) override {
+    return ReadWorkspaceFiles(workspace_, patterns, max_bytes);
+  }
+
+  void Kill() override {
+    if (pid_ <= 0 || reaped_) return;
+    PidfdSendSignal(pidfd_.get(), SIGKILL);
+    // Without a pid namespace the rest of the tree is not killed with pid 1.
+    if (!shared_->Has("pid_ns") && cgroup_) cgroup_->KillAll();
+  }
+
+  StatusOr<ExitStatus> Wait() override {
+    if (pid_ <= 0) return common::Internal("no process");
+    if (reaped_) return common::InvalidRequest("Wait() called twice");
+    siginfo_t info;
+    std::memset(&info, 0, sizeof info);
+    struct rusage ru;
+    std::memset(&ru, 0, sizeof ru);
+    long rc;
+    do {
+      rc = ::syscall(SYS_waitid, P_PIDFD, pidfd_.get(), &info, WEXITED, &ru);
+    } while (rc != 0 && errno == EINTR);
+    if (rc != 0) return common::ErrnoStatus("waitid on the sandbox", errno);
+    reaped_ = true;
+    ExitStatus st;
+    if (info.si_code == CLD_EXITED) {
+      st.exit_code = info.si_status;
+    } else {
+      st.signal = info.si_status;
+    }
+    st.cpu_ms = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+                (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
+    st.max_rss_kb = static_cast<uint64_t>(ru.ru_maxrss);
+    if (cgroup_) {
+      CgroupStats cs = cgroup_->Stats();
+      if (cs.cpu_ms) st.cpu_ms = *cs.cpu_ms;
+      // The cgroup peak counts charged pages (anon, tmpfs, page cache it
+      // brought in); rusage's counts mapped shared libraries: report the larger.
+      if (cs.peak_bytes) st.max_rss_kb = std::max<uint64_t>(st.max_rss_kb, *cs.peak_bytes / 1024);
+      st.oom_killed = cs.oom_killed;
+    }
+    st.seccomp_killed = st.signal == SIGSYS;
+    return st;
+  }
+
+ private:
+  std::shared_ptr<Shared> shared_;
+  uint32_t uid_;
+  std::string id_;
+  std::string workspace_;
+  bool workspace_mounted_ = false;
+  std::unique_ptr<SandboxCgroup> cgroup_;
+  pid_t pid_ = -1;
+  UniqueFd pidfd_;
+  bool reaped_ = false;
+  std::string failed_layer_;
+};
+
+class LinuxSandbox final : public Sandbox {
+ public:
+  explicit LinuxSandbox(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
+
+  std::vector<std::string> ActiveLayers() const override {
+    std::vector<std::string> out;
+    for (const char* n : kLayerNames) {
+      if (shared_->Has(n)) out.emplace_back(n);
+    }
+    return out;
+  }
+
+  StatusOr<std::unique_ptr<SandboxProcess>> Spawn(SpawnSpec spec) override {
+    ASSIGN_OR_RETURN(auto proc, SpawnImpl(spec));
+    return std::unique_ptr<SandboxProcess>(std::move(proc));
+  }
+
+  StatusOr<std::unique_ptr<LinuxSandboxProcess>> SpawnImpl(SpawnSpec& spec) {
+    if (spec.argv.empty() || spec.argv[0].empty() || spec.argv[0][0] != '/') {
+      return common::InvalidRequest("argv[0] must be an absolute path");
+    }
+    for (const std::string& e : spec.env) {
+      if (e.find('=') == std::string::npos)
+        return common::InvalidRequest("env entry '" + e + "' has no '='");
+    }
+    std::optional<uint32_t> uid = shared_->uids.Acquire();
+    if (!uid) return common::Unavailable("all sandbox uids are in use");
+    std::string id =
+        std::to_string(::getpid()) + "-" + std::to_string(shared_->counter.fetch_add(1));
+    auto proc = std::make_unique<LinuxSandboxProcess>(shared_, *uid, id);
+    Status st = proc->Start(spec);
+    if (!st.ok()) {
+      last_failed_layer_ = proc->failed_layer();
+      return st;
+    }
+    return proc;
+  }
+
+  std::string last_failed_layer_;
+
+ private:
+  std::shared_ptr<Shared> shared_;
+};
+
+bool IsStaleName(const std::string& name) {
+  size_t dash = name.find('-');
+  if (dash == std::string::npos || dash == 0) return true;
+  long pid = std::strtol(name.substr(0, dash).c_str(), nullptr, 10);
+  if (pid <= 0) return true;
+  if (pid == ::getpid()) return false;
+  return ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+}
+
+std::string FindTrue() {
+  for (const char* p : {"/usr/bin/true", "/bin/true"}) {
+    if (::access(p, X_OK) == 0) return p;
+  }
+  return "";
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxConfig& config) {
+  if (config.state_dir.empty() || config.state_dir[0] != '/' || config.state_dir.back() == '/') {
+    return common::InvalidRequest("sandbox state_dir must be an absolute path, got '" +
+                                  config.state_dir + "'");
+  }
+  if (config.uid_count == 0 || config.uid_base == 0 ||
+      config.uid_base + uint64_t{config.uid_count} > 0xfffffffeull) {
+    return common::InvalidRequest("sandbox uid range is empty, includes root or overflows");
+  }
+  if (config.workspace_bytes == 0 || config.tmp_bytes == 0) {
+    return common::InvalidRequest("workspace_bytes and tmp_bytes must be positive");
+  }
+  for (const std::string& l : config.relaxed_layers) {
+    if (!IsKnownLayer(l))
+      return common::InvalidRequest("unknown sandbox layer '" + l + "' in relaxed_layers");
+  }
+  auto shared = std::make_shared<Shared>(config);
+  for (const char* n : kLayerNames) shared->layers.insert(n);
+
+  // A missing layer: dropped when relaxed (and relaxable), else Create fails.
+  auto missing = [&](const std::string& layer, const std::string& why) -> Status {
+    if (config.relaxed_layers.count(layer) && IsRelaxableLayer(layer)) {
+      shared->layers.erase(layer);
+      return Status::Ok();
+    }
+    std::string msg = "sandbox layer '" + layer + "' is unavailable on this host: " + why;
+    if (config.relaxed_layers.count(layer)) msg += " (this layer cannot be relaxed)";
+    return common::Unavailable(msg);
+  };
+
+  for (const auto& [layer, why] : MissingWorkerPrivileges()) RETURN_IF_ERROR(missing(layer, why));
+  RETURN_IF_ERROR(MakeDirs(config.state_dir, 0700));
+  RETURN_IF_ERROR(MakeDirs(config.state_dir + "/ws", 0700));
+  RETURN_IF_ERROR(MakeDirs(config.state_dir + "/root", 0700));
+
+  for (const auto& [layer, why] : ProbeNamespaces()) {
+    if (!why.empty()) RETURN_IF_ERROR(missing(layer, why));
+  }
+  int abi = LandlockAbi();
+  if (abi <= 0) {
+    RETURN_IF_ERROR(missing(
+        "landlock", abi == 0 ? "the kernel has no Landlock (needs 5.13+ and lsm=landlock)"
+                             : std::string("landlock_create_ruleset: ") + std::strerror(-abi)));
+  }
+  shared->landlock_abi = abi;
+  if (Status st = ProbeSeccomp(); !st.ok()) {
+    RETURN_IF_ERROR(missing("seccomp", st.message()));
+  } else {
+    auto prog = CompileSeccompFilter();
+    if (!prog.ok())
+      RETURN_IF_ERROR(missing("seccomp", prog.status().message()));
+    else
+      shared->seccomp = std::move(*prog);
+  }
+  CgroupOptions cg{config.cgroup_mode, config.cgroup_prefix, config.cpu_millicores};
+  auto manager = CgroupManager::Create(cg);
+  if (!manager.ok()) {
+    if (manager.status().code() == common::Code::kInvalidRequest) return manager.status();
+    RETURN_IF_ERROR(missing("cgroups", manager.status().message()));
+  } else {
+    shared->cgroups = std::move(*manager);
+  }
+  auto layout = ProbeFilesystemLayout(config.state_dir, config.ro_binds);
+  if (!layout.ok()) {
+    if (layout.status().code() == common::Code::kInvalidRequest) return layout.status();
+    RETURN_IF_ERROR(missing("filesystem", layout.status().message()));
+  } else {
+    shared->layout = std::move(*layout);
+  }
+
+  // Leftovers of an earlier worker with the same state_dir and prefix.
+  CleanupStaleWorkspaces(config.state_dir + "/ws", IsStaleName);
+  if (shared->cgroups) shared->cgroups->CleanupStale(IsStaleName);
+
+  auto sandbox = std::make_unique<LinuxSandbox>(shared);
+  // End to end: every layer at once, on a trivial program.
+  std::string true_path = FindTrue();
+  if (true_path.empty()) return common::Unavailable("sandbox probe: no /usr/bin/true on this host");
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    SpawnSpec probe;
+    probe.argv = {true_path};
+    auto proc = sandbox->SpawnImpl(probe);
+    if (proc.ok()) {
+      auto st = (*proc)->Wait();
+      if (!st.ok()) return st.status().WithContext("sandbox probe");
+      if (st->exit_code != 0) {
+        return common::Unavailable("sandbox probe: " + true_path +
+                                   " did not exit 0 inside the sandbox");
+      }
+      return std::unique_ptr<Sandbox>(std::move(sandbox));
+    }
+    std::string layer = sandbox->last_failed_layer_;
+    if (layer.empty()) return proc.status().WithContext("sandbox probe");
+    RETURN_IF_ERROR(missing(layer, proc.status().message()));
+  }
+  return common::Unavailable("sandbox probe kept failing");
+}
+
+}  // namespace kiln::worker::sandbox

@@ -1,0 +1,40 @@
+// Namespaces: which clone flags a sandbox gets, the vfork-style clone that
+// starts the child, and the child-side steps inside the new namespaces.
+//
+// No user namespace: the worker is root (or holds CAP_SYS_ADMIN, CAP_SETUID,
+// CAP_SETGID...) on its host, so the child sets up the mount tree as root in
+// the initial user namespace and then drops to an unprivileged host uid with
+// no capabilities at all. That keeps the kernel's user-namespace attack
+// surface (unprivileged mounts, nested namespaces) closed to the job.
+#pragma once
+
+#include <sys/types.h>
+
+#include <set>
+#include <string>
+
+namespace kiln::worker::sandbox {
+
+// Parent side ---------------------------------------------------------------
+
+// CLONE_NEW* flags for the active layers (cgroup_ns is unshared later by the
+// child, once it has joined its cgroups).
+unsigned long NamespaceCloneFlags(const std::set<std::string>& layers);
+
+// clone(CLONE_VM | CLONE_VFORK | CLONE_PIDFD | flags | SIGCHLD): runs fn(arg)
+// on `stack` in the child, sharing the parent's memory; returns once the
+// child has exec'd or exited. All signals are blocked in the calling thread
+// around the call. Returns the pid (or -errno) and stores the pidfd.
+pid_t CloneVforked(unsigned long flags, int (*fn)(void*), void* arg, int* pidfd);
+
+// Checks that a namespace of this kind can be created: clones a child with
+// just that flag, which exits at once. 0 or the errno.
+int ProbeNamespace(unsigned long clone_flag);
+
+// Child side (no allocation, no locks) --------------------------------------
+
+int SetHostname(const char* name);  // in the new UTS namespace
+int BringUpLoopback();              // `lo` up in the new network namespace
+int EnterCgroupNamespace();         // unshare(CLONE_NEWCGROUP)
+
+}  // namespace kiln::worker::sandbox

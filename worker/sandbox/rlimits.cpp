@@ -1,0 +1,122 @@
+#include "worker/sandbox/rlimits.hpp"
+
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <sstream>
+
+#include "worker/sandbox/fs_util.hpp"
+#include "worker/sandbox/namespaces.hpp"
+
+namespace kiln::worker::sandbox {
+
+namespace {
+constexpr rlim_t kStackBytes = 8ull << 20;
+
+rlim_t CpuSeconds(uint64_t cpu_ms) { return static_cast<rlim_t>((cpu_ms + 999) / 1000); }
+}  // namespace
+
+RlimitSet RlimitsFor(const SandboxLimits& limits) {
+  RlimitSet s{};
+  auto clamp = [](int resource, rlim_t v) {
+    struct rlimit cur;
+    if (::getrlimit(static_cast<__rlimit_resource>(resource), &cur) == 0 && v > cur.rlim_max)
+      return cur.rlim_max;
+    return v;
+  };
+  rlim_t cpu = CpuSeconds(limits.cpu_ms);
+  if (cpu == 0) cpu = 1;
+  // SIGXCPU at the soft limit, SIGKILL one second later at the hard one.
+  s.resource[0] = RLIMIT_CPU, s.value[0] = {cpu, cpu + 1};
+  s.resource[1] = RLIMIT_FSIZE, s.value[1] = {limits.file_size_bytes, limits.file_size_bytes};
+  rlim_t nofile = limits.open_files < 16 ? 16 : limits.open_files;
+  s.resource[2] = RLIMIT_NOFILE, s.value[2] = {nofile, nofile};
+  s.resource[3] = RLIMIT_CORE, s.value[3] = {0, 0};
+  s.resource[4] = RLIMIT_STACK, s.value[4] = {kStackBytes, kStackBytes};
+  // Counts threads too (node starts ~10): never below the pids limit.
+  s.resource[5] = RLIMIT_NPROC, s.value[5] = {limits.max_pids, limits.max_pids};
+  for (int i = 0; i < kRlimitCount; ++i) {
+    s.value[i].rlim_max = clamp(s.resource[i], s.value[i].rlim_max);
+    if (s.value[i].rlim_cur > s.value[i].rlim_max) s.value[i].rlim_cur = s.value[i].rlim_max;
+  }
+  return s;
+}
+
+namespace {
+struct PrlimitArgs {
+  pid_t pid;
+  uid_t uid;
+  gid_t gid;
+  RlimitSet set;
+  int err;
+};
+
+// Runs in a CLONE_VM child: raw calls only.
+int PrlimitAsSandboxUser(void* arg) {
+  auto* a = static_cast<PrlimitArgs*>(arg);
+  a->err = 0;
+  if (::syscall(SYS_setresgid, a->gid, a->gid, a->gid) != 0 ||
+      ::syscall(SYS_setresuid, a->uid, a->uid, a->uid) != 0) {
+    a->err = errno;
+    ::_exit(1);
+  }
+  for (int i = 0; i < kRlimitCount; ++i) {
+    struct rlimit old;
+    auto res = static_cast<__rlimit_resource>(a->set.resource[i]);
+    if (::prlimit(a->pid, res, nullptr, &old) != 0) {
+      a->err = errno;
+      ::_exit(1);
+    }
+    struct rlimit v = a->set.value[i];
+    if (v.rlim_max > old.rlim_max) v.rlim_max = old.rlim_max;
+    if (v.rlim_cur > v.rlim_max) v.rlim_cur = v.rlim_max;
+    if (::prlimit(a->pid, res, &v, nullptr) != 0) {
+      a->err = errno;
+      ::_exit(1);
+    }
+  }
+  ::_exit(0);
+}
+}  // namespace
+
+int ApplyRlimits(const RlimitSet& set) {
+  for (int i = 0; i < kRlimitCount; ++i) {
+    if (::setrlimit(static_cast<__rlimit_resource>(set.resource[i]), &set.value[i]) != 0)
+      return errno;
+  }
+  return 0;
+}
+
+common::Status ApplyJobRlimits(pid_t pid, uid_t uid, gid_t gid, const SandboxLimits& limits) {
+  RlimitSet set = RlimitsFor(limits);
+  // CPU already used by pid (utime + stime, fields 14 and 15 of /proc/<pid>/stat).
+  auto stat = ReadFileString("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat.ok()) return stat.status().WithContext("reading the sandbox's cpu time");
+  size_t paren = stat->rfind(')');
+  if (paren == std::string::npos) return common::Internal("malformed /proc/pid/stat");
+  std::istringstream in(stat->substr(paren + 2));
+  std::string field;
+  uint64_t utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && in >> field; ++i) {
+    if (i == 14) utime = std::strtoull(field.c_str(), nullptr, 10);
+    if (i == 15) stime = std::strtoull(field.c_str(), nullptr, 10);
+  }
+  long hz = ::sysconf(_SC_CLK_TCK);
+  uint64_t used_ms = (utime + stime) * 1000 / static_cast<uint64_t>(hz > 0 ? hz : 100);
+  rlim_t cpu = CpuSeconds(used_ms + limits.cpu_ms);
+  set.value[0] = {cpu, cpu + 1};
+  PrlimitArgs args{pid, uid, gid, set, -1};
+  int pidfd = -1;
+  pid_t helper = CloneVforked(0, PrlimitAsSandboxUser, &args, &pidfd);
+  if (helper < 0) return common::ErrnoStatus("clone for prlimit", -helper);
+  siginfo_t info{};
+  ::waitid(P_PID, static_cast<id_t>(helper), &info, WEXITED);
+  if (pidfd >= 0) ::close(pidfd);
+  if (args.err != 0) return common::ErrnoStatus("prlimit on the sandbox", args.err);
+  return common::Status::Ok();
+}
+
+}  // namespace kiln::worker::sandbox

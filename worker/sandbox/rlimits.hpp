@@ -1,0 +1,31 @@
+// rlimits: CPU seconds, file size, open files, no core dumps, stack, and
+// processes per uid (every sandbox has its own uid, so this is a second
+// fence behind the pids cgroup).
+#pragma once
+
+#include <sys/resource.h>
+#include <sys/types.h>
+
+#include "common/status.hpp"
+#include "worker/sandbox/sandbox.hpp"
+
+namespace kiln::worker::sandbox {
+
+inline constexpr int kRlimitCount = 6;
+struct RlimitSet {
+  int resource[kRlimitCount];
+  struct rlimit value[kRlimitCount];
+};
+// Parent side: the values for a spawn (clamped to the worker's own hard limits).
+RlimitSet RlimitsFor(const SandboxLimits& limits);
+// Child side.
+int ApplyRlimits(const RlimitSet& set);
+// Parent side, on a running (warm) sandbox: re-applies the job's limits to
+// its pid 1 with prlimit. RLIMIT_CPU counts from now: the CPU the process has
+// already used (the interpreter's start) is added. Limits can only be
+// lowered (hard limits are clamped to the current ones): the worker may lack
+// CAP_SYS_RESOURCE, so prlimit runs in a short-lived helper with the
+// sandbox's own uid (same-uid processes may lower each other's limits).
+common::Status ApplyJobRlimits(pid_t pid, uid_t uid, gid_t gid, const SandboxLimits& limits);
+
+}  // namespace kiln::worker::sandbox

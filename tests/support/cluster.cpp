@@ -88,10 +88,13 @@ void TestCluster::StartWorker(int i) {
     << "  state_dir: " << dir_ << "/w" << i << "\n"
     << "  cgroup_prefix: kiln-it-" << suffix << "-w" << i << "\n"
     << "  uid_base: " << kUidBase + 10000 * i << "\n"
-    << "  uid_count: 10000\n";
+    << "  uid_count: 10000\n"
+    << "  cgroup_mode: " << options_.cgroup_mode << "\n"
+    << options_.extra_sandbox_yaml;
   WriteFile(worker_config(i), y.str());
   workers_.at(i) = ChildProcess::Start({kBin + "kiln-worker", "--config", worker_config(i)},
-                                       dir_ + "/worker" + std::to_string(i) + ".log");
+                                       dir_ + "/worker" + std::to_string(i) + ".log",
+                                       options_.worker_env);
 }
 
 TestCluster::~TestCluster() {

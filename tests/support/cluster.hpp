@@ -28,6 +28,9 @@ struct ClusterOptions {
   int warm_per_runtime = 1;
   std::string extra_broker_yaml;  // appended to every broker config
   std::string extra_worker_yaml;  // appended under `worker:` (indented by the caller)
+  std::string cgroup_mode = "auto";        // sandbox.cgroup_mode of every worker
+  std::string extra_sandbox_yaml;          // appended under `sandbox:` (indented by the caller)
+  std::vector<std::string> worker_env;     // extra "K=V" in the workers' environment
 };
 
 struct HttpReply {

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <array>
 
+#include <spdlog/spdlog.h>
+
 #include "common/clock.hpp"
 
 namespace kiln::worker {
@@ -103,6 +105,7 @@ protocol::Result RunJob(const protocol::Execute& job, WarmSandbox& sb,
     }
   }
 
+  const double setup_ms = common::MsSince(start);
   const uint64_t timeout_ms = std::min(job.limits.timeout_ms ? job.limits.timeout_ms
                                                              : options.max_timeout_ms,
                                        options.max_timeout_ms);
@@ -114,6 +117,7 @@ protocol::Result RunJob(const protocol::Execute& job, WarmSandbox& sb,
   size_t frame_off = 0;
   bool out_open = true, err_open = true, ctl_open = true, exited = false;
   bool timed_out = false, cancelled = false, flooded = false;
+  double exit_seen_ms = 0;
   std::optional<common::SteadyClock::time_point> drain_until;
 
   while (true) {
@@ -162,6 +166,7 @@ protocol::Result RunJob(const protocol::Execute& job, WarmSandbox& sb,
         ctl_open = ReadControl(p.fd, &control);
       } else if (p.fd == sb.process->exit_fd()) {
         exited = true;
+        exit_seen_ms = common::MsSince(start);
         drain_until = common::SteadyClock::now() + kDrainGrace;
       } else if (p.fd == cancel_fd) {
         cancelled = true;
@@ -175,6 +180,8 @@ protocol::Result RunJob(const protocol::Execute& job, WarmSandbox& sb,
   }
   result.duration_ms = common::MsSince(start);
   sb.stdin_w.Reset();
+  spdlog::debug("job {}: setup {:.2f} ms, exit seen {:.2f} ms, pipes drained {:.2f} ms",
+                job.job_id, setup_ms, exit_seen_ms, result.duration_ms);
 
   auto exit = sb.process->Wait();
   if (!exit.ok()) return ErrorResult(job, exit.status().WithContext("reaping the sandbox"));

@@ -1,0 +1,189 @@
+#include "cli/api_client.hpp"
+
+#include <httplib.h>
+
+namespace kiln::cli {
+namespace {
+
+using common::Code;
+using common::Status;
+using common::StatusOr;
+using nlohmann::json;
+
+constexpr std::chrono::seconds kConnectTimeout{10};
+constexpr std::chrono::seconds kWriteTimeout{60};
+constexpr std::chrono::seconds kDefaultReadTimeout{60};
+constexpr size_t kMaxBodyInMessage = 200;
+
+std::string NetworkError(httplib::Error err) {
+  switch (err) {
+    case httplib::Error::Connection:
+      return "cannot connect";
+    case httplib::Error::ConnectionTimeout:
+      return "connection timed out";
+    case httplib::Error::Read:
+      return "no answer (read failed or timed out)";
+    case httplib::Error::Write:
+      return "sending the request failed";
+    case httplib::Error::SSLConnection:
+      return "TLS connection failed";
+    case httplib::Error::SSLServerVerification:
+      return "TLS certificate verification failed";
+    default:
+      return httplib::to_string(err);
+  }
+}
+
+}  // namespace
+
+bool IsPlainId(const std::string& id) {
+  if (id.empty() || id.size() > 128) return false;
+  for (char c : id) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::optional<Code> CodeFromName(const std::string& name) {
+  for (int i = static_cast<int>(Code::kOk); i <= static_cast<int>(Code::kInternal); ++i) {
+    auto code = static_cast<Code>(i);
+    if (common::CodeName(code) == name) return code;
+  }
+  return std::nullopt;
+}
+
+StatusOr<BaseUrl> ParseBaseUrl(const std::string& url) {
+  auto scheme_end = url.find("://");
+  if (scheme_end == std::string::npos) {
+    return common::InvalidRequest("broker url '" + url + "' must start with http:// or https://");
+  }
+  const std::string scheme = url.substr(0, scheme_end);
+  if (scheme != "http" && scheme != "https") {
+    return common::InvalidRequest("broker url '" + url + "': unsupported scheme " + scheme);
+  }
+  auto path_start = url.find('/', scheme_end + 3);
+  BaseUrl base;
+  base.scheme_host_port = url.substr(0, path_start);
+  if (base.scheme_host_port.size() == scheme_end + 3) {
+    return common::InvalidRequest("broker url '" + url + "' has no host");
+  }
+  if (path_start != std::string::npos) {
+    base.path_prefix = url.substr(path_start);
+    while (!base.path_prefix.empty() && base.path_prefix.back() == '/') {
+      base.path_prefix.pop_back();
+    }
+  }
+  return base;
+}
+
+Status StatusFromHttp(int http_status, const std::string& body) {
+  if (http_status >= 200 && http_status < 300) return Status::Ok();
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_object() && j.contains("error") && j["error"].is_object()) {
+    const json& e = j["error"];
+    std::string name = e.value("code", "");
+    std::string message = e.value("message", "");
+    if (auto code = CodeFromName(name); code && *code != Code::kOk) return {*code, message};
+    // A code newer than this client: keep its name in the message.
+    Code fallback = http_status >= 500 ? Code::kUnavailable : Code::kInvalidRequest;
+    return {fallback, name + ": " + message};
+  }
+  std::string snippet = body.substr(0, kMaxBodyInMessage);
+  while (!snippet.empty() && (snippet.back() == '\n' || snippet.back() == '\r')) {
+    snippet.pop_back();
+  }
+  std::string message = "HTTP " + std::to_string(http_status);
+  if (!snippet.empty()) message += ": " + snippet;
+  if (http_status == 429) return {Code::kQueueFull, message};
+  if (http_status == 401) return {Code::kUnauthorized, message};
+  if (http_status == 403) return {Code::kForbidden, message};
+  if (http_status == 404) return {Code::kNotFound, message};
+  if (http_status >= 400 && http_status < 500) return {Code::kInvalidRequest, message};
+  return {Code::kUnavailable, message};
+}
+
+StatusOr<std::unique_ptr<ApiClient>> ApiClient::Create(const ClientConfig& config) {
+  ASSIGN_OR_RETURN(BaseUrl base, ParseBaseUrl(config.url));
+  std::unique_ptr<ApiClient> client(new ApiClient(config.url, base, config.token));
+  if (!client->http_->is_valid()) {
+    return common::InvalidRequest("broker url '" + config.url + "' is not valid");
+  }
+  return client;
+}
+
+ApiClient::ApiClient(std::string url, BaseUrl base, std::string token)
+    : url_(std::move(url)),
+      base_(std::move(base)),
+      token_(std::move(token)),
+      http_(std::make_unique<httplib::Client>(base_.scheme_host_port)) {
+  http_->set_connection_timeout(kConnectTimeout);
+  http_->set_write_timeout(kWriteTimeout);
+  http_->set_keep_alive(true);
+}
+
+ApiClient::~ApiClient() = default;
+
+StatusOr<ApiClient::Reply> ApiClient::Send(const std::string& method, const std::string& path,
+                                           const std::string* body,
+                                           const std::string& idempotency_key,
+                                           std::chrono::seconds read_timeout) {
+  httplib::Headers headers = {{"User-Agent", "kiln-cli/" KILN_VERSION},
+                              {"Accept", "application/json"}};
+  if (!token_.empty()) headers.emplace("Authorization", "Bearer " + token_);
+  if (!idempotency_key.empty()) headers.emplace("Idempotency-Key", idempotency_key);
+  http_->set_read_timeout(read_timeout);
+  const std::string full_path = base_.path_prefix + path;
+  httplib::Result res =
+      method == "POST"
+          ? http_->Post(full_path, headers, body ? *body : std::string(), "application/json")
+          : http_->Get(full_path, headers);
+  if (!res) {
+    return common::Unavailable(method + " " + url_ + path + ": " + NetworkError(res.error()));
+  }
+  return Reply{res->status, res->body};
+}
+
+StatusOr<json> ApiClient::Decode(const Reply& reply) const {
+  RETURN_IF_ERROR(StatusFromHttp(reply.status, reply.body));
+  json j = json::parse(reply.body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return common::Unavailable("the broker at " + url_ +
+                               " answered with something other than a JSON object");
+  }
+  return j;
+}
+
+StatusOr<json> ApiClient::Submit(const json& body, const SubmitOptions& options) {
+  const std::string text = body.dump();
+  ASSIGN_OR_RETURN(Reply reply, Send("POST", "/v1/executions", &text, options.idempotency_key,
+                                     options.read_timeout));
+  return Decode(reply);
+}
+
+StatusOr<json> ApiClient::GetExecution(const std::string& id) {
+  if (!IsPlainId(id)) {
+    return common::InvalidRequest("'" + id + "' is not an execution id (expected e.g. ex_...)");
+  }
+  ASSIGN_OR_RETURN(Reply reply,
+                   Send("GET", "/v1/executions/" + id, nullptr, "", kDefaultReadTimeout));
+  return Decode(reply);
+}
+
+StatusOr<json> ApiClient::ListWorkers() {
+  ASSIGN_OR_RETURN(Reply reply, Send("GET", "/v1/workers", nullptr, "", kDefaultReadTimeout));
+  return Decode(reply);
+}
+
+StatusOr<json> ApiClient::Health(bool* healthy) {
+  ASSIGN_OR_RETURN(Reply reply, Send("GET", "/v1/health", nullptr, "", kDefaultReadTimeout));
+  *healthy = reply.status == 200;
+  if (reply.status == 503) {
+    json j = json::parse(reply.body, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && !j.contains("error")) return j;
+  }
+  return Decode(reply);
+}
+
+}  // namespace kiln::cli

@@ -120,8 +120,20 @@ protocol::Result RunJob(const protocol::Execute& job, WarmSandbox& sb,
   double exit_seen_ms = 0;
   std::optional<common::SteadyClock::time_point> drain_until;
 
+  // The job is complete when pid 1 has exited and the pipes are drained, or
+  // earlier: when the wrapper has written its control frame and every pipe
+  // is at EOF (no process of the job holds stdout or stderr any more). Then
+  // the interpreter's shutdown and the kernel's namespace teardown stay off
+  // the job's latency: the sandbox is killed and reaped after the Result.
+  bool early = false;
   while (true) {
-    if (exited && !out_open && !err_open && !ctl_open) break;
+    if (!out_open && !err_open && !ctl_open) {
+      if (exited) break;
+      if (!control.empty() && !timed_out && !cancelled && !flooded) {
+        early = true;
+        break;
+      }
+    }
     auto now = common::SteadyClock::now();
     if (drain_until && now >= *drain_until) break;
     if (!exited && !timed_out && !cancelled && !flooded && now >= deadline) {
@@ -180,10 +192,22 @@ protocol::Result RunJob(const protocol::Execute& job, WarmSandbox& sb,
   }
   result.duration_ms = common::MsSince(start);
   sb.stdin_w.Reset();
-  spdlog::debug("job {}: setup {:.2f} ms, exit seen {:.2f} ms, pipes drained {:.2f} ms",
-                job.job_id, setup_ms, exit_seen_ms, result.duration_ms);
+  spdlog::debug("job {}: setup {:.2f} ms, exit seen {:.2f} ms, done {:.2f} ms{}", job.job_id,
+                setup_ms, exit_seen_ms, result.duration_ms, early ? " (before exit)" : "");
 
-  auto exit = sb.process->Wait();
+  auto outcome = runtime.ParseControl(control);
+  if (early && !(outcome.ok() && outcome->has_frame && outcome->exit_code)) {
+    // Not a frame we can trust for the exit status: wait for the real one.
+    early = false;
+  }
+  common::StatusOr<sandbox::ExitStatus> exit = sandbox::ExitStatus{};
+  if (early) {
+    exit = sb.process->Usage();
+    sb.process->Kill();
+    exit->exit_code = outcome->exit_code;
+  } else {
+    exit = sb.process->Wait();
+  }
   if (!exit.ok()) return ErrorResult(job, exit.status().WithContext("reaping the sandbox"));
   result.exit_code = exit->exit_code;
   result.signal = exit->signal;
@@ -207,7 +231,6 @@ protocol::Result RunJob(const protocol::Execute& job, WarmSandbox& sb,
     result.reason = protocol::EndReason::kExit;
   }
 
-  auto outcome = runtime.ParseControl(control);
   if (outcome.ok()) {
     result.result_json = std::move(outcome->result_json);
     result.error = std::move(outcome->error);

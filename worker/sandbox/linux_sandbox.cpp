@@ -187,6 +187,17 @@ class LinuxSandboxProcess final : public SandboxProcess {
     return ReadWorkspaceFiles(workspace_, patterns, max_bytes);
   }
 
+  ExitStatus Usage() const override {
+    ExitStatus st;
+    if (cgroup_) {
+      CgroupStats cs = cgroup_->Stats();
+      if (cs.cpu_ms) st.cpu_ms = *cs.cpu_ms;
+      if (cs.peak_bytes) st.max_rss_kb = *cs.peak_bytes / 1024;
+      st.oom_killed = cs.oom_killed;
+    }
+    return st;
+  }
+
   void Kill() override {
     if (pid_ <= 0 || reaped_) return;
     PidfdSendSignal(pidfd_.get(), SIGKILL);

@@ -100,6 +100,10 @@ class SandboxProcess {
   virtual common::StatusOr<std::vector<common::protocol::FileEntry>> CollectFiles(
       const std::vector<std::string>& patterns, uint64_t max_bytes) = 0;
 
+  // Resource use so far (cpu_ms, max_rss_kb, oom_killed; exit fields unset),
+  // read from the cgroup without reaping: lets a job end before the kernel
+  // has torn the sandbox down.
+  virtual ExitStatus Usage() const = 0;
   // SIGKILL to the sandbox's pid 1: every process of the sandbox dies.
   virtual void Kill() = 0;
   // Reaps the process; blocks until it has exited. Call once.

@@ -89,6 +89,14 @@
         if (e.code !== 'EAGAIN') break;
       }
     }
+    // Let go of the pipes (stdout/stderr writes to pipes are synchronous on
+    // Linux, so nothing is pending): once fds 1, 2 and the control pipe reach
+    // EOF the worker has the whole job and need not wait for node's teardown.
+    for (const fd of [ctl, 1, 2]) {
+      try {
+        fs.closeSync(fd);
+      } catch (_) {}
+    }
   });
 
   // Everything above ran while the sandbox was warm; this blocks until the job arrives.

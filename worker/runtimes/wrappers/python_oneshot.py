@@ -3,7 +3,7 @@
 # fd 0: the job frame  <JSON {"input": {...}, "env": {...}}> "\n" <code bytes>
 # fd 3: control pipe; at exit it gets one JSON object
 #       {"exit_code": n, "result": <json>?, "error": {"type","message","traceback"}?}
-import atexit, builtins, json, os, sys, linecache, traceback
+import atexit, builtins, io, json, os, sys, linecache, traceback
 
 
 def _kiln_main():
@@ -49,11 +49,22 @@ def _kiln_main():
                     "type": "ResultNotSerializable", "message": str(e), "traceback": ""}
         if state["error"]:
             frame += ', "error": ' + json.dumps(state["error"], ensure_ascii=False)
-        for s in (sys.stdout, sys.stderr):
+        # Flush what the code wrote, including files it left open in its
+        # globals, then let go of stdout/stderr: once fds 1, 2 and 3 reach EOF
+        # the worker has the whole job and need not wait for the interpreter's
+        # shutdown (its late output, if any, goes to /dev/null).
+        for s in [sys.stdout, sys.stderr] + [v for v in list(glb.values()) if isinstance(v, io.IOBase)]:
             try:
                 s.flush()
             except Exception:
                 pass
+        try:
+            nul = os.open("/dev/null", os.O_WRONLY)
+            os.dup2(nul, 1)
+            os.dup2(nul, 2)
+            os.close(nul)
+        except OSError:
+            pass
         data = (frame + "}").encode("utf-8", "replace")  # lone surrogates become "?"
         while data:
             data = data[os.write(ctl, data):]

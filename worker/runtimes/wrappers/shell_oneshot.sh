@@ -21,9 +21,13 @@ eval "$2"
 # `shift 2` first empties $@ for the user's code; fd 3 is closed around it.
 { eval "shift 2;$1"; } 3>&-
 set -- "$?"
+# Let go of stdout/stderr first: once fds 1, 2 and 3 reach EOF the worker has
+# the whole job.
+exec 1>/dev/null 2>&1
 if [[ -v result ]]; then
   builtin printf '%s\nr%s' "$1" "$result" >&3
 else
   builtin printf '%s\n' "$1" >&3
 fi
+exec 3>&-
 exit "$1"

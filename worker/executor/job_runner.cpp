@@ -21,6 +21,8 @@ constexpr size_t kReadSize = 64 << 10;
 constexpr uint64_t kMinFloodBytes = 8u << 20;
 // After pid 1 exits, give the pipes this long to reach end-of-file.
 constexpr auto kDrainGrace = std::chrono::milliseconds(500);
+// How often a running job's cpu time is compared with its budget.
+constexpr auto kCpuCheck = std::chrono::milliseconds(50);
 
 protocol::Result ErrorResult(const protocol::Execute& job, const common::Status& st) {
   protocol::Result r;
@@ -126,7 +128,20 @@ protocol::Result RunJob(const protocol::Execute& job, WarmSandbox& sb,
   // the interpreter's shutdown and the kernel's namespace teardown stay off
   // the job's latency: the sandbox is killed and reaped after the Result.
   bool early = false;
+  // RLIMIT_CPU is per process (each child starts afresh) and pid 1 ignores
+  // SIGXCPU: the job's cpu_ms is enforced on the whole sandbox from its
+  // cgroup's cpu time, checked every kCpuCheck.
+  const double cpu_budget_ms = static_cast<double>(limits.cpu_ms);
+  auto next_cpu_check = common::SteadyClock::now() + kCpuCheck;
   while (true) {
+    if (!exited && !timed_out && !cancelled && !flooded &&
+        common::SteadyClock::now() >= next_cpu_check) {
+      next_cpu_check = common::SteadyClock::now() + kCpuCheck;
+      if (sb.process->Usage().cpu_ms > cpu_budget_ms) {
+        timed_out = true;
+        sb.process->Kill();
+      }
+    }
     if (!out_open && !err_open && !ctl_open) {
       if (exited) break;
       if (!control.empty() && !timed_out && !cancelled && !flooded) {
@@ -148,7 +163,7 @@ protocol::Result RunJob(const protocol::Execute& job, WarmSandbox& sb,
     if (ctl_open) add(sb.control_r.get(), POLLIN);
     if (!exited) add(sb.process->exit_fd(), POLLIN);
     if (cancel_fd >= 0 && !cancelled) add(cancel_fd, POLLIN);
-    auto until = drain_until ? *drain_until : deadline;
+    auto until = drain_until ? *drain_until : std::min(deadline, next_cpu_check);
     if (timed_out || cancelled || flooded) until = now + std::chrono::milliseconds(100);
     int wait_ms = static_cast<int>(std::max<int64_t>(
         1, std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1));
@@ -225,8 +240,10 @@ protocol::Result RunJob(const protocol::Execute& job, WarmSandbox& sb,
     result.reason = protocol::EndReason::kMemoryExceeded;
   } else if (exit->seccomp_killed) {
     result.reason = protocol::EndReason::kSandboxViolation;
-  } else if (exit->signal && *exit->signal == SIGXCPU) {
-    result.reason = protocol::EndReason::kTimeout;  // the cpu-time limit
+  } else if (exit->signal && (*exit->signal == SIGXCPU ||
+                              (*exit->signal == SIGKILL && exit->cpu_ms >= cpu_budget_ms))) {
+    // The per-process cpu rlimit (SIGXCPU, or its hard-limit SIGKILL for pid 1).
+    result.reason = protocol::EndReason::kTimeout;
   } else {
     result.reason = protocol::EndReason::kExit;
   }

@@ -106,6 +106,15 @@ class CgroupV1Manager final : public CgroupManager {
  public:
   CgroupV1Manager(V1Paths base, uint32_t millicores)
       : base_(std::move(base)), millicores_(millicores) {}
+  // Every sandbox cgroup is gone by now (they die with their processes):
+  // remove our prefix too, so a stopped worker leaves no trace.
+  ~CgroupV1Manager() override {
+    for (const std::string* b : {&base_.memory, &base_.pids, &base_.cpu, &base_.cpuacct}) {
+      if (!b->empty()) ::rmdir(b->c_str());
+    }
+  }
+  CgroupV1Manager(const CgroupV1Manager&) = delete;
+  CgroupV1Manager& operator=(const CgroupV1Manager&) = delete;
 
   std::string version() const override { return "v1"; }
 

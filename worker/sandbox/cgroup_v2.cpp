@@ -96,6 +96,10 @@ class CgroupV2Manager final : public CgroupManager {
  public:
   CgroupV2Manager(std::string base, uint32_t millicores)
       : base_(std::move(base)), millicores_(millicores) {}
+  // Sandbox cgroups die with their processes; remove our prefix too.
+  ~CgroupV2Manager() override { ::rmdir(base_.c_str()); }
+  CgroupV2Manager(const CgroupV2Manager&) = delete;
+  CgroupV2Manager& operator=(const CgroupV2Manager&) = delete;
   std::string version() const override { return "v2"; }
 
   StatusOr<std::unique_ptr<SandboxCgroup>> CreateFor(const std::string& id,

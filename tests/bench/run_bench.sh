@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# Reproducible Kiln benchmark: builds (Release, <repo>/build-bench), starts its own
+# redis-server, one kiln-broker and two kiln-workers on loopback, runs kiln-bench
+# for each language plus a python concurrency sweep, prints every figure with its
+# exact command line, and stops everything it started (by pid) on exit.
+#
+#   sudo tests/bench/run_bench.sh [--jobs N] [--slots N] [--warm N] [--no-build]
+#
+# Must run as root: the workers create namespaces and cgroups. Figures on a small
+# shared VM are noisy: compare medians and ratios, not single runs.
+# KILN_KEEP_BENCH_DIR=1 keeps the temp dir (configs, logs, JSON results).
+set -euo pipefail
+
+JOBS=200
+SLOTS=4
+WARM=1
+BUILD=1
+usage() {
+  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+  echo "flags: --jobs N (measured jobs per run, default $JOBS), --slots N (per worker, default $SLOTS),"
+  echo "       --warm N (warm sandboxes per runtime per worker, default $WARM), --no-build"
+}
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --jobs) JOBS="$2"; shift 2 ;;
+    --slots) SLOTS="$2"; shift 2 ;;
+    --warm) WARM="$2"; shift 2 ;;
+    --no-build) BUILD=0; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "run_bench.sh: unknown flag $1" >&2; usage >&2; exit 2 ;;
+  esac
+done
+for v in JOBS SLOTS WARM; do
+  [[ "${!v}" =~ ^[0-9]+$ ]] || { echo "run_bench.sh: --${v,,} needs a number" >&2; exit 2; }
+done
+[[ $(id -u) -eq 0 ]] || { echo "run_bench.sh: must run as root (workers create namespaces and cgroups)" >&2; exit 2; }
+for tool in curl redis-server redis-cli ss; do
+  command -v "$tool" >/dev/null || { echo "run_bench.sh: $tool not found" >&2; exit 2; }
+done
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BUILD_DIR="$ROOT/build-bench"
+BIN="$BUILD_DIR/bin"
+
+if [[ $BUILD -eq 1 ]]; then
+  # kiln-bench lives under tests/, so the tests' CMake files are configured,
+  # but only the three binaries are built (no test is compiled).
+  echo "== building (Release) in $BUILD_DIR"
+  mkdir -p "$BUILD_DIR"
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=ON \
+    >"$BUILD_DIR/configure.log" 2>&1 || { cat "$BUILD_DIR/configure.log" >&2; exit 2; }
+  ninja -C "$BUILD_DIR" kiln-broker kiln-worker kiln-bench
+fi
+for b in kiln-broker kiln-worker kiln-bench; do
+  [[ -x "$BIN/$b" ]] || { echo "run_bench.sh: $BIN/$b missing (drop --no-build)" >&2; exit 2; }
+done
+
+TMP=$(mktemp -d /tmp/kiln-bench.XXXXXX)
+SUFFIX=${TMP##*.}
+PIDS=()  # everything we started, in start order
+cleanup() {
+  local rc=$?
+  # Stop in reverse order: workers, broker, redis. SIGTERM, then SIGKILL after 10 s.
+  for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
+    kill -TERM "${PIDS[i]}" 2>/dev/null || true
+  done
+  for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
+    for _ in $(seq 100); do kill -0 "${PIDS[i]}" 2>/dev/null || break; sleep 0.1; done
+    if kill -KILL "${PIDS[i]}" 2>/dev/null; then
+      echo "run_bench.sh: pid ${PIDS[i]} ignored SIGTERM for 10 s; killed" >&2
+    fi
+    wait "${PIDS[i]}" 2>/dev/null || true
+  done
+  # The workers leave their (empty) cgroup prefix directories behind: remove ours.
+  if [[ -n "${SUFFIX:-}" ]]; then
+    find /sys/fs/cgroup -maxdepth 4 -depth -type d -name "kiln-bench-$SUFFIX-w*" \
+      -exec rmdir {} \; 2>/dev/null || true
+  fi
+  if [[ $rc -ne 0 || -n "${KILN_KEEP_BENCH_DIR:-}" ]]; then
+    echo "run_bench.sh: logs, configs and results kept in $TMP" >&2
+  else
+    rm -rf "$TMP"
+  fi
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+USED_PORTS=" "
+free_port() {
+  local p
+  while :; do
+    p=$((20000 + RANDOM % 40000))
+    [[ "$USED_PORTS" == *" $p "* ]] && continue
+    if [[ -z $(ss -Hltn "sport = :$p") ]]; then USED_PORTS+="$p "; echo "$p"; return; fi
+  done
+}
+wait_for() {  # wait_for SECONDS WHAT CMD...: polls CMD every 0.1 s
+  local secs=$1 what=$2; shift 2
+  for _ in $(seq $((secs * 10))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
+  echo "run_bench.sh: $what not ready after ${secs}s; logs in $TMP" >&2
+  tail -n 20 "$TMP"/*.log >&2 || true
+  return 1
+}
+
+REDIS_PORT=$(free_port)
+HTTP_PORT=$(free_port)
+ZMQ_PORT=$(free_port)
+URL="http://127.0.0.1:$HTTP_PORT"
+TOKEN="bench-token-$SUFFIX"
+ADMIN="bench-admin-$SUFFIX"
+
+echo "== cluster in $TMP: redis :$REDIS_PORT, broker http :$HTTP_PORT zmq :$ZMQ_PORT," \
+  "2 workers x $SLOTS slots, warm $WARM per runtime"
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$TMP" --save "" --appendonly no \
+  --daemonize no >"$TMP/redis.log" 2>&1 &
+PIDS+=($!)
+wait_for 10 redis-server redis-cli -p "$REDIS_PORT" ping
+
+cat >"$TMP/broker.yaml" <<EOF
+broker:
+  id: bench-broker
+  http: {listen: "127.0.0.1:$HTTP_PORT", threads: 64}
+  workers: {endpoint: "tcp://127.0.0.1:$ZMQ_PORT"}
+  redis: {url: "redis://127.0.0.1:$REDIS_PORT"}
+tenants:
+  - {name: bench, tokens: ["$TOKEN"]}
+admin_tokens: ["$ADMIN"]
+log: {level: warn}
+EOF
+"$BIN/kiln-broker" --config "$TMP/broker.yaml" >"$TMP/broker.log" 2>&1 &
+PIDS+=($!)
+wait_for 15 "kiln-broker" curl -sf "$URL/v1/health"
+
+WORKER_IDS=()
+for i in 0 1; do
+  id="bench-w$i-$SUFFIX"
+  WORKER_IDS+=("$id")
+  cat >"$TMP/worker$i.yaml" <<EOF
+worker:
+  id: $id
+  brokers: ["tcp://127.0.0.1:$ZMQ_PORT"]
+  slots: $SLOTS
+  warm_per_runtime: $WARM
+  drain_timeout_ms: 5000
+sandbox:
+  state_dir: $TMP/w$i
+  cgroup_prefix: kiln-bench-$SUFFIX-w$i
+  uid_base: $((400000 + 10000 * i))
+  uid_count: 10000
+log: {level: warn}
+EOF
+  "$BIN/kiln-worker" --config "$TMP/worker$i.yaml" >"$TMP/worker$i.log" 2>&1 &
+  PIDS+=($!)
+done
+workers_listed() {
+  local body
+  body=$(curl -sf -H "Authorization: Bearer $ADMIN" "$URL/v1/workers") || return 1
+  for id in "${WORKER_IDS[@]}"; do [[ "$body" == *"\"$id\""* ]] || return 1; done
+}
+wait_for 30 "both workers in GET /v1/workers" workers_listed
+echo "== workers registered: ${WORKER_IDS[*]}"
+echo "== host: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+
+FAILED_RUNS=()
+RESULTS=()
+run() {  # run NAME ARGS...: one kiln-bench run, printed with its command line
+  local name=$1; shift
+  local cmd=("$BIN/kiln-bench" --url "$URL" --token "$TOKEN" "$@")
+  echo
+  echo "\$ ${cmd[*]}"
+  if ! "${cmd[@]}" --json-file "$TMP/$name.json"; then FAILED_RUNS+=("$name"); fi
+  RESULTS+=("$name")
+}
+
+run python-c4 --lang python --concurrency 4 --jobs "$JOBS"
+run javascript-c4 --lang javascript --concurrency 4 --jobs "$JOBS"
+run shell-c4 --lang shell --concurrency 4 --jobs "$JOBS"
+run python-c1 --lang python --concurrency 1 --jobs "$JOBS"
+run python-c8 --lang python --concurrency 8 --jobs "$JOBS"
+# The cheapest job at concurrency 1, over keep-alive and over a fresh connection
+# per job: the difference is per-connection cost (e.g. Nagle + delayed ACK).
+run shell-c1 --lang shell --concurrency 1 --jobs "$JOBS"
+run shell-c1-newconn --lang shell --concurrency 1 --jobs "$JOBS" --new-connection
+
+if command -v jq >/dev/null; then
+  echo
+  echo "== summary (ms; e2e = client end to end over succeeded jobs; dur/queued = server medians)"
+  printf '%-17s %5s %5s %8s %8s %8s %8s %8s %8s %8s %9s\n' run ok fail 'jobs/s' 'e2e p50' \
+    'e2e p90' 'e2e p99' 'e2e max' 'dur p50' 'que p50' 'overhead'
+  for name in "${RESULTS[@]}"; do
+    jq -r --arg n "$name" '[$n, .succeeded, .failed, .throughput_jobs_per_s, .latency_ms.p50,
+        .latency_ms.p90, .latency_ms.p99, .latency_ms.max, .server_duration_ms.p50,
+        .server_queued_ms.p50, .overhead_outside_sandbox_ms] | @tsv' "$TMP/$name.json" |
+      while IFS=$'\t' read -r n ok fail tput p50 p90 p99 max dur que ovh; do
+        printf '%-17s %5s %5s %8.1f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f\n' \
+          "$n" "$ok" "$fail" "$tput" "$p50" "$p90" "$p99" "$max" "$dur" "$que" "$ovh"
+      done
+  done
+fi
+
+echo
+echo "== load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+if [[ ${#FAILED_RUNS[@]} -gt 0 ]]; then
+  echo "== runs with failed jobs: ${FAILED_RUNS[*]}"
+  exit 1
+fi
+echo "== all runs succeeded"

@@ -1,0 +1,1057 @@
+// The escape and abuse suite: hostile programs (Python, JavaScript, shell)
+// submitted through a real cluster — redis-server, a broker and two workers
+// as processes — and the specific outcome each must have (status, exit code,
+// what the program printed), plus what the host sees meanwhile and after.
+// Every case is built so that it fails when the protection it checks is
+// removed (a positive control next to each denial shows the probe works).
+//
+// Parameterized over `sandbox.cgroup_mode` (v1, v2): one cluster per mode,
+// started by the first case of that mode and stopped after its last; a mode
+// the host lacks is skipped. Run it alone (RUN_SERIAL): it counts host
+// processes per sandbox uid, and every TestCluster uses the same uid range.
+// Expected errnos follow docs/security.md (seccomp_policy.cpp).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+
+#include <future>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "tests/sandbox/escape_host.hpp"
+#include "tests/support/cluster.hpp"
+
+namespace kiln::testing {
+namespace {
+
+using escape::FindHostWorkspaceWith;
+using escape::ProcessCountByUid;
+using escape::ProcessesMatching;
+using escape::PublishFile;
+using escape::UidProcess;
+using nlohmann::json;
+using ::testing::AnyOf;
+using ::testing::Contains;
+using ::testing::Eq;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr int kWorkers = 2;
+constexpr uid_t kUidLo = TestCluster::kUidBase;
+constexpr uid_t kUidHi = TestCluster::kUidBase + 19999;
+constexpr int kEPERM = 1, kENOENT = 2, kESRCH = 3, kEAGAIN = 11, kEACCES = 13, kENOSPC = 28,
+              kEROFS = 30, kENOSYS = 38, kEAFNOSUPPORT = 97, kENETUNREACH = 101,
+              kECONNREFUSED = 111;
+constexpr int kSIGXCPU = 24, kSIGSYS = 31;
+constexpr long kTmpfsMagic = 0x01021994;
+
+std::string RandomHex() {
+  std::random_device rd;
+  char buf[17];
+  snprintf(buf, sizeof buf, "%08x%08x", rd(), rd());
+  return buf;
+}
+
+// The last non-empty line of `out` parsed as JSON (null if it is not JSON):
+// each program ends by printing one JSON report.
+json Report(const json& record) {
+  if (!record.contains("stdout") || !record["stdout"].is_string()) return nullptr;
+  std::string out = record["stdout"].get<std::string>();
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  size_t nl = out.rfind('\n');
+  return json::parse(nl == std::string::npos ? out : out.substr(nl + 1), nullptr, false);
+}
+
+class EscapeTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  struct ModeCluster {
+    std::unique_ptr<TestCluster> cluster;
+    std::string start_error;
+  };
+
+  static void TearDownTestSuite() { clusters_.clear(); }
+
+  void SetUp() override {
+    std::string why;
+    if (!escape::CgroupModeAvailable(GetParam(), &why)) {
+      GTEST_SKIP() << "cgroup mode " << GetParam() << " is not available on this host: " << why;
+    }
+    ModeCluster& mc = clusters_[GetParam()];
+    if (!mc.cluster && mc.start_error.empty()) {
+      try {
+        ClusterOptions options;
+        options.workers = kWorkers;
+        options.slots = 2;
+        options.warm_per_runtime = 1;
+        options.cgroup_mode = GetParam();
+        options.worker_env = {"KILN_ESCAPE_MARKER=" + marker_};
+        mc.cluster = TestCluster::Start(options);
+      } catch (const std::exception& e) {
+        mc.start_error = e.what();
+      }
+    }
+    ASSERT_TRUE(mc.cluster) << "cluster with cgroup_mode " << GetParam()
+                            << " did not start: " << mc.start_error;
+    c_ = mc.cluster.get();
+  }
+
+  void TearDown() override {
+    if (HasFailure() && c_ != nullptr) std::cerr << c_->DumpLogs();
+  }
+
+  // Runs one job (wait:true) and returns its record; a non-200 reply is a failure.
+  json Run(const std::string& language, const std::string& code, const json& limits = nullptr,
+           const json& input = nullptr, const json& env = nullptr) {
+    json req = {{"language", language}, {"code", code}};
+    if (!limits.is_null()) req["limits"] = limits;
+    if (!input.is_null()) req["input"] = input;
+    if (!env.is_null()) req["env"] = env;
+    HttpReply r = c_->Submit(req);
+    EXPECT_EQ(r.status, 200) << r.raw;
+    return r.body.is_object() ? r.body : json::object();
+  }
+  std::future<json> RunAsync(const std::string& language, const std::string& code,
+                             const json& limits = nullptr, const json& input = nullptr) {
+    return std::async(std::launch::async, [=, this] { return Run(language, code, limits, input); });
+  }
+
+  // A plain job succeeds on every worker (enough parallel jobs that both
+  // workers take some) and the worker processes are alive and registered.
+  void ExpectClusterHealthy() {
+    std::vector<std::future<json>> jobs;
+    for (int i = 0; i < 2 * kWorkers * 2; ++i) jobs.push_back(RunAsync("python", "import time\ntime.sleep(0.2)\nprint(1)"));
+    std::set<std::string> workers;
+    for (auto& f : jobs) {
+      json r = f.get();
+      EXPECT_EQ(r.value("status", ""), "succeeded") << r.dump();
+      EXPECT_EQ(r.value("stdout", ""), "1\n") << r.dump();
+      if (r.contains("worker") && r["worker"].is_string()) workers.insert(r["worker"]);
+    }
+    EXPECT_EQ(static_cast<int>(workers.size()), kWorkers) << "not every worker ran a job";
+    for (int i = 0; i < kWorkers; ++i) EXPECT_TRUE(c_->worker(i).running()) << "worker " << i;
+    EXPECT_TRUE(c_->WaitForWorkers(kWorkers, std::chrono::seconds(5)));
+  }
+
+  // Largest number of processes any sandbox uid holds, sampled until `done`.
+  static int MaxProcessesPerJobUid(std::future<json>& done) {
+    int peak = 0;
+    while (done.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) {
+      for (auto& [uid, n] : ProcessCountByUid(kUidLo, kUidHi)) peak = std::max(peak, n);
+    }
+    return peak;
+  }
+
+  // Waits until no sandbox uid holds more than one process (a warm sandbox
+  // is one interpreter): everything a job started is gone.
+  static bool JobProcessesGone() {
+    return WaitFor(
+        [] {
+          for (auto& [uid, n] : ProcessCountByUid(kUidLo, kUidHi)) {
+            if (n > 1) return false;
+          }
+          return true;
+        },
+        std::chrono::seconds(10));
+  }
+
+  static inline std::map<std::string, ModeCluster> clusters_;
+  static inline const std::string marker_ = "host-secret-" + RandomHex();
+  TestCluster* c_ = nullptr;
+};
+
+// One instantiation per mode: each is its own test suite, so all cases of
+// one mode run together and TearDownTestSuite stops that mode's cluster
+// before the next one starts (TestCluster gives every cluster the same uid
+// range, so two must never run at once).
+INSTANTIATE_TEST_SUITE_P(CgroupV1, EscapeTest, ::testing::Values("v1"),
+                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(CgroupV2, EscapeTest, ::testing::Values("v2"),
+                         [](const auto& info) { return info.param; });
+
+// ---------------------------------------------------------------- reading
+
+TEST_P(EscapeTest, HostFilesAreNotVisible) {
+  json paths = {"/etc/shadow", "/etc/gshadow", "/etc/sudoers", c_->worker_config(0),
+                c_->worker_config(1), c_->dir() + "/redis.log", "/root", "/home",
+                "/proc/kcore", "/sys/kernel"};
+  auto py = Run("python", R"PY(
+import os, json
+def probe(p):
+    try:
+        if os.path.isdir(p):
+            return 'list:%d' % len(os.listdir(p))
+        with open(p, 'rb') as f:
+            return 'read:%d' % len(f.read(64))
+    except OSError as e:
+        return 'errno:%d' % e.errno
+out = {p: probe(p) for p in paths}
+out['control'] = probe('/etc/passwd')
+out['etc'] = sorted(os.listdir('/etc'))
+print(json.dumps(out))
+)PY", nullptr, {{"paths", paths}});
+  ASSERT_EQ(py.value("status", ""), "succeeded") << py.dump();
+  json rep = Report(py);
+  ASSERT_TRUE(rep.is_object()) << py.dump();
+  EXPECT_THAT(rep["control"].get<std::string>(), ::testing::StartsWith("read:")) << rep.dump();
+  for (const auto& p : paths) {
+    // /proc/kcore is masked (an empty file or a null bind), never readable.
+    if (p == "/proc/kcore") {
+      EXPECT_THAT(rep[p.get<std::string>()].get<std::string>(),
+                  AnyOf(Eq("read:0"), ::testing::StartsWith("errno:")))
+          << p;
+      continue;
+    }
+    EXPECT_EQ(rep[p.get<std::string>()], "errno:" + std::to_string(kENOENT)) << p << " " << rep.dump();
+  }
+  EXPECT_THAT(rep["etc"], Not(Contains("shadow"))) << rep["etc"].dump();
+  EXPECT_THAT(rep["etc"], Contains("passwd"));
+
+  auto js = Run("javascript", R"JS(
+const fs = require('fs');
+const out = {};
+for (const p of ['/etc/shadow', cfg]) {
+  try { out[p] = 'read:' + fs.readFileSync(p).length; } catch (e) { out[p] = e.code; }
+}
+console.log(JSON.stringify(out));
+)JS", nullptr, {{"cfg", c_->worker_config(0)}});
+  ASSERT_EQ(js.value("status", ""), "succeeded") << js.dump();
+  json jrep = Report(js);
+  EXPECT_EQ(jrep["/etc/shadow"], "ENOENT") << js.dump();
+  EXPECT_EQ(jrep[c_->worker_config(0)], "ENOENT") << js.dump();
+
+  auto sh = Run("shell", "cat /etc/shadow; echo rc=$?; cat " + c_->worker_config(1) + "; echo rc=$?");
+  EXPECT_EQ(sh.value("status", ""), "succeeded") << sh.dump();
+  EXPECT_EQ(sh.value("stdout", ""), "rc=1\nrc=1\n") << sh.dump();
+  EXPECT_THAT(sh.value("stderr", ""), HasSubstr("No such file or directory")) << sh.dump();
+}
+
+TEST_P(EscapeTest, HostEnvironmentIsNotVisibleAnywhere) {
+  // The marker is in every worker's environment (ClusterOptions.worker_env).
+  ASSERT_THAT(ReadFile("/proc/" + std::to_string(c_->worker(0).pid()) + "/environ"),
+              HasSubstr(marker_));
+  auto r = Run("python", R"PY(
+import os, glob, json
+needles = [name.encode(), value.encode()]
+res = {'files': {}, 'hits': []}
+for p in ['/proc/1/environ', '/proc/self/environ'] + sorted(glob.glob('/proc/[0-9]*/environ')):
+    try:
+        data = open(p, 'rb').read()
+    except OSError as e:
+        res['files'][p] = -e.errno
+        continue
+    res['files'][p] = len(data)
+    if any(n in data for n in needles):
+        res['hits'].append(p)
+res['in_os_environ'] = any(n.decode() in k or n.decode() in v for n in needles for k, v in os.environ.items())
+res['pid1'] = open('/proc/1/cmdline', 'rb').read().split(b'\0')[0].decode()
+res['pids'] = sorted(int(x) for x in os.listdir('/proc') if x.isdigit())
+res['mypid'] = os.getpid()
+print(json.dumps(res))
+)PY", nullptr, {{"name", "KILN_ESCAPE_MARKER"}, {"value", marker_}});
+  ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
+  json rep = Report(r);
+  ASSERT_TRUE(rep.is_object()) << r.dump();
+  EXPECT_GT(rep["files"]["/proc/1/environ"].get<int>(), 0) << rep.dump();  // readable: our own
+  EXPECT_GT(rep["files"]["/proc/self/environ"].get<int>(), 0) << rep.dump();
+  EXPECT_EQ(rep["hits"], json::array()) << rep.dump();
+  EXPECT_FALSE(rep["in_os_environ"].get<bool>());
+  // pid 1 is the job's own interpreter: the host's processes are not there.
+  EXPECT_EQ(rep["mypid"], 1) << rep.dump();
+  EXPECT_EQ(rep["pid1"], "/usr/bin/python3") << rep.dump();
+  EXPECT_EQ(rep["pids"], json::array({1})) << rep.dump();
+}
+
+TEST_P(EscapeTest, AnotherJobsWorkspaceIsNotReachable) {
+  const std::string secret = "secret-" + RandomHex();
+  auto holder = RunAsync("python", R"PY(
+import os, time, json
+open('kiln-escape-secret.txt', 'w').write(secret)
+for _ in range(2000):
+    if os.path.exists('release'):
+        break
+    time.sleep(0.01)
+print(json.dumps({'cwd': os.getcwd(), 'released': os.path.exists('release')}))
+)PY", {{"timeout_ms", 40000}}, {{"secret", secret}});
+  std::string host_ws = FindHostWorkspaceWith(c_->dir(), kWorkers, "kiln-escape-secret.txt",
+                                              std::chrono::seconds(20));
+  ASSERT_FALSE(host_ws.empty()) << "the first job's workspace never appeared on the host";
+  ASSERT_EQ(ReadFile(host_ws + "/kiln-escape-secret.txt"), secret);
+
+  json paths = {host_ws, host_ws + "/kiln-escape-secret.txt", c_->dir() + "/w0/ws",
+                c_->dir() + "/w1/ws", c_->dir()};
+  auto prober = Run("python", R"PY(
+import os, json
+res = {}
+for p in paths:
+    try:
+        res[p] = sorted(os.listdir(p)) if not p.endswith('.txt') else open(p).read()
+    except OSError as e:
+        res[p] = -e.errno
+res['own'] = sorted(os.listdir('/workspace'))
+res['cwd'] = os.getcwd()
+found = []
+for top in ['/tmp', '/workspace', '/dev', '/etc', '/proc/self', '/']:
+    for root, dirs, files in os.walk(top):
+        if top == '/':
+            dirs[:] = []
+        if top == '/proc/self':
+            dirs[:] = [d for d in dirs if d in ('cwd', 'root')]
+        for f in files:
+            if f == 'kiln-escape-secret.txt':
+                found.append(os.path.join(root, f))
+res['found'] = found
+print(json.dumps(res))
+)PY", nullptr, {{"paths", paths}});
+  PublishFile(host_ws, "release", "");
+  json first = holder.get();
+
+  ASSERT_EQ(first.value("status", ""), "succeeded") << first.dump();
+  EXPECT_EQ(Report(first), (json{{"cwd", "/workspace"}, {"released", true}})) << first.dump();
+  ASSERT_EQ(prober.value("status", ""), "succeeded") << prober.dump();
+  json rep = Report(prober);
+  ASSERT_TRUE(rep.is_object()) << prober.dump();
+  for (const auto& p : paths) EXPECT_EQ(rep[p.get<std::string>()], -kENOENT) << p << " " << rep.dump();
+  EXPECT_EQ(rep["cwd"], "/workspace");
+  EXPECT_THAT(rep["own"], Not(Contains("kiln-escape-secret.txt"))) << rep.dump();
+  EXPECT_EQ(rep["found"], json::array()) << rep.dump();
+}
+
+TEST_P(EscapeTest, RootListingShowsOnlyTheSandboxView) {
+  auto r = Run("python", R"PY(
+import os, json
+print(json.dumps({'root': sorted(os.listdir('/')), 'testdir': os.path.exists(testdir),
+                  'statedir': os.path.exists(statedir)}))
+)PY", nullptr, {{"testdir", c_->dir()}, {"statedir", c_->dir() + "/w0"}});
+  ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
+  json rep = Report(r);
+  ASSERT_TRUE(rep.is_object()) << r.dump();
+  const std::set<std::string> allowed = {"bin",  "dev",  "etc",  "lib",       "lib32", "lib64",
+                                         "libx32", "proc", "sbin", "tmp", "usr", "workspace"};
+  for (const auto& e : rep["root"]) {
+    EXPECT_TRUE(allowed.count(e.get<std::string>())) << "unexpected /" << e << " in " << rep["root"];
+  }
+  for (const char* must : {"usr", "etc", "tmp", "proc", "dev", "workspace"}) {
+    EXPECT_THAT(rep["root"], Contains(must)) << rep["root"];
+  }
+  for (const char* absent : {"root", "home", "var", "srv", "opt", "run", "boot", "sys", "mnt", "media"}) {
+    EXPECT_THAT(rep["root"], Not(Contains(absent))) << rep["root"];
+  }
+  EXPECT_FALSE(rep["testdir"].get<bool>());
+  EXPECT_FALSE(rep["statedir"].get<bool>());
+}
+
+// ---------------------------------------------------------------- writing
+
+TEST_P(EscapeTest, WritesOutsideWorkspaceAndTmpFail) {
+  const std::string tag = "kiln-escape-" + RandomHex();
+  json targets = {"/usr/" + tag, "/usr/bin/" + tag, "/etc/" + tag, "/etc/passwd", "/" + tag,
+                  "/bin/" + tag, "/dev/" + tag, "/proc/sys/kernel/hostname",
+                  "/proc/sys/kernel/" + tag};
+  auto r = Run("python", R"PY(
+import os, json
+def write(p):
+    try:
+        with open(p, 'a') as f:
+            f.write('kiln\n')
+        return 0
+    except OSError as e:
+        return e.errno
+res = {p: write(p) for p in targets}
+def mk(p):
+    try:
+        os.mkdir(p); return 0
+    except OSError as e:
+        return e.errno
+res['mkdir /' + tag + '.d'] = mk('/' + tag + '.d')
+res['mkdir /usr/' + tag + '.d'] = mk('/usr/' + tag + '.d')
+res['ok /workspace'] = write('/workspace/' + tag)
+res['ok /tmp'] = write('/tmp/' + tag)
+res['ok /dev/shm'] = write('/dev/shm/' + tag)
+print(json.dumps(res))
+)PY", nullptr, {{"targets", targets}, {"tag", tag}});
+  ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
+  json rep = Report(r);
+  ASSERT_TRUE(rep.is_object()) << r.dump();
+  EXPECT_EQ(rep["ok /workspace"], 0) << rep.dump();
+  EXPECT_EQ(rep["ok /tmp"], 0) << rep.dump();
+  for (auto& [key, value] : rep.items()) {
+    if (key.rfind("ok ", 0) == 0) continue;
+    EXPECT_THAT(value.get<int>(), AnyOf(kEROFS, kEACCES, kEPERM, kENOENT)) << key << " " << rep.dump();
+    EXPECT_NE(value.get<int>(), 0) << key;
+  }
+  // And nothing reached the host's directories.
+  for (const char* dir : {"/usr/", "/usr/bin/", "/etc/", "/", "/bin/", "/dev/"}) {
+    struct stat st{};
+    EXPECT_NE(::stat((dir + tag).c_str(), &st), 0) << dir << tag << " exists on the host";
+  }
+}
+
+TEST_P(EscapeTest, FillingTheWorkspaceEndsWithEnospcOnATmpfs) {
+  auto job = RunAsync("python", R"PY(
+import os, json, time
+def fill(d):
+    # Files of 8 MiB each: one big file would stop at RLIMIT_FSIZE (EFBIG) first.
+    chunk = b'k' * (1 << 20)
+    written, err, n = 0, None, 0
+    while err is None and written < (1 << 30):
+        fd = os.open('%s/fill.bin.%d' % (d, n), os.O_WRONLY | os.O_CREAT, 0o600)
+        n += 1
+        try:
+            for _ in range(8):
+                written += os.write(fd, chunk)
+        except OSError as e:
+            err = e.errno
+        os.close(fd)
+    return written, err
+ws = fill('/workspace')
+tmp = fill('/tmp')
+os.unlink('/workspace/fill.bin.0')   # room for the marker
+open('/workspace/full', 'w').close()
+for _ in range(1500):
+    if os.path.exists('/workspace/release'):
+        break
+    time.sleep(0.01)
+print(json.dumps({'ws': ws, 'tmp': tmp}))
+)PY", {{"timeout_ms", 40000}, {"memory_mb", 512}});
+  std::string host_ws = FindHostWorkspaceWith(c_->dir(), kWorkers, "full", std::chrono::seconds(30));
+  bool on_tmpfs = false;
+  uint64_t host_ws_bytes = 0;
+  if (!host_ws.empty()) {
+    struct statfs fs{};
+    if (::statfs(host_ws.c_str(), &fs) == 0) {
+      on_tmpfs = static_cast<long>(fs.f_type) == kTmpfsMagic;
+      host_ws_bytes = static_cast<uint64_t>(fs.f_blocks) * fs.f_bsize;
+    }
+    PublishFile(host_ws, "release", "");
+  }
+  json r = job.get();
+  ASSERT_FALSE(host_ws.empty()) << "the job never reported a full workspace: " << r.dump();
+  // The bytes went to a size-capped tmpfs, never to the host's disk.
+  EXPECT_TRUE(on_tmpfs) << host_ws << " is not a tmpfs";
+  EXPECT_LE(host_ws_bytes, 256u << 20) << host_ws;
+  ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
+  json rep = Report(r);
+  ASSERT_TRUE(rep.is_object()) << r.dump();
+  EXPECT_EQ(rep["ws"][1], kENOSPC) << rep.dump();
+  EXPECT_EQ(rep["tmp"][1], kENOSPC) << rep.dump();
+  EXPECT_GT(rep["ws"][0].get<int64_t>(), 8 << 20) << rep.dump();
+  EXPECT_LE(rep["ws"][0].get<int64_t>(), static_cast<int64_t>(host_ws_bytes)) << rep.dump();
+  EXPECT_LE(rep["tmp"][0].get<int64_t>(), 256 << 20) << rep.dump();
+  // The workspace is unmounted and gone once the job ended.
+  EXPECT_TRUE(WaitFor([&] { return !escape::TreeHasFile(c_->dir(), "fill.bin.1"); },
+                      std::chrono::seconds(10)))
+      << "fill.bin.1 still exists under " << c_->dir();
+}
+
+// ---------------------------------------------------------------- network
+
+TEST_P(EscapeTest, NetworkReachesNothing) {
+  ASSERT_TRUE(CanConnect(c_->redis_port()));  // they are really listening
+  ASSERT_TRUE(CanConnect(c_->http_port()));
+  json ports = {{"redis", c_->redis_port()}, {"broker", c_->http_port()}, {"ssh", 22}};
+  auto r = Run("python", R"PY(
+import socket, json, os, subprocess
+def conn(family, host, port):
+    s = None
+    try:
+        s = socket.socket(family, socket.SOCK_STREAM)
+        s.settimeout(2)
+        s.connect((host, port))
+        return 'connected'
+    except socket.timeout:
+        return 'timeout'
+    except OSError as e:
+        return e.errno
+    finally:
+        if s is not None:
+            s.close()
+res = {}
+res['ifaces'] = sorted(l.split(':')[0].strip() for l in open('/proc/net/dev').read().splitlines()[2:])
+res['routes'] = open('/proc/net/route').read().splitlines()[1:]
+try:
+    res['sys_class_net'] = sorted(os.listdir('/sys/class/net'))
+except OSError as e:
+    res['sys_class_net'] = -e.errno
+try:
+    res['ip'] = subprocess.run(['ip', '-o', 'link'], capture_output=True, text=True, timeout=5).stdout
+except OSError as e:
+    res['ip'] = -e.errno
+for name, port in ports.items():
+    res['v4 ' + name] = conn(socket.AF_INET, '127.0.0.1', port)
+    res['v6 ' + name] = conn(socket.AF_INET6, '::1', port)
+# Only with nothing but `lo` and no route can this never leave the host.
+if res['ifaces'] == ['lo'] and not res['routes']:
+    res['offhost'] = conn(socket.AF_INET, '10.255.255.1', 80)
+else:
+    res['offhost'] = 'not attempted'
+# A positive control: loopback inside the namespace works for UDP.
+a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); a.bind(('127.0.0.1', 0))
+b = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); b.sendto(b'ping', a.getsockname())
+a.settimeout(2)
+res['udp_self'] = a.recv(10).decode()
+print(json.dumps(res))
+)PY", {{"timeout_ms", 20000}}, {{"ports", ports}});
+  ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
+  json rep = Report(r);
+  ASSERT_TRUE(rep.is_object()) << r.dump();
+  EXPECT_EQ(rep["ifaces"], json::array({"lo"})) << rep.dump();
+  EXPECT_EQ(rep["routes"], json::array()) << rep.dump();
+  EXPECT_EQ(rep["sys_class_net"], -kENOENT) << rep.dump();  // /sys is not in the view
+  if (rep["ip"].is_string()) {
+    EXPECT_THAT(rep["ip"].get<std::string>(), HasSubstr(": lo:")) << rep.dump();
+    EXPECT_THAT(rep["ip"].get<std::string>(), Not(HasSubstr("eth"))) << rep.dump();
+  }
+  for (const char* name : {"redis", "broker", "ssh"}) {
+    // Landlock ABI >= 4 denies TCP connect (EACCES); without it the
+    // namespace's own lo has nothing listening (ECONNREFUSED).
+    std::string v4 = std::string("v4 ") + name, v6 = std::string("v6 ") + name;
+    ASSERT_TRUE(rep[v4].is_number()) << v4 << " " << rep.dump();
+    EXPECT_THAT(rep[v4].get<int>(), AnyOf(kEACCES, kECONNREFUSED)) << v4 << " " << rep.dump();
+    // ::1 may also be missing (EADDRNOTAVAIL) or IPv6 off (EAFNOSUPPORT).
+    ASSERT_TRUE(rep[v6].is_number()) << v6 << " " << rep.dump();
+    EXPECT_THAT(rep[v6].get<int>(), AnyOf(kEACCES, kECONNREFUSED, 99, kEAFNOSUPPORT))
+        << v6 << " " << rep.dump();
+  }
+  ASSERT_TRUE(rep["offhost"].is_number()) << rep.dump();
+  EXPECT_THAT(rep["offhost"].get<int>(), AnyOf(kEACCES, kENETUNREACH)) << rep.dump();
+  EXPECT_EQ(rep["udp_self"], "ping");
+
+  auto js = Run("javascript", R"JS(
+const net = require('net');
+const out = {};
+let pending = 2;
+for (const [name, port] of [['redis', redis], ['broker', broker]]) {
+  const s = net.connect({host: '127.0.0.1', port});
+  s.on('connect', () => { out[name] = 'connected'; s.destroy(); if (--pending === 0) console.log(JSON.stringify(out)); });
+  s.on('error', e => { out[name] = e.code; if (--pending === 0) console.log(JSON.stringify(out)); });
+}
+)JS", nullptr, {{"redis", c_->redis_port()}, {"broker", c_->http_port()}});
+  ASSERT_EQ(js.value("status", ""), "succeeded") << js.dump();
+  json jrep = Report(js);
+  for (const char* name : {"redis", "broker"}) {
+    EXPECT_THAT(jrep.value(name, ""), AnyOf(Eq("EACCES"), Eq("ECONNREFUSED"))) << js.dump();
+  }
+}
+
+// ---------------------------------------------------------------- resources
+
+TEST_P(EscapeTest, PythonForkBombIsContainedByThePidsLimit) {
+  auto start = std::chrono::steady_clock::now();
+  auto bomb = RunAsync("python", R"PY(
+import os, time
+ok = fail = last = 0
+start = time.time()
+while time.time() - start < 2.5:
+    try:
+        pid = os.fork()
+    except OSError as e:
+        fail += 1
+        last = e.errno
+        time.sleep(0.005)
+        continue
+    if pid == 0:
+        while True:
+            try:
+                os.fork()
+            except OSError:
+                time.sleep(0.01)
+    ok += 1
+print('forked %d failed %d errno %d' % (ok, fail, last), flush=True)
+while True:
+    time.sleep(1)
+)PY", {{"max_pids", 32}, {"timeout_ms", 6000}});
+  int peak = MaxProcessesPerJobUid(bomb);
+  json r = bomb.get();
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(r.value("status", ""), "timed_out") << r.dump();
+  EXPECT_LT(elapsed, std::chrono::seconds(20));
+  std::string out = r.value("stdout", "");
+  int ok = -1, fail = -1, err = -1;
+  ASSERT_EQ(sscanf(out.c_str(), "forked %d failed %d errno %d", &ok, &fail, &err), 3) << r.dump();
+  EXPECT_LT(ok, 32) << out;
+  EXPECT_GT(fail, 0) << out;
+  EXPECT_EQ(err, kEAGAIN) << out;
+  EXPECT_LE(peak, 32) << "a job uid held " << peak << " processes on the host";
+  EXPECT_GT(peak, 5) << "the bomb never ran?";
+  EXPECT_TRUE(JobProcessesGone()) << "processes of the bomb outlived the job";
+  ExpectClusterHealthy();
+}
+
+TEST_P(EscapeTest, ShellForkBombIsContainedByThePidsLimit) {
+  auto start = std::chrono::steady_clock::now();
+  auto bomb = RunAsync("shell", R"SH(:(){ :|:& };:
+end=$((SECONDS+3)); while ((SECONDS<end)); do true; done
+echo bomb-contained
+while true; do true; done
+)SH", {{"max_pids", 32}, {"timeout_ms", 6000}});
+  int peak = MaxProcessesPerJobUid(bomb);
+  json r = bomb.get();
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(r.value("status", ""), "timed_out") << r.dump();
+  EXPECT_EQ(r.value("stdout", ""), "bomb-contained\n") << r.dump();
+  EXPECT_LT(elapsed, std::chrono::seconds(20));
+  EXPECT_LE(peak, 32) << "a job uid held " << peak << " processes on the host";
+  EXPECT_GT(peak, 5) << "the bomb never ran?";
+  EXPECT_TRUE(JobProcessesGone()) << "processes of the bomb outlived the job";
+  ExpectClusterHealthy();
+}
+
+TEST_P(EscapeTest, MemoryBombEndsMemoryExceeded) {
+  auto r = Run("python", R"PY(
+chunks = []
+for i in range(64):
+    chunks.append(b'x' * (16 << 20))   # 1 GiB in 16 MiB pieces, every page touched
+print('allocated 1 GiB')
+)PY", {{"memory_mb", 64}, {"timeout_ms", 20000}});
+  EXPECT_EQ(r.value("status", ""), "memory_exceeded") << r.dump();
+  EXPECT_EQ(r["error"].value("code", ""), "MEMORY_EXCEEDED") << r.dump();
+  EXPECT_THAT(r.value("stdout", ""), Not(HasSubstr("allocated"))) << r.dump();
+  ExpectClusterHealthy();
+}
+
+TEST_P(EscapeTest, CpuSpinEndsAtTheCpuLimitNotTheWallTimeout) {
+  auto start = std::chrono::steady_clock::now();
+  auto r = Run("python", "while True:\n    pass\n", {{"cpu_ms", 1000}, {"timeout_ms", 10000}});
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(r.value("status", ""), "timed_out") << r.dump();
+  EXPECT_EQ(r["error"].value("code", ""), "TIMEOUT") << r.dump();
+  // The worker kills the sandbox once its cgroup has used the budget (SIGKILL);
+  // the per-process rlimit (SIGXCPU) is the backstop.
+  EXPECT_THAT(r.value("signal", 0), ::testing::AnyOf(kSIGXCPU, 9)) << r.dump();
+  EXPECT_LT(elapsed, std::chrono::milliseconds(8000)) << r.dump();
+  ASSERT_TRUE(r["usage"].is_object()) << r.dump();
+  double cpu = r["usage"].value("cpu_ms", 0.0);
+  EXPECT_GE(cpu, 900) << r.dump();
+  EXPECT_LE(cpu, 2500) << r.dump();
+
+  // Ignoring SIGXCPU does not help: the hard limit (a second later) kills.
+  start = std::chrono::steady_clock::now();
+  auto ign = Run("python", "import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True:\n    pass\n",
+                 {{"cpu_ms", 1000}, {"timeout_ms", 20000}});
+  elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(elapsed, std::chrono::milliseconds(15000)) << ign.dump();
+  EXPECT_THAT(ign.value("status", ""), AnyOf(Eq("timed_out"), Eq("failed"))) << ign.dump();
+  ASSERT_TRUE(ign["usage"].is_object()) << ign.dump();
+  EXPECT_LE(ign["usage"].value("cpu_ms", 0.0), 3500) << ign.dump();
+}
+
+// RLIMIT_CPU counts per process: the job's cpu_ms must hold for the job,
+// however many processes it spreads the work over.
+TEST_P(EscapeTest, CpuLimitCoversChildProcesses) {
+  auto r = Run("python", R"PY(
+import subprocess, sys
+spin = 'import time\nt = time.process_time()\nwhile time.process_time() - t < 1.2: pass'
+for i in range(3):
+    rc = subprocess.run([sys.executable, '-c', spin]).returncode
+    print('child', i, rc, flush=True)
+)PY", {{"cpu_ms", 1000}, {"timeout_ms", 30000}});
+  ASSERT_TRUE(r["usage"].is_object()) << r.dump();
+  EXPECT_LE(r["usage"].value("cpu_ms", 0.0), 2500) << r.dump();
+  EXPECT_EQ(r.value("status", ""), "timed_out") << r.dump();
+  EXPECT_THAT(r.value("stdout", ""), Not(HasSubstr("child 2"))) << r.dump();
+}
+
+TEST_P(EscapeTest, OutputFloodIsTruncatedAndEndsEarly) {
+  auto start = std::chrono::steady_clock::now();
+  auto r = Run("python", "while True:\n    print('x' * 1000)\n",
+               {{"max_output_bytes", 10000}, {"timeout_ms", 20000}});
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_TRUE(r.value("truncated", false)) << r.dump();
+  EXPECT_LE(r.value("stdout", "").size() + r.value("stderr", "").size(), 10000u);
+  EXPECT_GT(r.value("stdout", "").size(), 5000u);
+  // docs/api.md: flooding far past the cap is killed, `failed` OUTPUT_LIMIT.
+  EXPECT_EQ(r.value("status", ""), "failed") << r.dump();
+  EXPECT_EQ(r["error"].value("code", ""), "OUTPUT_LIMIT") << r.dump();
+  EXPECT_LT(elapsed, std::chrono::seconds(15)) << r.value("duration_ms", 0.0);
+  ExpectClusterHealthy();
+}
+
+// ---------------------------------------------------------------- syscalls
+
+TEST_P(EscapeTest, DangerousSyscallsAreRefused) {
+  auto r = Run("python", R"PY(
+import ctypes, os, json, socket
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def sc(nr, *args):
+    conv = [a if isinstance(a, ctypes.c_char_p) else ctypes.c_long(a) for a in args]
+    ctypes.set_errno(0)
+    rv = libc.syscall(ctypes.c_long(nr), *conv)
+    return [rv, ctypes.get_errno()]
+S = ctypes.c_char_p
+NS = ['user', 'mnt', 'net', 'pid', 'uts', 'ipc', 'cgroup']
+before = {'ns': {n: os.readlink('/proc/self/ns/' + n) for n in NS}, 'ids': list(os.getresuid()) + list(os.getresgid())}
+res = {}
+res['ptrace'] = sc(101, 0, 0, 0, 0)                                  # PTRACE_TRACEME
+res['mount'] = sc(165, S(b'none'), S(b'/tmp'), S(b'tmpfs'), 0, 0)
+res['unshare'] = sc(272, 0x10000000)                                 # CLONE_NEWUSER
+res['unshare_net'] = sc(272, 0x40000000)                             # CLONE_NEWNET
+fd = os.open('/proc/self/ns/uts', os.O_RDONLY)
+res['setns'] = sc(308, fd, 0)
+res['bpf'] = sc(321, 0, 0, 0)                                        # BPF_MAP_CREATE
+res['perf_event_open'] = sc(298, 0, 0, -1, -1, 0)
+res['keyctl'] = sc(250, 0, -3, 1)                                    # GET_KEYRING_ID(session, create)
+res['io_uring_setup'] = sc(425, 1, 0)
+res['userfaultfd'] = sc(323, 1)                                      # UFFD_USER_MODE_ONLY
+res['clone3'] = sc(435, 0, 0)
+res['clone_newuser'] = sc(56, 0x10000000 | 17, 0, 0, 0, 0)           # clone(CLONE_NEWUSER|SIGCHLD)
+try:
+    socket.socket(40, socket.SOCK_STREAM)                            # AF_VSOCK
+    res['vsock'] = [0, 0]
+except OSError as e:
+    res['vsock'] = [-1, e.errno]
+after = {'ns': {n: os.readlink('/proc/self/ns/' + n) for n in NS}, 'ids': list(os.getresuid()) + list(os.getresgid())}
+res['same_after'] = before == after
+res['ids'] = after['ids']
+print(json.dumps(res))
+)PY");
+  ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
+  json rep = Report(r);
+  ASSERT_TRUE(rep.is_object()) << r.dump();
+  const std::map<std::string, int> expected = {
+      {"ptrace", kEPERM},          {"mount", kEPERM},          {"unshare", kEPERM},
+      {"unshare_net", kEPERM},     {"setns", kEPERM},          {"bpf", kEPERM},
+      {"perf_event_open", kEPERM}, {"keyctl", kEPERM},         {"io_uring_setup", kENOSYS},
+      {"userfaultfd", kEPERM},     {"clone3", kENOSYS},        {"clone_newuser", kEPERM},
+      {"vsock", kEAFNOSUPPORT}};
+  for (const auto& [name, err] : expected) {
+    EXPECT_EQ(rep[name], json::array({-1, err})) << name << " " << rep.dump();
+  }
+  EXPECT_TRUE(rep["same_after"].get<bool>()) << "namespaces or ids changed: " << rep.dump();
+  for (const auto& id : rep["ids"]) {
+    EXPECT_GE(id.get<int64_t>(), kUidLo) << rep.dump();
+    EXPECT_LE(id.get<int64_t>(), kUidHi) << rep.dump();
+  }
+
+  // kexec_load is on the kill list: the job dies with SIGSYS, reported loudly.
+  auto k = Run("python", R"PY(
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+print('before', flush=True)
+rv = libc.syscall(ctypes.c_long(246), ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0))
+print('after', rv, ctypes.get_errno(), flush=True)
+)PY");
+  EXPECT_EQ(k.value("status", ""), "failed") << k.dump();
+  EXPECT_EQ(k["error"].value("code", ""), "SECURITY_BLOCKED") << k.dump();
+  EXPECT_EQ(k.value("signal", json(nullptr)), kSIGSYS) << k.dump();
+  EXPECT_EQ(k.value("stdout", ""), "before\n") << k.dump();
+}
+
+TEST_P(EscapeTest, KillMinusOneTouchesNothingOutsideTheJob) {
+  ChildProcess root_sentinel =
+      ChildProcess::Start({"/bin/sleep", "300"}, c_->dir() + "/sentinel.log");
+  auto job = RunAsync("python", R"PY(
+import os, time, json, signal
+open('kill-ready', 'w').close()
+for _ in range(1500):
+    if os.path.exists('go'):
+        break
+    time.sleep(0.01)
+pids = json.load(open('go'))
+def k(pid, sig):
+    try:
+        os.kill(pid, sig)
+        return 0
+    except OSError as e:
+        return e.errno
+res = {'uid': os.getuid()}
+for name, pid in pids.items():
+    res[name] = k(pid, 0)
+res['kill_all'] = k(-1, signal.SIGKILL)
+for name in ('same_uid', 'root_sentinel'):
+    res['term ' + name] = k(pids[name], signal.SIGKILL)
+time.sleep(0.2)
+print(json.dumps(res))
+)PY", {{"timeout_ms", 30000}});
+  std::string host_ws = FindHostWorkspaceWith(c_->dir(), kWorkers, "kill-ready", std::chrono::seconds(20));
+  ASSERT_FALSE(host_ws.empty());
+  struct stat st{};
+  ASSERT_EQ(::stat(host_ws.c_str(), &st), 0);
+  ASSERT_GE(st.st_uid, kUidLo);
+  // A neighbour with the job's own uid: only the pid namespace (and Landlock
+  // signal scoping) keeps kill(-1) away from it.
+  UidProcess same_uid = UidProcess::Start(st.st_uid, {"/bin/sleep", "300"});
+  ASSERT_TRUE(WaitFor([&] { return same_uid.uid() == static_cast<long>(st.st_uid); },
+                      std::chrono::seconds(5)));
+  json pids = {{"same_uid", same_uid.pid()},
+               {"root_sentinel", root_sentinel.pid()},
+               {"worker0", c_->worker(0).pid()},
+               {"worker1", c_->worker(1).pid()},
+               {"broker", c_->broker(0).pid()}};
+  PublishFile(host_ws, "go", pids.dump());
+  json r = job.get();
+  ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
+  json rep = Report(r);
+  ASSERT_TRUE(rep.is_object()) << r.dump();
+  EXPECT_EQ(rep["uid"], st.st_uid);
+  for (auto& [name, pid] : pids.items()) {
+    EXPECT_EQ(rep[name], kESRCH) << name << " is visible: " << rep.dump();
+  }
+  EXPECT_EQ(rep["term same_uid"], kESRCH) << rep.dump();
+  EXPECT_EQ(rep["term root_sentinel"], kESRCH) << rep.dump();
+  EXPECT_EQ(rep["kill_all"], kESRCH) << "kill(-1) found something to signal: " << rep.dump();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_TRUE(same_uid.running()) << "a host process of the job's uid was killed";
+  EXPECT_TRUE(root_sentinel.running());
+  for (int i = 0; i < kWorkers; ++i) EXPECT_TRUE(c_->worker(i).running()) << "worker " << i;
+  EXPECT_TRUE(c_->broker(0).running());
+}
+
+// ---------------------------------------------------------------- lifetime
+
+TEST_P(EscapeTest, DaemonsDoNotOutliveThePythonJob) {
+  auto start = std::chrono::steady_clock::now();
+  auto r = Run("python", R"PY(
+import os, subprocess, sys, time, json
+if os.fork() == 0:              # double fork + setsid
+    if os.fork() == 0:
+        os.setsid()
+        os.execv('/bin/sleep', ['sleep', '31337'])
+    os._exit(0)
+os.wait()
+Q = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+subprocess.Popen(['setsid', 'sleep', '31338'], start_new_session=True, **Q)
+os.system('nohup sleep 31339 >/dev/null 2>&1 &')
+subprocess.Popen(['sleep', '31340'], start_new_session=True)   # keeps stdout open
+subprocess.Popen([sys.executable, '-c', 'import time\nwhile True: time.sleep(1)', 'kiln-escape-daemon'],
+                 start_new_session=True, **Q)
+time.sleep(0.5)
+alive = []
+for p in os.listdir('/proc'):
+    if p.isdigit():
+        try:
+            alive.append(open('/proc/%s/cmdline' % p, 'rb').read().replace(b'\0', b' ').decode().strip())
+        except OSError:
+            pass
+print(json.dumps(sorted(alive)))
+)PY", {{"timeout_ms", 20000}});
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
+  EXPECT_LT(elapsed, std::chrono::seconds(10)) << "a daemon holding stdout kept the job open";
+  std::string alive = Report(r).dump();
+  for (const char* d : {"sleep 31337", "sleep 31338", "sleep 31339", "sleep 31340", "kiln-escape-daemon"}) {
+    EXPECT_THAT(alive, HasSubstr(d)) << "the daemon did not start inside the job";
+  }
+  std::vector<escape::HostProcess> left;
+  bool clean = WaitFor(
+      [&] {
+        left.clear();
+        for (const char* d : {"sleep 3133", "sleep 31340", "kiln-escape-daemon"}) {
+          for (auto& p : ProcessesMatching(d)) left.push_back(p);
+        }
+        return left.empty();
+      },
+      std::chrono::seconds(5));
+  EXPECT_TRUE(clean) << left.size() << " daemon(s) survived, e.g. pid "
+                     << (left.empty() ? 0 : left[0].pid) << " uid " << (left.empty() ? 0 : left[0].uid)
+                     << ": " << (left.empty() ? "" : left[0].cmdline);
+}
+
+TEST_P(EscapeTest, DaemonsDoNotOutliveTheShellJob) {
+  auto r = Run("shell", R"SH((setsid sleep 31341 &)
+nohup sleep 31342 >/dev/null 2>&1 &
+disown
+setsid -f sleep 31343 </dev/null >/dev/null 2>&1
+sleep 0.3
+ps_out=$(cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' ' ')
+echo "$ps_out"
+)SH", {{"timeout_ms", 20000}});
+  ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
+  for (const char* d : {"sleep 31341", "sleep 31342", "sleep 31343"}) {
+    EXPECT_THAT(r.value("stdout", ""), HasSubstr(d)) << "the daemon did not start inside the job";
+  }
+  bool clean = WaitFor([] { return ProcessesMatching("sleep 3134").empty(); }, std::chrono::seconds(5));
+  EXPECT_TRUE(clean) << "a shell daemon survived its job";
+}
+
+TEST_P(EscapeTest, NothingCarriesOverBetweenJobs) {
+  std::set<std::string> workers;
+  const std::string py = R"PY(
+import os, glob, json, sys, builtins, types
+seen = sorted(glob.glob('/tmp/kiln-iso-*') + glob.glob('/workspace/kiln-iso-*') + glob.glob('/dev/shm/kiln-iso-*'))
+res = {'seen': seen, 'global': 'kiln_iso_global' in globals(), 'builtin': hasattr(builtins, 'kiln_iso'),
+       'sys': hasattr(sys, 'kiln_iso'), 'module': 'kiln_iso_mod' in sys.modules, 'env': os.environ.get('KILN_ISO')}
+open('/tmp/kiln-iso-' + tag, 'w').write(tag)
+open('/workspace/kiln-iso-' + tag, 'w').write(tag)
+kiln_iso_global = tag
+builtins.kiln_iso = tag
+sys.kiln_iso = tag
+sys.modules['kiln_iso_mod'] = types.ModuleType('kiln_iso_mod')
+os.environ['KILN_ISO'] = tag
+print(json.dumps(res))
+)PY";
+  const std::string js = R"JS(
+const fs = require('fs');
+const list = d => { try { return fs.readdirSync(d).filter(n => n.startsWith('kiln-iso-')).map(n => d + '/' + n); } catch (e) { return []; } };
+const res = {seen: [...list('/tmp'), ...list('/workspace')], global: typeof globalThis.kilnIso !== 'undefined',
+             env: process.env.KILN_ISO || null};
+fs.writeFileSync('/tmp/kiln-iso-' + tag, tag);
+fs.writeFileSync('/workspace/kiln-iso-' + tag, tag);
+globalThis.kilnIso = tag;
+process.env.KILN_ISO = tag;
+console.log(JSON.stringify(res));
+)JS";
+  const json clean_py = {{"seen", json::array()}, {"global", false}, {"builtin", false},
+                         {"sys", false},          {"module", false}, {"env", nullptr}};
+  const json clean_js = {{"seen", json::array()}, {"global", false}, {"env", nullptr}};
+  int n = 0;
+  for (int round = 0; round < 5; ++round) {
+    std::vector<std::pair<std::string, std::future<json>>> jobs;
+    for (int i = 0; i < 4; ++i) {
+      std::string lang = i % 2 ? "javascript" : "python";
+      jobs.emplace_back(lang, RunAsync(lang, lang == "python" ? py : js, nullptr,
+                                       {{"tag", std::to_string(++n)}}));
+    }
+    for (auto& [lang, f] : jobs) {
+      json r = f.get();
+      ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
+      EXPECT_EQ(Report(r), lang == "python" ? clean_py : clean_js) << "job " << n << " saw a predecessor: " << r.dump();
+      if (r["worker"].is_string()) workers.insert(r["worker"]);
+    }
+  }
+  EXPECT_EQ(static_cast<int>(workers.size()), kWorkers) << "only some workers were exercised";
+}
+
+// ---------------------------------------------------------------- identity
+
+TEST_P(EscapeTest, EnvironmentDescriptorsAndCredentialsAreMinimal) {
+  auto r = Run("python", R"PY(
+import os, json, subprocess, sys, fcntl
+def own_fds():
+    out = []
+    for fd in range(4096):
+        try:
+            flags = fcntl.fcntl(fd, fcntl.F_GETFD)
+        except OSError:
+            continue
+        out.append([fd, bool(flags & fcntl.FD_CLOEXEC)])
+    return out
+probe = ("import os, json\nfds = []\nfor fd in range(4096):\n    try:\n        os.fstat(fd)\n"
+         "    except OSError:\n        continue\n    fds.append(fd)\nprint(json.dumps([fds, sorted(os.environ)]))")
+child = subprocess.run([sys.executable, '-c', probe], close_fds=False, capture_output=True, text=True)
+shell = subprocess.run(['/bin/sh', '-c', 'ls /proc/$$/fd; true'], close_fds=False, capture_output=True, text=True)
+status = {}
+for line in open('/proc/self/status'):
+    k, _, v = line.partition(':')
+    status[k] = ' '.join(v.split())
+init_env = sorted(e.split(b'=', 1)[0].decode() for e in open('/proc/1/environ', 'rb').read().split(b'\0') if e)
+print(json.dumps({'env': dict(os.environ), 'init_env': init_env, 'own_fds': own_fds(),
+                  'child': json.loads(child.stdout), 'shell_fds': shell.stdout.split(),
+                  'status': {k: status.get(k) for k in ['Uid', 'Gid', 'Groups', 'CapInh', 'CapPrm',
+                             'CapEff', 'CapBnd', 'CapAmb', 'NoNewPrivs', 'Seccomp']},
+                  'umask': os.umask(0o22)}))
+)PY", nullptr, nullptr, {{"KILN_JOB_VAR", "job-value"}});
+  ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
+  json rep = Report(r);
+  ASSERT_TRUE(rep.is_object()) << r.dump();
+  // docs/runtimes.md: the fixed base plus the job's variables, nothing else.
+  EXPECT_EQ(rep["env"], (json{{"PATH", "/usr/local/bin:/usr/bin:/bin"},
+                              {"HOME", "/workspace"},
+                              {"TMPDIR", "/tmp"},
+                              {"LANG", "C.UTF-8"},
+                              {"KILN_JOB_VAR", "job-value"}}))
+      << rep.dump();
+  EXPECT_EQ(rep["init_env"], json::array({"HOME", "LANG", "PATH", "TMPDIR"})) << rep.dump();
+  EXPECT_EQ(rep["child"][1], json::array({"HOME", "KILN_JOB_VAR", "LANG", "PATH", "TMPDIR"}));
+  // The job holds 0-2 and the control fd 3, close-on-exec; its children only 0-2.
+  EXPECT_EQ(rep["own_fds"], json::parse("[[0,false],[1,false],[2,false],[3,true]]")) << rep.dump();
+  EXPECT_EQ(rep["child"][0], json::array({0, 1, 2})) << rep.dump();
+  EXPECT_EQ(rep["shell_fds"], json::array({"0", "1", "2"})) << rep.dump();
+  const json& st = rep["status"];
+  for (const char* key : {"Uid", "Gid"}) {
+    std::set<std::string> ids = escape::Words(st[key].get<std::string>());
+    ASSERT_EQ(ids.size(), 1u) << key << " differ: " << st.dump();  // real = effective = saved = fs
+    long id = std::stol(*ids.begin());
+    EXPECT_GE(id, static_cast<long>(kUidLo)) << st.dump();
+    EXPECT_LE(id, static_cast<long>(kUidHi)) << st.dump();
+  }
+  EXPECT_EQ(st["Groups"], "") << st.dump();
+  for (const char* cap : {"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"}) {
+    EXPECT_EQ(st[cap], "0000000000000000") << cap << " " << st.dump();
+  }
+  EXPECT_EQ(st["NoNewPrivs"], "1") << st.dump();
+  EXPECT_EQ(st["Seccomp"], "2") << st.dump();
+  EXPECT_EQ(rep["umask"], 0022);
+
+  auto js = Run("javascript", "console.log(JSON.stringify(Object.keys(process.env).sort()))",
+                nullptr, nullptr, {{"KILN_JOB_VAR", "x"}});
+  ASSERT_EQ(js.value("status", ""), "succeeded") << js.dump();
+  EXPECT_EQ(Report(js), json::array({"HOME", "KILN_JOB_VAR", "LANG", "PATH", "TMPDIR"})) << js.dump();
+}
+
+TEST_P(EscapeTest, SetuidBinariesGrantNothing) {
+  auto r = Run("python", R"PY(
+import os, subprocess, json, stat, time
+res = {'setuid_files': [], 'runs': {}, 'euid_seen': []}
+for c in ['/usr/bin/su', '/usr/bin/passwd', '/usr/bin/mount', '/usr/bin/umount', '/usr/bin/newgrp',
+          '/usr/bin/chsh', '/usr/bin/gpasswd', '/usr/bin/sudo']:
+    try:
+        if os.stat(c).st_mode & stat.S_ISUID:
+            res['setuid_files'].append(c)
+    except OSError:
+        pass
+os.makedirs('/tmp/kiln-mnt', exist_ok=True)
+def run(argv):
+    # stdin stays an open pipe so a prompting binary blocks: then its
+    # effective uid can be read from /proc while it runs.
+    try:
+        p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError as e:
+        return [-e.errno, '', '']
+    deadline = time.time() + 1.5
+    while p.poll() is None and time.time() < deadline:
+        try:
+            for line in open('/proc/%d/status' % p.pid):
+                if line.startswith('Uid:'):
+                    res['euid_seen'].append([argv[0], int(line.split()[2])])
+        except OSError:
+            pass
+        time.sleep(0.02)
+    if p.poll() is None:
+        p.kill()
+    out, err = p.communicate()
+    return [p.returncode, out.decode(errors='replace')[-200:], err.decode(errors='replace')[-200:]]
+res['runs']['su'] = run(['/usr/bin/su', 'root', '-c', 'id -u > /tmp/kiln-su-ran'])
+res['runs']['passwd'] = run(['/usr/bin/passwd', '-d', 'root'])
+res['runs']['mount'] = run(['/usr/bin/mount', '-t', 'tmpfs', 'none', '/tmp/kiln-mnt'])
+res['su_ran'] = os.path.exists('/tmp/kiln-su-ran')
+res['mounted'] = ' /tmp/kiln-mnt ' in open('/proc/self/mountinfo').read()
+# Directories mounted without nosuid (masked single files cannot hold a binary).
+res['suid_mounts'] = [l.split()[4] for l in open('/proc/self/mountinfo')
+                      if 'nosuid' not in l.split()[5].split(',') and os.path.isdir(l.split()[4])]
+res['euid'] = os.geteuid()
+print(json.dumps(res))
+)PY", {{"timeout_ms", 20000}});
+  ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
+  json rep = Report(r);
+  ASSERT_TRUE(rep.is_object()) << r.dump();
+  // The probe is only meaningful if real setuid-root binaries are in the view.
+  EXPECT_FALSE(rep["setuid_files"].empty()) << rep.dump();
+  for (auto& [name, run] : rep["runs"].items()) {
+    EXPECT_NE(run[0], 0) << name << " succeeded: " << rep.dump();
+  }
+  // At least one setuid binary was caught running (blocked on its prompt).
+  EXPECT_FALSE(rep["euid_seen"].empty()) << rep.dump();
+  for (const auto& seen : rep["euid_seen"]) {
+    EXPECT_NE(seen[1], 0) << seen[0] << " ran with euid 0: " << rep.dump();
+  }
+  EXPECT_FALSE(rep["su_ran"].get<bool>()) << rep.dump();
+  EXPECT_FALSE(rep["mounted"].get<bool>()) << rep.dump();
+  EXPECT_EQ(rep["suid_mounts"], json::array()) << "mounts without nosuid: " << rep.dump();
+  EXPECT_NE(rep["euid"], 0);
+}
+
+// Last: after every abuse above, plain jobs still run on every worker.
+TEST_P(EscapeTest, ZzClusterStillServesAfterTheAbuse) {
+  ExpectClusterHealthy();
+  auto js = Run("javascript", "console.log(1)");
+  EXPECT_EQ(js.value("status", ""), "succeeded") << js.dump();
+  auto sh = Run("shell", "echo 1");
+  EXPECT_EQ(sh.value("status", ""), "succeeded") << sh.dump();
+  EXPECT_EQ(sh.value("stdout", ""), "1\n") << sh.dump();
+}
+
+}  // namespace
+}  // namespace kiln::testing

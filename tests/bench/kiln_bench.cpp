@@ -51,6 +51,7 @@ struct Options {
   std::string code;
   int timeout_s = 120;
   bool new_connection = false;  // a fresh TCP connection per job instead of keep-alive
+  int pause_ms = 0;             // each client waits this long between jobs (latency when idle)
   bool json_output = false;
   std::string json_file;
 };
@@ -165,6 +166,7 @@ RunResult Run(const Options& opt) {
     std::vector<Sample>& mine = per_thread[t];
     last_done[t] = start;
     while (opt.duration_s > 0 ? SteadyClock::now() < deadline : jobs_left.fetch_sub(1) > 0) {
+      if (opt.pause_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(opt.pause_ms));
       Sample s = SubmitOne(cli, headers, body);
       last_done[t] = SteadyClock::now();
       if (!s.ok) note_failure(s);
@@ -317,6 +319,9 @@ int main(int argc, char** argv) {
   app.add_flag("--new-connection", opt.new_connection,
                "open a fresh connection per job instead of keep-alive (isolates per-connection "
                "effects such as Nagle delays)");
+  app.add_option("--pause-ms", opt.pause_ms,
+                 "each client waits this long before each measured job: the latency of a job "
+                 "that finds a warm sandbox ready, rather than the sandbox creation rate");
   app.add_flag("--json", opt.json_output, "print one JSON object instead of the table");
   app.add_option("--json-file", opt.json_file, "also write the JSON object to this file");
   CLI11_PARSE(app, argc, argv);

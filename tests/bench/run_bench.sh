@@ -173,6 +173,14 @@ run() {  # run NAME ARGS...: one kiln-bench run, printed with its command line
   RESULTS+=("$name")
 }
 
+# Latency of a job that finds a warm sandbox ready (the pool refills during
+# the pause): what an agent sees when it is not saturating the cluster.
+PACED=$(( JOBS < 100 ? JOBS : 100 ))
+run python-paced --lang python --concurrency 1 --jobs "$PACED" --pause-ms 100
+run javascript-paced --lang javascript --concurrency 1 --jobs "$PACED" --pause-ms 100
+run shell-paced --lang shell --concurrency 1 --jobs "$PACED" --pause-ms 100
+# Back to back: throughput is bounded by how fast fresh sandboxes are built
+# (every job gets a new one).
 run python-c4 --lang python --concurrency 4 --jobs "$JOBS"
 run javascript-c4 --lang javascript --concurrency 4 --jobs "$JOBS"
 run shell-c4 --lang shell --concurrency 4 --jobs "$JOBS"

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <charconv>
+#include <thread>
 
 #include "broker/api/submit_request.hpp"
 
@@ -13,6 +14,9 @@ namespace {
 using common::Code;
 using common::Status;
 using nlohmann::json;
+
+// How long a cancel request waits for the job to end before answering 202.
+constexpr auto kCancelWait = std::chrono::seconds(5);
 
 void Reply(httplib::Response& res, int status, const json& body) {
   res.status = status;
@@ -87,6 +91,8 @@ void HttpApi::Routes() {
          [this](const httplib::Request& q, httplib::Response& r) { Submit(q, r); });
   s.Get(R"(/v1/executions/([^/]+))",
         [this](const httplib::Request& q, httplib::Response& r) { Get(q, r); });
+  s.Post(R"(/v1/executions/([^/]+)/cancel)",
+         [this](const httplib::Request& q, httplib::Response& r) { Cancel(q, r); });
   s.Get("/v1/workers",
         [this](const httplib::Request& q, httplib::Response& r) { ListWorkers(q, r); });
   s.Get("/v1/health", [this](const httplib::Request& q, httplib::Response& r) { Health(q, r); });
@@ -143,15 +149,34 @@ void HttpApi::Submit(const httplib::Request& req, httplib::Response& res) {
   if (dispatcher_->QueueDepth() >= config_.max_queue) {
     return ReplyError(res, Status(Code::kQueueFull, "the queue is full; retry later"));
   }
-  // The record is in Redis before anyone learns the id.
-  JobRecord queued = JobRecord::Queued(*spec);
-  if (auto st = store_->Create(*spec, queued); !st.ok()) {
-    return ReplyError(res, Status(Code::kUnavailable, st.message()));
-  }
-  const std::string id = spec->id;
   const bool wait = spec->wait;
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(spec->limits.timeout_ms + config_.wait_grace_ms);
+  const std::string idem_key = req.get_header_value("Idempotency-Key");
+  if (!idem_key.empty()) {
+    bool ok = idem_key.size() <= 128;
+    for (char c : idem_key) ok = ok && c > ' ' && c < 127;
+    if (!ok) {
+      return ReplyError(res, common::InvalidRequest(
+                                 "Idempotency-Key: 1-128 printable ASCII characters, no spaces"));
+    }
+  }
+  // The record is in Redis before anyone learns the id.
+  JobRecord queued = JobRecord::Queued(*spec);
+  if (idem_key.empty()) {
+    if (auto st = store_->Create(*spec, queued); !st.ok()) {
+      return ReplyError(res, Status(Code::kUnavailable, st.message()));
+    }
+  } else {
+    auto earlier = store_->CreateIdempotent(*spec, queued, idem_key);
+    if (!earlier.ok()) return ReplyError(res, Status(Code::kUnavailable, earlier.status().message()));
+    if (!earlier->empty()) {
+      // A retry: answer with the job the first request created, never a second run.
+      res.set_header("Idempotent-Replay", "true");
+      return ReplyWithJob(res, *earlier, wait, deadline);
+    }
+  }
+  const std::string id = spec->id;
   JobWaiters::Handle handle;
   if (wait) handle = waiters_->Add(id);
   if (auto st = dispatcher_->Submit(std::move(*spec)); !st.ok()) {
@@ -169,6 +194,43 @@ void HttpApi::Submit(const httplib::Request& req, httplib::Response& res) {
   auto current = store_->Load(id);
   if (!current.ok()) return ReplyError(res, current.status());
   Reply(res, 200, current->ToJson());
+}
+
+void HttpApi::ReplyWithJob(httplib::Response& res, const std::string& id, bool wait,
+                           std::chrono::steady_clock::time_point deadline) {
+  while (true) {
+    auto record = store_->Load(id);
+    if (!record.ok()) return ReplyError(res, Status(Code::kUnavailable, record.status().message()));
+    if (!wait) return Reply(res, 202, {{"id", id}, {"status", JobStatusName(record->status)}});
+    if (IsTerminal(record->status) || std::chrono::steady_clock::now() >= deadline) {
+      return Reply(res, 200, record->ToJson());
+    }
+    // Another request (maybe on another broker) owns the waiter: poll.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+void HttpApi::Cancel(const httplib::Request& req, httplib::Response& res) {
+  auto caller = Authenticate(req);
+  if (!caller.ok()) return ReplyError(res, caller.status());
+  const std::string id = req.matches[1];
+  auto record = store_->Load(id);
+  if (!record.ok()) {
+    if (record.status().code() == Code::kNotFound) return ReplyError(res, record.status());
+    return ReplyError(res, Status(Code::kUnavailable, record.status().message()));
+  }
+  if (!caller->admin && record->tenant != caller->tenant) {
+    return ReplyError(res, common::NotFound("no execution with id " + id));
+  }
+  // Cancelling a finished job changes nothing: answer with its record.
+  if (IsTerminal(record->status)) return Reply(res, 200, record->ToJson());
+  auto handle = waiters_->Add(id);
+  dispatcher_->Cancel(id);
+  if (auto done = waiters_->Wait(handle, std::chrono::steady_clock::now() + kCancelWait)) {
+    return Reply(res, 200, done->ToJson());
+  }
+  // Still ending (the worker has not confirmed yet): the record will say.
+  ReplyWithJob(res, id, /*wait=*/false, std::chrono::steady_clock::now());
 }
 
 void HttpApi::Get(const httplib::Request& req, httplib::Response& res) {

@@ -3,14 +3,15 @@
 //   ASSIGN_OR_RETURN(auto api, HttpApi::Create(config, &store, &dispatcher, &waiters));
 //   std::jthread t([&] { api->Serve(); });   // until Stop()
 //
-// Routes: POST /v1/executions, GET /v1/executions/{id}, GET /v1/workers
-// (admin), GET /v1/health. Every error answers with the API's error object
+// Routes: POST /v1/executions (with Idempotency-Key), GET /v1/executions/{id},
+// POST /v1/executions/{id}/cancel, GET /v1/workers (admin), GET /v1/health. Every error answers with the API's error object
 // and code. Requests run on a pool of config.http_threads threads; a
 // `wait: true` submit holds its thread until the job ends (or its timeout plus
 // wait_grace_ms passes, then it answers with the current record).
 // Serve() blocks in the calling thread; Stop() may be called from any thread.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -54,6 +55,11 @@ class HttpApi {
   common::StatusOr<Caller> Authenticate(const httplib::Request& req) const;
   void Submit(const httplib::Request& req, httplib::Response& res);
   void Get(const httplib::Request& req, httplib::Response& res);
+  void Cancel(const httplib::Request& req, httplib::Response& res);
+  // The record of an existing job (wait: until it ends or the deadline),
+  // or 202 {id, status} when not waiting.
+  void ReplyWithJob(httplib::Response& res, const std::string& id, bool wait,
+                    std::chrono::steady_clock::time_point deadline);
   void ListWorkers(const httplib::Request& req, httplib::Response& res);
   void Health(const httplib::Request& req, httplib::Response& res);
 

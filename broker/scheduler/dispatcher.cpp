@@ -74,10 +74,22 @@ common::Status Dispatcher::Submit(JobSpec spec) {
     ++queued_total_;
     inbox_.push_back(std::move(spec));
   }
+  Wake();
+  return common::Status::Ok();
+}
+
+void Dispatcher::Cancel(const std::string& job_id) {
+  {
+    std::lock_guard lock(mu_);
+    cancels_.push_back(job_id);
+  }
+  Wake();
+}
+
+void Dispatcher::Wake() {
   uint64_t one = 1;
   ssize_t n = ::write(wake_.get(), &one, sizeof(one));
   (void)n;  // EAGAIN means the counter is already non-zero: the loop wakes anyway
-  return common::Status::Ok();
 }
 
 size_t Dispatcher::QueueDepth() const {
@@ -126,11 +138,32 @@ void Dispatcher::DrainInbox() {
   ssize_t n = ::read(wake_.get(), &count, sizeof(count));
   (void)n;
   std::deque<JobSpec> batch;
+  std::deque<std::string> cancels;
   {
     std::lock_guard lock(mu_);
     batch.swap(inbox_);
+    cancels.swap(cancels_);
   }
   for (auto& spec : batch) queue_.push_back(std::move(spec));
+  for (const auto& id : cancels) CancelNow(id);
+}
+
+void Dispatcher::CancelNow(const std::string& job_id) {
+  for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+    if (it->id != job_id) continue;
+    JobRecord r = JobRecord::Ended(*it, JobStatus::kCancelled, Code::kCancelled,
+                                   "cancelled before it started");
+    r.finished_ms = common::NowMs();
+    queue_.erase(it);
+    {
+      std::lock_guard lock(mu_);
+      --queued_total_;
+    }
+    Finish(std::move(r));
+    return;
+  }
+  auto it = in_flight_.find(job_id);
+  if (it != in_flight_.end()) Send(it->second.worker, protocol::Cancel{job_id});
 }
 
 void Dispatcher::ReceiveAll() {

@@ -11,7 +11,7 @@
 // so whatever a client reads back is stored. A worker that goes silent for
 // heartbeat_interval x liveness is dead: its running jobs end WORKER_LOST
 // (they are not re-run: code may have side effects).
-// Run() belongs to one thread; Submit(), QueueDepth() and Workers() are
+// Run() belongs to one thread; Submit(), Cancel(), QueueDepth() and Workers() are
 // thread-safe (they post to the loop through an eventfd-signalled inbox).
 #pragma once
 
@@ -74,6 +74,10 @@ class Dispatcher {
 
   // Thread-safe. QUEUE_FULL when max_queue jobs already wait.
   common::Status Submit(JobSpec spec);
+  // Thread-safe. Cancels a job this broker holds: a queued one ends
+  // `cancelled` at once; a running one is told to its worker, whose Result
+  // (reason cancelled) ends it. Unknown or finished jobs are ignored.
+  void Cancel(const std::string& job_id);
   size_t QueueDepth() const;
   std::vector<WorkerView> Workers() const;
 
@@ -93,6 +97,8 @@ class Dispatcher {
              JobStore* store, JobWaiters* waiters);
 
   void DrainInbox();
+  void CancelNow(const std::string& job_id);
+  void Wake();
   void ReceiveAll();
   void HandleRegister(const std::string& identity, common::protocol::Message& m);
   void HandleHeartbeat(const std::string& identity, common::protocol::Message& m);
@@ -129,6 +135,7 @@ class Dispatcher {
   // Shared with other threads.
   mutable std::mutex mu_;
   std::deque<JobSpec> inbox_;
+  std::deque<std::string> cancels_;
   size_t queued_total_ = 0;  // inbox_ + queue_, for QUEUE_FULL
   std::vector<WorkerView> worker_views_;
 };

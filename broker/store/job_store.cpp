@@ -19,6 +19,29 @@ common::Status JobStore::Create(const JobSpec& spec, const JobRecord& record) {
   return r.ok() ? common::Status::Ok() : r.status().WithContext("storing job " + spec.id);
 }
 
+common::StatusOr<std::string> JobStore::CreateIdempotent(const JobSpec& spec,
+                                                         const JobRecord& record,
+                                                         const std::string& key) {
+  // KEYS: idem, job. ARGV: id, ttl, spec, record, status, tenant.
+  static constexpr const char* kScript = R"lua(
+local earlier = redis.call('GET', KEYS[1])
+if earlier then return earlier end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+redis.call('HSET', KEYS[2], 'spec', ARGV[3], 'record', ARGV[4], 'status', ARGV[5], 'tenant', ARGV[6])
+redis.call('EXPIRE', KEYS[2], ARGV[2])
+return ''
+)lua";
+  const std::string idem = "{kiln}:idem:" + spec.tenant + ":" + key;
+  const std::string job = JobKey(spec.id);
+  const std::string spec_json = Dump(spec.ToJson());
+  const std::string record_json = Dump(record.ToJson());
+  auto conn = pool_->Acquire();
+  auto r = conn->Command({"EVAL", kScript, "2", idem, job, spec.id, ttl_s_, spec_json, record_json,
+                          JobStatusName(record.status), spec.tenant});
+  if (!r.ok()) return r.status().WithContext("storing job " + spec.id);
+  return r->str;
+}
+
 common::Status JobStore::Update(const JobRecord& record) {
   const std::string key = JobKey(record.id);
   auto conn = pool_->Acquire();

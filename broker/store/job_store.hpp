@@ -7,7 +7,9 @@
 // Keys (one hash tag, {kiln}, so multi-key scripts stay atomic on a cluster):
 //   {kiln}:job:<id>   hash  spec (JobSpec JSON), record (JobRecord JSON),
 //                           status, tenant; expires job_ttl_s after its last write
-// Round trips: Create 1, MarkRunning 1, Finish 1, Load 1.
+//   {kiln}:idem:<tenant>:<key>  string  the job id a client's Idempotency-Key
+//                           created; expires with the job (job_ttl_s)
+// Round trips: Create 1 (with or without an idempotency key), Update 1, Load 1.
 // Thread-safe (each call leases its own connection from the pool).
 #pragma once
 
@@ -27,6 +29,11 @@ class JobStore {
   static std::string JobKey(const std::string& id) { return "{kiln}:job:" + id; }
 
   common::Status Create(const JobSpec& spec, const JobRecord& record);
+  // Like Create, but only if no job was created with the same tenant and
+  // idempotency key: atomically (one script). Returns the id of the earlier
+  // job, or an empty string when this one was created.
+  common::StatusOr<std::string> CreateIdempotent(const JobSpec& spec, const JobRecord& record,
+                                                 const std::string& key);
   // Writes a non-terminal or terminal record (status + record JSON).
   common::Status Update(const JobRecord& record);
   // NOT_FOUND when the job is unknown or expired.

@@ -274,6 +274,11 @@ void Dispatcher::Tick() {
 }
 
 void Dispatcher::DispatchQueued() {
+  bool any_free = false;
+  for (const auto& [id, w] : table_.workers()) {
+    any_free = any_free || (!w.draining && w.running.size() < w.reg.slots);
+  }
+  if (!any_free) return;  // nothing can move: skip the walk over the queue
   for (auto it = queue_.begin(); it != queue_.end();) {
     auto worker = table_.Pick(it->language);
     if (!worker) {

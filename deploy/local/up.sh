@@ -118,7 +118,7 @@ print(json.dumps(d))' "$@")
 say "demo: one job per language"
 echo " python:";     run python 'import platform; print("hello from python", platform.python_version())'
 echo " javascript:"; run javascript 'console.log("hello from node", process.version)'
-echo " shell:";      run shell 'echo "hello from $(basename "$SHELL" 2>/dev/null || echo sh)"; uname -s'
+echo " shell:";      run shell 'echo "hello from bash $BASH_VERSION"; uname -s'
 say "demo: input and result"
 echo " python:";     run python 'result = {"mean": sum(numbers) / len(numbers), "n": len(numbers)}' '{"numbers": [3, 5, 10]}'
 

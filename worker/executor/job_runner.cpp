@@ -17,6 +17,7 @@ namespace {
 namespace protocol = common::protocol;
 
 constexpr size_t kReadSize = 64 << 10;
+constexpr int kMaxReadsPerWake = 16;
 // Output kept flowing this far past the cap before the job is killed.
 constexpr uint64_t kMinFloodBytes = 8u << 20;
 // After pid 1 exits, give the pipes this long to reach end-of-file.
@@ -41,7 +42,8 @@ class Pump {
   // Reads what is available from an output pipe; false at end-of-file.
   bool ReadOutput(int fd, protocol::Stream stream, std::string* dest) {
     std::array<char, kReadSize> buf;
-    while (true) {
+    // Bounded per call, so a flood cannot keep the loop from its deadlines.
+    for (int reads = 0; reads < kMaxReadsPerWake; ++reads) {
       ssize_t n = ::read(fd, buf.data(), buf.size());
       if (n == 0) return false;
       if (n < 0) return errno == EAGAIN || errno == EINTR;
@@ -58,6 +60,7 @@ class Pump {
         }
       }
     }
+    return true;
   }
 
   bool flooded() const { return total_ > flood_; }
@@ -77,13 +80,14 @@ class Pump {
 // Reads the control pipe; false at end-of-file. Stops keeping bytes past the cap.
 bool ReadControl(int fd, std::string* dest) {
   std::array<char, kReadSize> buf;
-  while (true) {
+  for (int reads = 0; reads < kMaxReadsPerWake; ++reads) {
     ssize_t n = ::read(fd, buf.data(), buf.size());
     if (n == 0) return false;
     if (n < 0) return errno == EAGAIN || errno == EINTR;
     size_t room = runtimes::Runtime::kMaxControlBytes + 1 - std::min(dest->size(), runtimes::Runtime::kMaxControlBytes + 1);
     dest->append(buf.data(), std::min(room, static_cast<size_t>(n)));
   }
+  return true;
 }
 
 }  // namespace

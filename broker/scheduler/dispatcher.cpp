@@ -15,6 +15,9 @@ namespace protocol = common::protocol;
 using common::Code;
 
 constexpr int kMaxMessagesPerPoll = 256;
+// A job whose worker is alive but sends no result this long after the job's
+// timeout is ended by the broker (exactly one terminal state, always).
+constexpr int64_t kResultGraceMs = 30'000;
 
 }  // namespace
 
@@ -266,6 +269,7 @@ void Dispatcher::Tick() {
     LoseJobs(id, jobs, "the worker stopped answering heartbeats");
   }
   FailQueuedWithoutRuntime();
+  FailOverdue();
   // Retry terminal records Redis refused earlier.
   std::vector<JobRecord> retry;
   retry.swap(unsaved_);
@@ -340,6 +344,28 @@ void Dispatcher::FailQueuedWithoutRuntime() {
       --queued_total_;
     }
     Finish(std::move(r));
+  }
+}
+
+void Dispatcher::FailOverdue() {
+  const int64_t now = common::NowMs();
+  std::vector<std::string> overdue;
+  for (const auto& [id, f] : in_flight_) {
+    const int64_t limit = static_cast<int64_t>(f.spec.limits.timeout_ms) + kResultGraceMs;
+    if (now - f.record.started_ms > limit) overdue.push_back(id);
+  }
+  for (const auto& id : overdue) {
+    auto it = in_flight_.find(id);
+    InFlight f = std::move(it->second);
+    in_flight_.erase(it);
+    table_.Release(f.worker, id);
+    Send(f.worker, protocol::Cancel{id});
+    spdlog::error("job {} on worker {} sent no result {} ms after its timeout: ending it", id,
+                  f.record.worker, kResultGraceMs);
+    f.record.status = JobStatus::kError;
+    f.record.error = JobError{"INTERNAL", "the worker sent no result for this job", true, "", ""};
+    f.record.finished_ms = now;
+    Finish(std::move(f.record));
   }
 }
 

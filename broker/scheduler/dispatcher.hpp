@@ -110,6 +110,7 @@ class Dispatcher {
   void Tick();
   void DispatchQueued();
   void FailQueuedWithoutRuntime();
+  void FailOverdue();
   // Ends in-flight jobs of a lost worker with WORKER_LOST.
   void LoseJobs(const std::string& worker, const std::vector<std::string>& job_ids,
                 const std::string& why);

@@ -122,6 +122,21 @@ TEST_F(FoundationTest, SleepingScriptTimesOutAndLeavesNothingBehind) {
   EXPECT_TRUE(clean) << "a sleep of the job survived it";
 }
 
+TEST_F(FoundationTest, OversizedErrorsAndResultsStillEndTheJob) {
+  // Both exceed what one wire message may carry for them; the job must still end.
+  auto big_error = Run({{"language", "python"}, {"code", "raise ValueError('e' * 200000)"}});
+  ASSERT_EQ(big_error.status, 200) << big_error.raw.substr(0, 500);
+  EXPECT_EQ(big_error.body["status"], "failed");
+  EXPECT_EQ(big_error.body["error"]["type"], "ValueError");
+  EXPECT_LE(big_error.body["error"]["message"].get<std::string>().size(), 65536u);
+
+  auto big_result = Run({{"language", "python"}, {"code", "result = 'r' * 9000000"}});
+  ASSERT_EQ(big_result.status, 200) << big_result.raw.substr(0, 500);
+  EXPECT_EQ(big_result.body["status"], "failed") << big_result.raw.substr(0, 500);
+  EXPECT_EQ(big_result.body["error"]["type"], "ResultTooLarge");
+  EXPECT_TRUE(big_result.body["result"].is_null());
+}
+
 TEST_F(FoundationTest, OutputOverTheCapIsTruncatedAndFlagged) {
   auto r = Run({{"language", "python"},
                 {"code", "print('x' * 5000)"},

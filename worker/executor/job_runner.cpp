@@ -90,6 +90,43 @@ bool ReadControl(int fd, std::string* dest) {
   return true;
 }
 
+// Keeps a Result inside the wire protocol's limits (messages.hpp), so the
+// broker can always decode it: an undecodable Result would leave the job
+// without an end.
+void FitToWire(protocol::Result* r) {
+  auto cut = [](std::string* s, size_t max) {
+    if (s->size() > max) s->resize(max);
+  };
+  if (r->result_json.size() > protocol::kMaxResultJsonBytes) {
+    r->result_json.clear();
+    if (!r->error) {
+      r->error = protocol::ErrorInfo{"ResultTooLarge",
+                                     "`result` is larger than " +
+                                         std::to_string(protocol::kMaxResultJsonBytes) + " bytes",
+                                     ""};
+    }
+  }
+  if (r->error) {
+    cut(&r->error->type, 256);
+    cut(&r->error->message, protocol::kMaxStringBytes);
+    cut(&r->error->traceback, protocol::kMaxStringBytes);
+  }
+  cut(&r->worker_error, protocol::kMaxStringBytes);
+  if (r->stdout_data.size() > protocol::kMaxStreamBytes ||
+      r->stderr_data.size() > protocol::kMaxStreamBytes) {
+    r->truncated = true;
+    cut(&r->stdout_data, protocol::kMaxStreamBytes);
+    cut(&r->stderr_data, protocol::kMaxStreamBytes);
+  }
+  uint64_t total = 0;
+  size_t keep = 0;
+  for (; keep < r->files.size() && keep < protocol::kMaxFiles; ++keep) {
+    total += r->files[keep].content.size();
+    if (total > protocol::kMaxFilesBytes) break;
+  }
+  r->files.resize(keep);
+}
+
 }  // namespace
 
 protocol::Result RunJob(const protocol::Execute& job, WarmSandbox& sb,
@@ -267,6 +304,7 @@ protocol::Result RunJob(const protocol::Execute& job, WarmSandbox& sb,
       result.stderr_data += "\n[kiln] collecting output files failed: " + files.status().message();
     }
   }
+  FitToWire(&result);
   return result;
 }
 

@@ -108,7 +108,9 @@ void WorkerLoop::OnExecute(BrokerLink& link, protocol::Message& m) {
     spdlog::warn("refusing job {}: {}", job_id, st.ToString());
     protocol::Result r;
     r.job_id = job_id;
-    r.reason = protocol::EndReason::kError;
+    // Busy or draining: the code never ran, so the broker may send it elsewhere.
+    r.reason = st.code() == common::Code::kUnavailable ? protocol::EndReason::kRefused
+                                                       : protocol::EndReason::kError;
     r.worker_error = st.ToString();
     link.Send(r);
   }

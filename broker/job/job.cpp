@@ -213,6 +213,7 @@ void JobRecord::ApplyResult(const protocol::Result& res, int64_t now_ms) {
       fail(JobStatus::kFailed, Code::kSecurityBlocked,
            "the sandbox killed the program for a forbidden system call");
       break;
+    case protocol::EndReason::kRefused:  // requeued by the dispatcher; here only if misused
     case protocol::EndReason::kError:
       fail(JobStatus::kError, Code::kInternal,
            "the worker could not run the job: " + res.worker_error);

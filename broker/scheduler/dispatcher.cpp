@@ -240,6 +240,22 @@ void Dispatcher::HandleResult(const std::string& identity, protocol::Message& m)
     spdlog::warn("result for unknown job {} from worker {}", res.job_id, identity);
     return;
   }
+  if (res.reason == protocol::EndReason::kRefused) {
+    // It never ran (the worker's slots went to other brokers' jobs, or it is
+    // draining): back to the front of the queue. Believe the worker's count
+    // until its next heartbeat.
+    spdlog::debug("worker {} refused {}: {}", identity, res.job_id, res.worker_error);
+    JobSpec spec = std::move(it->second.spec);
+    in_flight_.erase(it);
+    table_.Release(identity, res.job_id);
+    table_.MarkFull(identity);
+    queue_.push_front(std::move(spec));
+    {
+      std::lock_guard lock(mu_);
+      ++queued_total_;
+    }
+    return;
+  }
   JobRecord record = std::move(it->second.record);
   in_flight_.erase(it);
   table_.Release(identity, res.job_id);
@@ -280,7 +296,7 @@ void Dispatcher::Tick() {
 void Dispatcher::DispatchQueued() {
   bool any_free = false;
   for (const auto& [id, w] : table_.workers()) {
-    any_free = any_free || (!w.draining && w.running.size() < w.reg.slots);
+    any_free = any_free || (!w.draining && WorkerTable::Busy(w) < w.reg.slots);
   }
   if (!any_free) return;  // nothing can move: skip the walk over the queue
   for (auto it = queue_.begin(); it != queue_.end();) {
@@ -413,7 +429,7 @@ void Dispatcher::PublishWorkers() {
   for (const auto& [id, w] : table_.workers()) {
     views.push_back(WorkerView{w.reg.worker_id, w.reg.hostname, w.reg.runtimes,
                                w.reg.sandbox_layers, w.reg.slots,
-                               static_cast<uint32_t>(w.running.size()), w.draining,
+                               static_cast<uint32_t>(WorkerTable::Busy(w)), w.draining,
                                w.registered_at_ms, w.last_seen_ms, w.reg.metrics_endpoint});
   }
   std::lock_guard lock(mu_);

@@ -27,9 +27,13 @@ bool WorkerTable::OnHeartbeat(const std::string& identity, const common::protoco
                               Clock::time_point now, int64_t now_ms) {
   auto it = workers_.find(identity);
   if (it == workers_.end()) return false;
-  it->second.last_seen = now;
-  it->second.last_seen_ms = now_ms;
-  it->second.draining = hb.draining;
+  WorkerInfo& w = it->second;
+  w.last_seen = now;
+  w.last_seen_ms = now_ms;
+  w.draining = hb.draining;
+  w.external_busy = hb.running > w.running.size()
+                        ? static_cast<uint32_t>(hb.running - w.running.size())
+                        : 0;
   return true;
 }
 
@@ -66,7 +70,7 @@ std::vector<std::pair<std::string, std::vector<std::string>>> WorkerTable::Expir
 std::optional<std::string> WorkerTable::Pick(const std::string& runtime) const {
   const WorkerInfo* best = nullptr;
   for (const auto& [id, w] : workers_) {
-    if (w.draining || w.running.size() >= w.reg.slots) continue;
+    if (w.draining || Busy(w) >= w.reg.slots) continue;
     const auto& rts = w.reg.runtimes;
     if (std::find(rts.begin(), rts.end(), runtime) == rts.end()) continue;
     if (best == nullptr) {
@@ -74,9 +78,9 @@ std::optional<std::string> WorkerTable::Pick(const std::string& runtime) const {
       continue;
     }
     // Compare running/slots without division: a/b < c/d <=> a*d < c*b.
-    uint64_t lhs = w.running.size() * best->reg.slots;
-    uint64_t rhs = best->running.size() * w.reg.slots;
-    if (lhs < rhs || (lhs == rhs && w.running.size() < best->running.size())) best = &w;
+    uint64_t lhs = Busy(w) * best->reg.slots;
+    uint64_t rhs = Busy(*best) * w.reg.slots;
+    if (lhs < rhs || (lhs == rhs && Busy(w) < Busy(*best))) best = &w;
   }
   if (best == nullptr) return std::nullopt;
   return best->identity;
@@ -85,6 +89,15 @@ std::optional<std::string> WorkerTable::Pick(const std::string& runtime) const {
 void WorkerTable::Assign(const std::string& identity, const std::string& job_id) {
   auto it = workers_.find(identity);
   if (it != workers_.end()) it->second.running.insert(job_id);
+}
+
+void WorkerTable::MarkFull(const std::string& identity) {
+  auto it = workers_.find(identity);
+  if (it == workers_.end()) return;
+  WorkerInfo& w = it->second;
+  w.external_busy = w.reg.slots > w.running.size()
+                        ? static_cast<uint32_t>(w.reg.slots - w.running.size())
+                        : 0;
 }
 
 void WorkerTable::Release(const std::string& identity, const std::string& job_id) {

@@ -7,7 +7,8 @@
 // Liveness follows ZeroMQ's Paranoid Pirate pattern: a worker that sent
 // nothing for interval x liveness is dead. Pick() chooses, among live workers
 // that offer the runtime, have a free slot and are not draining, the one with
-// the lowest load (running / slots), ties broken by fewest running.
+// the lowest load (busy / slots), ties broken by fewest busy; busy counts
+// this broker's jobs plus other brokers' (from the worker's heartbeats).
 // Belongs to the dispatcher's thread; Snapshot() copies are for other threads.
 #pragma once
 
@@ -28,7 +29,10 @@ using Clock = std::chrono::steady_clock;
 struct WorkerInfo {
   std::string identity;  // ZeroMQ routing id (the worker id)
   common::protocol::Register reg;
-  std::set<std::string> running;  // job ids
+  std::set<std::string> running;  // job ids this broker sent
+  // Slots taken by other brokers' jobs, from the worker's heartbeats (every
+  // worker serves every broker).
+  uint32_t external_busy = 0;
   bool draining = false;
   Clock::time_point last_seen;
   int64_t registered_at_ms = 0;
@@ -57,6 +61,11 @@ class WorkerTable {
   std::optional<std::string> Pick(const std::string& runtime) const;
   void Assign(const std::string& identity, const std::string& job_id);
   void Release(const std::string& identity, const std::string& job_id);
+  // The worker refused a job for want of a slot: treat it as full until its
+  // next heartbeat says otherwise.
+  void MarkFull(const std::string& identity);
+  // Slots of the worker in use, by this broker's jobs and others'.
+  static size_t Busy(const WorkerInfo& w) { return w.running.size() + w.external_busy; }
 
   bool Known(const std::string& identity) const { return workers_.count(identity) != 0; }
   size_t size() const { return workers_.size(); }

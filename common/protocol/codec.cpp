@@ -152,7 +152,7 @@ void Describe(V& v, Ref<V, OutputChunk> m) {
 template <typename V>
 void Describe(V& v, Ref<V, Result> m) {
   v.Id("job_id", m.job_id);
-  v.Enum("reason", m.reason, Need::kRequired, EndReason::kExit, EndReason::kError);
+  v.Enum("reason", m.reason, Need::kRequired, EndReason::kExit, EndReason::kRefused);
   v.OptionalInt("exit_code", m.exit_code);
   v.OptionalInt("signal", m.signal);
   v.Bytes("stdout_data", m.stdout_data, Need::kOptional, kMaxStreamBytes);

@@ -76,6 +76,8 @@ const char* EndReasonName(EndReason r) {
       return "sandbox_violation";
     case EndReason::kError:
       return "error";
+    case EndReason::kRefused:
+      return "refused";
   }
   return "unknown";
 }

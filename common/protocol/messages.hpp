@@ -126,6 +126,7 @@ enum class EndReason : uint8_t {
   kCancelled = 5,
   kSandboxViolation = 6,  // killed by the seccomp filter
   kError = 7,             // the worker could not run it (see worker_error)
+  kRefused = 8,           // the worker did not start it (busy, draining): run it elsewhere
 };
 
 struct ErrorInfo {

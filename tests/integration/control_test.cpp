@@ -116,5 +116,28 @@ TEST_F(ControlTest, IdempotencyKeyReturnsTheSameJob) {
   EXPECT_EQ(bad.body["error"]["code"], "INVALID_REQUEST");
 }
 
+// Two brokers share one worker with two slots: each broker sees only its own
+// jobs, so the worker refuses what does not fit and the broker queues it
+// again — every job runs, none fails for want of a slot.
+TEST(MultiBrokerTest, SharedWorkerSlotsNeverFailJobs) {
+  auto cluster = TestCluster::Start({.brokers = 2, .workers = 1, .slots = 2});
+  std::vector<std::thread> threads;
+  std::vector<HttpReply> replies(16);
+  for (int i = 0; i < 16; ++i) {
+    threads.emplace_back([&, i] {
+      replies[i] = cluster->Submit({{"language", "python"},
+                                    {"code", "import time\ntime.sleep(0.2)\nprint(" +
+                                                 std::to_string(i) + ")"}},
+                                   TestCluster::kToken, i % 2);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ(replies[i].body["status"], "succeeded") << replies[i].raw;
+    EXPECT_EQ(replies[i].body["stdout"], std::to_string(i) + "\n");
+  }
+  if (::testing::Test::HasFailure()) std::cerr << cluster->DumpLogs();
+}
+
 }  // namespace
 }  // namespace kiln::testing

@@ -37,6 +37,29 @@ TEST(WorkerTable, PicksLeastLoadedWorkerOfferingTheRuntime) {
   EXPECT_EQ(t.Pick("ruby"), std::nullopt);
 }
 
+TEST(WorkerTable, OtherBrokersJobsCountAgainstSlots) {
+  WorkerTable t(seconds(3));
+  auto now = Clock::now();
+  t.OnRegister("a", Reg("a", 2), now, 0);
+  t.OnRegister("b", Reg("b", 2), now, 0);
+  common::protocol::Heartbeat hb;
+  hb.running = 2;  // both of a's slots hold another broker's jobs
+  t.OnHeartbeat("a", hb, now, 0);
+  EXPECT_EQ(t.Pick("python"), "b");
+  t.Assign("b", "j1");
+  t.Assign("b", "j2");
+  EXPECT_EQ(t.Pick("python"), std::nullopt);
+  hb.running = 1;
+  t.OnHeartbeat("a", hb, now, 0);
+  EXPECT_EQ(t.Pick("python"), "a");
+  // A refusal marks the worker full until its next heartbeat.
+  t.MarkFull("a");
+  EXPECT_EQ(t.Pick("python"), std::nullopt);
+  hb.running = 0;
+  t.OnHeartbeat("a", hb, now, 0);
+  EXPECT_EQ(t.Pick("python"), "a");
+}
+
 TEST(WorkerTable, DrainingWorkersGetNoJobs) {
   WorkerTable t(seconds(3));
   auto now = Clock::now();

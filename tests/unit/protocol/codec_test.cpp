@@ -881,17 +881,17 @@ TEST(CodecFieldsTest, EnumValuesOutOfRange) {
                         "output_chunk.stream: 0 is not a valid value (1..2)"));
   EXPECT_TRUE(IsInvalid(DecodeWith(MessageType::kOutputChunk, {"stream"}, U(3)),
                         "output_chunk.stream: 3 is not a valid value (1..2)"));
-  for (uint64_t reason = 1; reason <= 7; ++reason) {
+  for (uint64_t reason = 1; reason <= 8; ++reason) {
     StatusOr<Message> r = DecodeWith(MessageType::kResult, {"reason"}, U(reason));
     ASSERT_TRUE(IsOk(r));
     EXPECT_EQ(static_cast<uint64_t>(std::get<Result>(*r).reason), reason);
   }
   EXPECT_TRUE(IsInvalid(DecodeWith(MessageType::kResult, {"reason"}, U(0)),
-                        "result.reason: 0 is not a valid value (1..7)"));
-  EXPECT_TRUE(IsInvalid(DecodeWith(MessageType::kResult, {"reason"}, U(8)),
-                        "result.reason: 8 is not a valid value (1..7)"));
+                        "result.reason: 0 is not a valid value (1..8)"));
+  EXPECT_TRUE(IsInvalid(DecodeWith(MessageType::kResult, {"reason"}, U(9)),
+                        "result.reason: 9 is not a valid value (1..8)"));
   EXPECT_TRUE(IsInvalid(DecodeWith(MessageType::kResult, {"reason"}, U(256 + 1)),
-                        "result.reason: 257 is not a valid value (1..7)"));
+                        "result.reason: 257 is not a valid value (1..8)"));
 }
 
 // ---------------------------------------------------------------------------

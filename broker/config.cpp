@@ -64,6 +64,14 @@ common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
     TenantConfig tc;
     t.Get("name", &tc.name);
     t.Get("tokens", &tc.tokens);
+    t.Get("secrets", &tc.secrets);
+    if (tc.secrets.size() > common::protocol::kMaxListEntries) {
+      t.Fail("secrets", "at most 64 secrets per tenant");
+    }
+    for (const auto& s : tc.secrets) {
+      // Short strings would mask ordinary output; long ones exceed the wire limit.
+      if (s.size() < 4 || s.size() > 4096) t.Fail("secrets", "each secret needs 4-4096 bytes");
+    }
     if (tc.name.empty()) t.Fail("name", "required");
     if (tc.tokens.empty()) t.Fail("tokens", "at least one token is required");
     for (const auto& tok : tc.tokens) {

@@ -19,6 +19,8 @@ namespace kiln::broker {
 struct TenantConfig {
   std::string name;
   std::vector<std::string> tokens;
+  // Literal secrets masked with *** in everything this tenant's jobs return.
+  std::vector<std::string> secrets;
 };
 
 struct BrokerConfig {

@@ -63,6 +63,9 @@ int main(int argc, char** argv) {
                                   std::chrono::milliseconds(cfg->heartbeat_interval_ms),
                                   cfg->heartbeat_liveness,
                                   cfg->max_queue};
+  for (const auto& t : cfg->tenants) {
+    if (!t.secrets.empty()) dopts.tenant_secrets[t.name] = t.secrets;
+  }
   auto dispatcher = broker::Dispatcher::Create(dopts, &zmq_ctx, &store, &waiters);
   if (!dispatcher.ok()) return Fail(dispatcher.status());
   auto api = broker::HttpApi::Create(*cfg, &store, dispatcher->get(), &waiters);

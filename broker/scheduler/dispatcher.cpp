@@ -311,7 +311,11 @@ void Dispatcher::DispatchQueued() {
       std::lock_guard lock(mu_);
       --queued_total_;
     }
-    protocol::Message exec = spec.ToExecute();
+    protocol::Execute execute = spec.ToExecute();
+    if (auto s = options_.tenant_secrets.find(spec.tenant); s != options_.tenant_secrets.end()) {
+      execute.secrets = s->second;
+    }
+    protocol::Message exec = std::move(execute);
     if (!Send(*worker, exec)) {
       // The worker vanished between Pick and Send: put the job back in front.
       it = queue_.insert(queue_.begin(), std::move(spec));

@@ -43,6 +43,8 @@ struct DispatcherOptions {
   uint32_t liveness = 3;
   size_t max_queue = 10000;
   std::chrono::milliseconds runtime_wait{30000};  // queued with no worker offering the runtime
+  // Per tenant: literal secrets the worker masks in what jobs return.
+  std::map<std::string, std::vector<std::string>> tenant_secrets;
 };
 
 // A copy of one worker's state for GET /v1/workers.

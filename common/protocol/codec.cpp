@@ -139,6 +139,7 @@ void Describe(V& v, Ref<V, Execute> m) {
   v.TextList("collect", m.collect, Need::kOptional);
   v.Struct("limits", m.limits, Need::kRequired);
   v.Bool("stream_output", m.stream_output, Need::kOptional);
+  v.TextList("secrets", m.secrets, Need::kOptional);
 }
 
 template <typename V>

@@ -103,6 +103,9 @@ struct Execute {
   std::vector<std::string> collect;  // glob patterns relative to the workspace
   Limits limits;
   bool stream_output = false;  // send OutputChunk messages as output is produced
+  // The tenant's registered secrets: the worker masks them in everything the
+  // job returns. Never stored in Redis.
+  std::vector<std::string> secrets;
   friend bool operator==(const Execute&, const Execute&) = default;
 };
 

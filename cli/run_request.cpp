@@ -4,6 +4,7 @@
 #include <set>
 
 #include "common/base64.hpp"
+#include "common/identifier.hpp"
 
 namespace kiln::cli {
 namespace {
@@ -15,17 +16,6 @@ using nlohmann::json;
 
 constexpr std::chrono::seconds kWaitMargin{30};
 constexpr std::chrono::seconds kWaitUnknownTimeout{330};
-
-bool IsIdentifier(const std::string& s) {
-  if (s.empty()) return false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    char c = s[i];
-    bool ok = c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-              (i > 0 && c >= '0' && c <= '9');
-    if (!ok) return false;
-  }
-  return true;
-}
 
 // Splits "k=v" at the first '='.
 StatusOr<std::pair<std::string, std::string>> SplitPair(const std::string& pair,
@@ -88,7 +78,7 @@ StatusOr<std::map<std::string, std::string>> ParseEnv(const std::vector<std::str
   std::map<std::string, std::string> env;
   for (const auto& pair : pairs) {
     ASSIGN_OR_RETURN(auto kv, SplitPair(pair, "--env"));
-    if (!IsIdentifier(kv.first)) {
+    if (!common::IsIdentifier(kv.first)) {
       return InvalidRequest("--env '" + pair + "': '" + kv.first + "' is not a variable name");
     }
     if (!env.emplace(kv.first, kv.second).second) {

@@ -210,18 +210,25 @@ void HttpApi::ReplyWithJob(httplib::Response& res, const std::string& id, bool w
   }
 }
 
-void HttpApi::Cancel(const httplib::Request& req, httplib::Response& res) {
-  auto caller = Authenticate(req);
-  if (!caller.ok()) return ReplyError(res, caller.status());
+common::StatusOr<JobRecord> HttpApi::LoadForCaller(const httplib::Request& req) const {
+  ASSIGN_OR_RETURN(Caller caller, Authenticate(req));
   const std::string id = req.matches[1];
   auto record = store_->Load(id);
   if (!record.ok()) {
-    if (record.status().code() == Code::kNotFound) return ReplyError(res, record.status());
-    return ReplyError(res, Status(Code::kUnavailable, record.status().message()));
+    if (record.status().code() == Code::kNotFound) return record.status();
+    return Status(Code::kUnavailable, record.status().message());
   }
-  if (!caller->admin && record->tenant != caller->tenant) {
-    return ReplyError(res, common::NotFound("no execution with id " + id));
+  // Another tenant's job is indistinguishable from a missing one.
+  if (!caller.admin && record->tenant != caller.tenant) {
+    return common::NotFound("no execution with id " + id);
   }
+  return record;
+}
+
+void HttpApi::Cancel(const httplib::Request& req, httplib::Response& res) {
+  auto record = LoadForCaller(req);
+  if (!record.ok()) return ReplyError(res, record.status());
+  const std::string id = record->id;
   // Cancelling a finished job changes nothing: answer with its record.
   if (IsTerminal(record->status)) return Reply(res, 200, record->ToJson());
   auto handle = waiters_->Add(id);
@@ -234,18 +241,8 @@ void HttpApi::Cancel(const httplib::Request& req, httplib::Response& res) {
 }
 
 void HttpApi::Get(const httplib::Request& req, httplib::Response& res) {
-  auto caller = Authenticate(req);
-  if (!caller.ok()) return ReplyError(res, caller.status());
-  const std::string id = req.matches[1];
-  auto record = store_->Load(id);
-  if (!record.ok()) {
-    if (record.status().code() == Code::kNotFound) return ReplyError(res, record.status());
-    return ReplyError(res, Status(Code::kUnavailable, record.status().message()));
-  }
-  // Another tenant's job is indistinguishable from a missing one.
-  if (!caller->admin && record->tenant != caller->tenant) {
-    return ReplyError(res, common::NotFound("no execution with id " + id));
-  }
+  auto record = LoadForCaller(req);
+  if (!record.ok()) return ReplyError(res, record.status());
   Reply(res, 200, record->ToJson());
 }
 

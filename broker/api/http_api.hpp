@@ -54,6 +54,9 @@ class HttpApi {
   void Routes();
   common::StatusOr<Caller> Authenticate(const httplib::Request& req) const;
   void Submit(const httplib::Request& req, httplib::Response& res);
+  // The job named by the route's first match, if the caller may see it
+  // (another tenant's job answers NOT_FOUND, like a missing one).
+  common::StatusOr<JobRecord> LoadForCaller(const httplib::Request& req) const;
   void Get(const httplib::Request& req, httplib::Response& res);
   void Cancel(const httplib::Request& req, httplib::Response& res);
   // The record of an existing job (wait: until it ends or the deadline),

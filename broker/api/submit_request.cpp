@@ -4,11 +4,13 @@
 
 #include "common/base64.hpp"
 #include "common/clock.hpp"
+#include "common/identifier.hpp"
 
 namespace kiln::broker {
 namespace {
 
 using common::Code;
+using common::IsIdentifier;
 using common::InvalidRequest;
 using common::Status;
 using nlohmann::json;
@@ -18,17 +20,6 @@ const std::set<std::string> kFields = {"language", "code",   "session_id", "inpu
                                        "collect",  "env",    "limits",     "wait"};
 const std::set<std::string> kLimitFields = {"timeout_ms", "memory_mb", "cpu_ms",
                                             "max_output_bytes", "max_pids"};
-
-bool IsIdentifier(const std::string& s) {
-  if (s.empty() || s.size() > 128) return false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    char c = s[i];
-    bool ok = c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-              (i > 0 && c >= '0' && c <= '9');
-    if (!ok) return false;
-  }
-  return true;
-}
 
 // A relative path that stays inside the workspace: no "..", no absolute path,
 // no NUL, no empty components.

@@ -139,5 +139,38 @@ TEST(MultiBrokerTest, SharedWorkerSlotsNeverFailJobs) {
   if (::testing::Test::HasFailure()) std::cerr << cluster->DumpLogs();
 }
 
+// A tenant's registered secret and the built-in credential patterns are
+// masked in every channel a job's output leaves by, even when the secret is
+// printed one character at a time across many output chunks.
+TEST(SecretsTest, RegisteredSecretsAndCredentialsAreMaskedEverywhere) {
+  const std::string secret = "hunter2-Zq9xK7";
+  auto cluster = TestCluster::Start({.brokers = 1, .workers = 1, .tenant_a_secrets = {secret}});
+  const std::string code =
+      "import sys, time\n"
+      "s = 'hunter2-' + 'Zq9xK7'\n"
+      "for c in s:\n"
+      "    sys.stdout.write(c); sys.stdout.flush(); time.sleep(0.01)\n"
+      "print()\n"
+      "print('key AKIA' + 'ABCDEFGHIJKLMNOP', file=sys.stderr)\n"
+      "result = {'token': s}\n"
+      "raise RuntimeError('leaked ' + s)\n";
+  auto r = cluster->Submit({{"language", "python"}, {"code", code}});
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(r.raw.find(secret), std::string::npos) << r.raw;
+  EXPECT_EQ(r.raw.find("AKIAABCDEFGHIJKLMNOP"), std::string::npos) << r.raw;
+  EXPECT_EQ(r.body["stdout"], "***\n");
+  EXPECT_THAT(r.body["stderr"].get<std::string>(), ::testing::HasSubstr("key ***"));
+  EXPECT_EQ(r.body["result"]["token"], "***");
+  EXPECT_EQ(r.body["error"]["message"], "leaked ***");
+  EXPECT_GE(r.body["redactions"].get<int>(), 4);
+
+  // Another tenant registered no secret: its output is untouched.
+  auto other = cluster->Submit({{"language", "python"}, {"code", "print('hunter2-' + 'Zq9xK7')"}},
+                               TestCluster::kOtherToken);
+  EXPECT_EQ(other.body["stdout"], secret + "\n") << other.raw;
+  EXPECT_EQ(other.body["redactions"], 0);
+  if (::testing::Test::HasFailure()) std::cerr << cluster->DumpLogs();
+}
+
 }  // namespace
 }  // namespace kiln::testing

@@ -10,6 +10,12 @@ namespace {
 
 const std::string kBin = std::string(KILN_BINARY_DIR) + "/bin/";
 
+std::string SecretsList(const std::vector<std::string>& secrets) {
+  std::string out;
+  for (const auto& s : secrets) out += (out.empty() ? "" : ", ") + nlohmann::json(s).dump();
+  return out;
+}
+
 }  // namespace
 
 std::unique_ptr<TestCluster> TestCluster::Start(const ClusterOptions& options) {
@@ -57,7 +63,8 @@ void TestCluster::StartBroker(int i) {
     << "  max: {timeout_ms: 60000, max_output_bytes: 1048576}\n"
     << "  max_code_bytes: 65536\n"
     << "tenants:\n"
-    << "  - {name: tenant-a, tokens: [\"" << kToken << "\"]}\n"
+    << "  - {name: tenant-a, tokens: [\"" << kToken << "\"], secrets: ["
+    << SecretsList(options_.tenant_a_secrets) << "]}\n"
     << "  - {name: tenant-b, tokens: [\"" << kOtherToken << "\"]}\n"
     << "admin_tokens: [\"" << kAdminToken << "\"]\n"
     << options_.extra_broker_yaml;

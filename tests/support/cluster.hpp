@@ -31,6 +31,7 @@ struct ClusterOptions {
   std::string cgroup_mode = "auto";        // sandbox.cgroup_mode of every worker
   std::string extra_sandbox_yaml;          // appended under `sandbox:` (indented by the caller)
   std::vector<std::string> worker_env;     // extra "K=V" in the workers' environment
+  std::vector<std::string> tenant_a_secrets;  // registered secrets of tenant-a (kToken)
 };
 
 struct HttpReply {

@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/clock.hpp"
+#include "common/secrets/secrets_filter.hpp"
 
 namespace kiln::worker {
 namespace {
@@ -33,44 +34,77 @@ protocol::Result ErrorResult(const protocol::Execute& job, const common::Status&
   return r;
 }
 
+// Reads stdout and stderr, passes every byte through the job's secrets filter
+// before it is kept or streamed (nothing leaves the worker unmasked), and
+// caps what is kept at max_output_bytes.
 class Pump {
  public:
-  Pump(const protocol::Execute& job, const RunOptions& options)
-      : job_(job), options_(options), cap_(std::min(job.limits.max_output_bytes ? job.limits.max_output_bytes : options.max_output_bytes, options.max_output_bytes)),
-        flood_(std::max<uint64_t>(cap_ * 8, kMinFloodBytes)) {}
+  Pump(const protocol::Execute& job, const RunOptions& options,
+       const std::shared_ptr<const common::SecretsPolicy>& policy)
+      : job_(job),
+        options_(options),
+        cap_(std::min(job.limits.max_output_bytes ? job.limits.max_output_bytes
+                                                  : options.max_output_bytes,
+                      options.max_output_bytes)),
+        flood_(std::max<uint64_t>(cap_ * 8, kMinFloodBytes)),
+        filters_{common::SecretsFilter(policy), common::SecretsFilter(policy)} {}
 
   // Reads what is available from an output pipe; false at end-of-file.
   bool ReadOutput(int fd, protocol::Stream stream, std::string* dest) {
     std::array<char, kReadSize> buf;
+    common::SecretsFilter& filter = Filter(stream);
     // Bounded per call, so a flood cannot keep the loop from its deadlines.
     for (int reads = 0; reads < kMaxReadsPerWake; ++reads) {
       ssize_t n = ::read(fd, buf.data(), buf.size());
-      if (n == 0) return false;
+      if (n == 0) {
+        Keep(stream, filter.Finish(), dest);
+        return false;
+      }
       if (n < 0) return errno == EAGAIN || errno == EINTR;
       total_ += static_cast<uint64_t>(n);
-      uint64_t room = kept_ < cap_ ? cap_ - kept_ : 0;
-      size_t keep = static_cast<size_t>(std::min<uint64_t>(room, static_cast<uint64_t>(n)));
-      if (keep < static_cast<size_t>(n)) truncated_ = true;
-      if (keep > 0) {
-        dest->append(buf.data(), keep);
-        kept_ += keep;
-        if (options_.on_chunk && job_.stream_output) {
-          options_.on_chunk(protocol::OutputChunk{job_.job_id, stream, seq_++,
-                                                  std::string(buf.data(), keep)});
-        }
+      if (kept_ >= cap_) {
+        truncated_ = true;  // past the cap: dropped unseen, so nothing to mask
+        continue;
       }
+      Keep(stream, filter.Push(std::string_view(buf.data(), static_cast<size_t>(n))), dest);
     }
     return true;
   }
 
+  // A stream that never reached EOF (the job was killed): release what its
+  // filter still holds back, masked.
+  void FinishOpen(protocol::Stream stream, std::string* dest) {
+    Keep(stream, Filter(stream).Finish(), dest);
+  }
+
   bool flooded() const { return total_ > flood_; }
   bool truncated() const { return truncated_; }
+  uint32_t redactions() const { return filters_[0].redactions() + filters_[1].redactions(); }
 
  private:
+  common::SecretsFilter& Filter(protocol::Stream s) {
+    return filters_[s == protocol::Stream::kStdout ? 0 : 1];
+  }
+
+  void Keep(protocol::Stream stream, std::string masked, std::string* dest) {
+    uint64_t room = kept_ < cap_ ? cap_ - kept_ : 0;
+    if (masked.size() > room) {
+      truncated_ = true;
+      masked.resize(static_cast<size_t>(room));
+    }
+    if (masked.empty()) return;
+    dest->append(masked);
+    kept_ += masked.size();
+    if (options_.on_chunk && job_.stream_output) {
+      options_.on_chunk(protocol::OutputChunk{job_.job_id, stream, seq_++, std::move(masked)});
+    }
+  }
+
   const protocol::Execute& job_;
   const RunOptions& options_;
   uint64_t cap_;
   uint64_t flood_;
+  common::SecretsFilter filters_[2];
   uint64_t total_ = 0;
   uint64_t kept_ = 0;
   uint64_t seq_ = 0;
@@ -88,6 +122,15 @@ bool ReadControl(int fd, std::string* dest) {
     dest->append(buf.data(), std::min(room, static_cast<size_t>(n)));
   }
   return true;
+}
+
+// The job's secrets policy: the tenant's registered secrets plus the built-in
+// credential patterns. Jobs without registered secrets share one policy.
+common::StatusOr<std::shared_ptr<const common::SecretsPolicy>> PolicyFor(
+    const protocol::Execute& job) {
+  static const auto kPatternsOnly = common::SecretsPolicy::Create({});
+  if (job.secrets.empty()) return kPatternsOnly;
+  return common::SecretsPolicy::Create(job.secrets);
 }
 
 // Keeps a Result inside the wire protocol's limits (messages.hpp), so the
@@ -155,7 +198,9 @@ protocol::Result RunJob(const protocol::Execute& job, WarmSandbox& sb,
   const auto deadline = common::SteadyClock::now() + std::chrono::milliseconds(timeout_ms);
   protocol::Result result;
   result.job_id = job.job_id;
-  Pump pump(job, options);
+  auto policy = PolicyFor(job);
+  if (!policy.ok()) return ErrorResult(job, policy.status().WithContext("secrets"));
+  Pump pump(job, options, *policy);
   std::string control;
   size_t frame_off = 0;
   bool out_open = true, err_open = true, ctl_open = true, exited = false;
@@ -248,10 +293,22 @@ protocol::Result RunJob(const protocol::Execute& job, WarmSandbox& sb,
   }
   result.duration_ms = common::MsSince(start);
   sb.stdin_w.Reset();
+  if (out_open) pump.FinishOpen(protocol::Stream::kStdout, &result.stdout_data);
+  if (err_open) pump.FinishOpen(protocol::Stream::kStderr, &result.stderr_data);
   spdlog::debug("job {}: setup {:.2f} ms, exit seen {:.2f} ms, done {:.2f} ms{}", job.job_id,
                 setup_ms, exit_seen_ms, result.duration_ms, early ? " (before exit)" : "");
 
   auto outcome = runtime.ParseControl(control);
+  // `result` and error texts leave the worker too: mask them as well.
+  uint32_t redactions = pump.redactions();
+  if (outcome.ok()) {
+    outcome->result_json = (*policy)->Mask(outcome->result_json, &redactions);
+    if (outcome->error) {
+      outcome->error->message = (*policy)->Mask(outcome->error->message, &redactions);
+      outcome->error->traceback = (*policy)->Mask(outcome->error->traceback, &redactions);
+    }
+  }
+  result.redactions = redactions;
   if (early && !(outcome.ok() && outcome->has_frame && outcome->exit_code)) {
     // Not a frame we can trust for the exit status: wait for the real one.
     early = false;

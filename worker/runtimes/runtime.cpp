@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "common/identifier.hpp"
 #include "worker/runtimes/wrappers.hpp"
 
 namespace kiln::worker::runtimes {
@@ -193,12 +194,7 @@ std::string_view LanguageName(Language language) {
   return "unknown";
 }
 
-bool IsValidIdentifier(std::string_view name) {
-  auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
-  auto digit = [](char c) { return c >= '0' && c <= '9'; };
-  if (name.empty() || !alpha(name[0])) return false;
-  return std::all_of(name.begin(), name.end(), [&](char c) { return alpha(c) || digit(c); });
-}
+bool IsValidIdentifier(std::string_view name) { return common::IsIdentifier(name); }
 
 StatusOr<Runtime> Runtime::Create(Language language, const RuntimePaths& paths) {
   const std::string& path = language == Language::kPython       ? paths.python

@@ -1,14 +1,30 @@
 #!/usr/bin/env bash
 # Installs missing dependencies, builds Kiln and runs every test with ctest.
 # Exits non-zero on any failure; ends with ctest's summary line.
-#   tests/run.sh                 # everything
+#   tests/run.sh                            # everything
 #   KILN_TEST_ARGS="-L unit" tests/run.sh   # extra ctest arguments
+#   KILN_SKIP_SANITIZERS=1 tests/run.sh     # skip the ASan/UBSan leg
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
 ./deploy/install-deps.sh
 
+# 1. The pure-logic tests (codec, parsers, config, secrets filter, CLI) again
+#    under AddressSanitizer and UndefinedBehaviorSanitizer. The sandbox and
+#    cluster tests are not: they clone processes that share the worker's
+#    memory, which ASan does not model.
+if [[ -z "${KILN_SKIP_SANITIZERS:-}" ]]; then
+  asan=${KILN_ASAN_BUILD_DIR:-$root/build-asan}
+  cmake -S . -B "$asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=ON \
+    -DKILN_BUILD_TESTS=ON >/dev/null
+  asan_tests=(common_unit_test protocol_codec_test protocol_fuzz_smoke broker_unit_test
+              cli_test secrets_test bench_test)
+  cmake --build "$asan" -j "$(nproc)" --target "${asan_tests[@]}"
+  (cd "$asan" && ctest --output-on-failure -j 2 -R "^($(IFS='|'; echo "${asan_tests[*]}"))\$")
+fi
+
+# 2. Everything, in a normal build.
 build=${KILN_BUILD_DIR:-$root/build}
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_BUILD_TESTS=ON
 cmake --build "$build" -j "$(nproc)"

@@ -17,6 +17,9 @@ using nlohmann::json;
 
 // How long a cancel request waits for the job to end before answering 202.
 constexpr auto kCancelWait = std::chrono::seconds(5);
+// How long an event stream waits in Redis for new output before it checks
+// whether the job has ended (and tells the client it is still there).
+constexpr auto kSsePoll = std::chrono::milliseconds(250);
 
 void Reply(httplib::Response& res, int status, const json& body) {
   res.status = status;
@@ -40,6 +43,7 @@ common::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Create(const BrokerConfig& c
                                                            Dispatcher* dispatcher,
                                                            JobWaiters* waiters) {
   std::unique_ptr<HttpApi> api(new HttpApi(config, store, dispatcher, waiters));
+  ASSIGN_OR_RETURN(api->redis_endpoint_, RedisEndpoint::Parse(config.redis_url));
   const std::string& listen = config.http_listen;
   auto colon = listen.rfind(':');
   if (colon == std::string::npos) {
@@ -91,6 +95,8 @@ void HttpApi::Routes() {
          [this](const httplib::Request& q, httplib::Response& r) { Submit(q, r); });
   s.Get(R"(/v1/executions/([^/]+))",
         [this](const httplib::Request& q, httplib::Response& r) { Get(q, r); });
+  s.Get(R"(/v1/executions/([^/]+)/events)",
+        [this](const httplib::Request& q, httplib::Response& r) { Events(q, r); });
   s.Post(R"(/v1/executions/([^/]+)/cancel)",
          [this](const httplib::Request& q, httplib::Response& r) { Cancel(q, r); });
   s.Get("/v1/workers",
@@ -238,6 +244,91 @@ void HttpApi::Cancel(const httplib::Request& req, httplib::Response& res) {
   }
   // Still ending (the worker has not confirmed yet): the record will say.
   ReplyWithJob(res, id, /*wait=*/false, std::chrono::steady_clock::now());
+}
+
+namespace {
+
+std::string SseEvent(std::string_view event, std::string_view id, const json& data) {
+  std::string out = "event: ";
+  out.append(event);
+  if (!id.empty()) {
+    out += "\nid: ";
+    out.append(id);
+  }
+  out += "\ndata: ";
+  out += data.dump(-1, ' ', false, json::error_handler_t::replace);
+  out += "\n\n";
+  return out;
+}
+
+}  // namespace
+
+void HttpApi::Events(const httplib::Request& req, httplib::Response& res) {
+  auto record = LoadForCaller(req);
+  if (!record.ok()) return ReplyError(res, record.status());
+  struct Subscription {
+    std::string id;
+    std::string after = "0";  // last stream entry sent
+    bool started = false;
+    std::unique_ptr<RedisConnection> conn;  // its own: it blocks in XREAD
+  };
+  auto sub = std::make_shared<Subscription>();
+  sub->id = record->id;
+  sub->conn = RedisConnection::Lazy(redis_endpoint_);
+  if (std::string last = req.get_header_value("Last-Event-ID"); !last.empty()) {
+    // A reconnect: resume after the last chunk the client saw.
+    sub->started = true;
+    if (last != "start") sub->after = last;
+  }
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream", [this, sub](size_t, httplib::DataSink& sink) {
+        auto fail = [&](const Status& st) {
+          std::string e = SseEvent("execution_error", "", ErrorJson(st));
+          sink.write(e.data(), e.size());
+          sink.done();
+          return true;
+        };
+        if (!sub->started) {
+          sub->started = true;
+          auto rec = store_->Load(sub->id);
+          if (!rec.ok()) return fail(Status(Code::kUnavailable, rec.status().message()));
+          std::string e = SseEvent("execution_start", "start",
+                                   {{"id", rec->id},
+                                    {"language", rec->language},
+                                    {"session_id", rec->session_id},
+                                    {"status", JobStatusName(rec->status)}});
+          return sink.write(e.data(), e.size());
+        }
+        // Whether the job had ended before this read: then the read drains
+        // every chunk there will ever be, and the end event follows.
+        auto rec = store_->Load(sub->id);
+        if (!rec.ok()) return fail(Status(Code::kUnavailable, rec.status().message()));
+        const bool ended = IsTerminal(rec->status);
+        auto chunks = JobStore::ReadChunks(sub->conn.get(), sub->id, sub->after,
+                                           ended ? -1 : static_cast<int>(kSsePoll.count()));
+        if (!chunks.ok()) return fail(Status(Code::kUnavailable, chunks.status().message()));
+        std::string out;
+        for (const auto& c : *chunks) {
+          out += SseEvent("output_chunk", c.event_id,
+                          {{"stream", c.chunk.stream == common::protocol::Stream::kStdout
+                                          ? "stdout"
+                                          : "stderr"},
+                           {"seq", c.chunk.seq},
+                           {"data", c.chunk.data}});
+          sub->after = c.event_id;
+        }
+        if (ended && chunks->empty()) {
+          const bool error = rec->status == JobStatus::kError || rec->status == JobStatus::kRejected;
+          out += SseEvent(error ? "execution_error" : "execution_end", "end", rec->ToJson());
+          sink.write(out.data(), out.size());
+          sink.done();
+          return true;
+        }
+        if (out.empty()) out = ": waiting\n\n";  // a comment: finds clients that left
+        return sink.write(out.data(), out.size());
+      });
 }
 
 void HttpApi::Get(const httplib::Request& req, httplib::Response& res) {

@@ -4,7 +4,9 @@
 //   std::jthread t([&] { api->Serve(); });   // until Stop()
 //
 // Routes: POST /v1/executions (with Idempotency-Key), GET /v1/executions/{id},
-// POST /v1/executions/{id}/cancel, GET /v1/workers (admin), GET /v1/health. Every error answers with the API's error object
+// GET /v1/executions/{id}/events (SSE), POST /v1/executions/{id}/cancel,
+// GET /v1/workers (admin), GET /v1/health. An event stream holds one HTTP
+// thread and one Redis connection while it is open. Every error answers with the API's error object
 // and code. Requests run on a pool of config.http_threads threads; a
 // `wait: true` submit holds its thread until the job ends (or its timeout plus
 // wait_grace_ms passes, then it answers with the current record).
@@ -59,6 +61,9 @@ class HttpApi {
   common::StatusOr<JobRecord> LoadForCaller(const httplib::Request& req) const;
   void Get(const httplib::Request& req, httplib::Response& res);
   void Cancel(const httplib::Request& req, httplib::Response& res);
+  // Server-Sent Events: execution_start, output_chunk*, then execution_end
+  // (or execution_error). Replays stored chunks first; Last-Event-ID resumes.
+  void Events(const httplib::Request& req, httplib::Response& res);
   // The record of an existing job (wait: until it ends or the deadline),
   // or 202 {id, status} when not waiting.
   void ReplyWithJob(httplib::Response& res, const std::string& id, bool wait,
@@ -71,6 +76,7 @@ class HttpApi {
   Dispatcher* dispatcher_;
   JobWaiters* waiters_;
   std::unique_ptr<httplib::Server> server_;
+  RedisEndpoint redis_endpoint_;  // event streams open their own connections
   int port_ = 0;
 };
 

@@ -229,8 +229,14 @@ void Dispatcher::HandleHeartbeat(const std::string& identity, protocol::Message&
   }
 }
 
-void Dispatcher::HandleOutputChunk(const std::string&, protocol::Message&) {
-  // Live streaming to clients is not wired yet; the Result carries the output.
+void Dispatcher::HandleOutputChunk(const std::string& identity, protocol::Message& m) {
+  auto& chunk = std::get<protocol::OutputChunk>(m);
+  auto it = in_flight_.find(chunk.job_id);
+  if (it == in_flight_.end() || it->second.worker != identity) return;  // late or foreign
+  // Stored before the Result is: a subscriber sees every chunk, then the end.
+  if (auto st = store_->AppendChunk(chunk); !st.ok()) {
+    spdlog::warn("{} (live output lost; the final record keeps it)", st.ToString());
+  }
 }
 
 void Dispatcher::HandleResult(const std::string& identity, protocol::Message& m) {
@@ -312,6 +318,8 @@ void Dispatcher::DispatchQueued() {
       --queued_total_;
     }
     protocol::Execute execute = spec.ToExecute();
+    // Output is streamed for every job: a subscriber may arrive at any time.
+    execute.stream_output = true;
     if (auto s = options_.tenant_secrets.find(spec.tenant); s != options_.tenant_secrets.end()) {
       execute.secrets = s->second;
     }

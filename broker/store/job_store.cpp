@@ -69,6 +69,55 @@ common::StatusOr<JobSpec> JobStore::LoadSpec(const std::string& id) {
   return JobSpec::FromJson(j);
 }
 
+common::Status JobStore::AppendChunk(const common::protocol::OutputChunk& c) {
+  const std::string key = OutputKey(c.job_id);
+  auto conn = pool_->Acquire();
+  auto r = conn->Pipeline(
+      {{"XADD", key, "MAXLEN", "~", std::to_string(kMaxChunksKept), "*", "stream",
+        c.stream == common::protocol::Stream::kStdout ? "stdout" : "stderr", "seq",
+        std::to_string(c.seq), "data", c.data},
+       {"EXPIRE", key, ttl_s_}});
+  return r.ok() ? common::Status::Ok() : r.status().WithContext("storing output of " + c.job_id);
+}
+
+common::StatusOr<std::vector<JobStore::StoredChunk>> JobStore::ReadChunks(
+    RedisConnection* conn, const std::string& id, const std::string& after_id, int block_ms) {
+  const std::string key = OutputKey(id);
+  const std::string block = std::to_string(block_ms);
+  std::vector<std::string_view> argv = {"XREAD", "COUNT", "256"};
+  if (block_ms >= 0) {
+    argv.push_back("BLOCK");
+    argv.push_back(block);
+  }
+  for (std::string_view a : {std::string_view("STREAMS"), std::string_view(key),
+                             std::string_view(after_id)}) {
+    argv.push_back(a);
+  }
+  ASSIGN_OR_RETURN(RedisReply r, conn->Command(argv));
+  std::vector<StoredChunk> out;
+  if (r.type != RedisReply::Type::kArray || r.elements.empty()) return out;  // timeout: nil
+  // [[key, [[entry-id, [field, value, ...]], ...]]]
+  const RedisReply& entries = r.elements[0].elements.at(1);
+  for (const RedisReply& e : entries.elements) {
+    StoredChunk sc;
+    sc.event_id = e.elements.at(0).str;
+    sc.chunk.job_id = id;
+    const auto& f = e.elements.at(1).elements;
+    for (size_t i = 0; i + 1 < f.size(); i += 2) {
+      if (f[i].str == "stream") {
+        sc.chunk.stream = f[i + 1].str == "stderr" ? common::protocol::Stream::kStderr
+                                                   : common::protocol::Stream::kStdout;
+      } else if (f[i].str == "seq") {
+        sc.chunk.seq = std::strtoull(f[i + 1].str.c_str(), nullptr, 10);
+      } else if (f[i].str == "data") {
+        sc.chunk.data = f[i + 1].str;
+      }
+    }
+    out.push_back(std::move(sc));
+  }
+  return out;
+}
+
 common::Status JobStore::Ping() {
   auto conn = pool_->Acquire();
   auto r = conn->Command({"PING"});

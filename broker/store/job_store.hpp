@@ -9,7 +9,11 @@
 //                           status, tenant; expires job_ttl_s after its last write
 //   {kiln}:idem:<tenant>:<key>  string  the job id a client's Idempotency-Key
 //                           created; expires with the job (job_ttl_s)
-// Round trips: Create 1 (with or without an idempotency key), Update 1, Load 1.
+//   {kiln}:out:<id>   stream  the job's output chunks (fields stream, seq,
+//                           data), for live and late subscribers (SSE);
+//                           capped at kMaxChunksKept entries, expires with the job
+// Round trips: Create 1 (with or without an idempotency key), Update 1, Load 1,
+// AppendChunk 1 per output chunk, ReadChunks 1 per poll of a subscriber.
 // Thread-safe (each call leases its own connection from the pool).
 #pragma once
 
@@ -40,6 +44,20 @@ class JobStore {
   common::StatusOr<JobRecord> Load(const std::string& id);
   common::StatusOr<JobSpec> LoadSpec(const std::string& id);
   common::Status Ping();
+
+  struct StoredChunk {
+    std::string event_id;  // the stream entry id: SSE ids and Last-Event-ID
+    common::protocol::OutputChunk chunk;
+  };
+  static constexpr size_t kMaxChunksKept = 10000;
+  static std::string OutputKey(const std::string& id) { return "{kiln}:out:" + id; }
+  common::Status AppendChunk(const common::protocol::OutputChunk& chunk);
+  // Chunks after `after_id` ("0" for all), waiting up to block_ms for the
+  // first one (block_ms < 0: do not wait). Uses the caller's own connection: a subscriber blocks on it.
+  static common::StatusOr<std::vector<StoredChunk>> ReadChunks(RedisConnection* conn,
+                                                              const std::string& id,
+                                                              const std::string& after_id,
+                                                              int block_ms);
 
  private:
   RedisPool* pool_;

@@ -1,0 +1,161 @@
+// Live output over Server-Sent Events, read with a real HTTP client (curl):
+// chunks arrive while the job runs, a late subscriber gets a full replay,
+// Last-Event-ID resumes, and the chunks add up to the final record.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "tests/support/cluster.hpp"
+
+namespace kiln::testing {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct SseEvent {
+  std::string event, id;
+  json data;
+  Clock::time_point at;
+};
+
+// Runs curl against the events endpoint and parses what it prints.
+std::vector<SseEvent> ReadEvents(TestCluster& c, const std::string& id, int broker = 0,
+                                 const std::string& token = TestCluster::kToken,
+                                 const std::string& last_event_id = "") {
+  std::string cmd = "curl -sN --max-time 60 -H 'Authorization: Bearer " + token + "'";
+  if (!last_event_id.empty()) cmd += " -H 'Last-Event-ID: " + last_event_id + "'";
+  cmd += " " + c.url(broker) + "/v1/executions/" + id + "/events";
+  FILE* f = popen(cmd.c_str(), "r");
+  std::vector<SseEvent> events;
+  SseEvent cur;
+  char line[1 << 16];
+  while (f != nullptr && fgets(line, sizeof(line), f) != nullptr) {
+    std::string l(line);
+    if (!l.empty() && l.back() == '\n') l.pop_back();
+    if (l.rfind("event: ", 0) == 0) {
+      cur.event = l.substr(7);
+    } else if (l.rfind("id: ", 0) == 0) {
+      cur.id = l.substr(4);
+    } else if (l.rfind("data: ", 0) == 0) {
+      cur.data = json::parse(l.substr(6), nullptr, false);
+    } else if (l.empty() && !cur.event.empty()) {
+      cur.at = Clock::now();
+      events.push_back(cur);
+      cur = SseEvent{};
+    }
+  }
+  if (f != nullptr) pclose(f);
+  return events;
+}
+
+std::string Concat(const std::vector<SseEvent>& events, const std::string& stream) {
+  std::string out;
+  for (const auto& e : events) {
+    if (e.event == "output_chunk" && e.data["stream"] == stream) out += e.data["data"];
+  }
+  return out;
+}
+
+class StreamingTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { cluster_ = TestCluster::Start({.brokers = 2, .workers = 1}); }
+  static void TearDownTestSuite() { cluster_.reset(); }
+  void TearDown() override {
+    if (HasFailure()) std::cerr << cluster_->DumpLogs();
+  }
+  static std::unique_ptr<TestCluster> cluster_;
+};
+std::unique_ptr<TestCluster> StreamingTest::cluster_;
+
+const char* kTicker =
+    "import sys, time\n"
+    "for i in range(15):\n"
+    "    print('tick', i, flush=True)\n"
+    "    if i % 5 == 4: print('err', i, file=sys.stderr, flush=True)\n"
+    "    time.sleep(0.1)\n";
+
+TEST_F(StreamingTest, ChunksArriveLiveThenTheEnd) {
+  auto r = cluster_->Submit({{"language", "python"}, {"code", kTicker}, {"wait", false}});
+  ASSERT_EQ(r.status, 202) << r.raw;
+  std::string id = r.body["id"];
+  // Subscribe through broker 1: broker 0 dispatched the job and receives its
+  // output; the chunks reach broker 1 through Redis.
+  std::vector<SseEvent> events = ReadEvents(*cluster_, id, /*broker=*/1);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.front().event, "execution_start");
+  EXPECT_EQ(events.back().event, "execution_end");
+  const SseEvent* first_chunk = nullptr;
+  for (const auto& e : events) {
+    if (e.event == "output_chunk") {
+      first_chunk = &e;
+      break;
+    }
+  }
+  ASSERT_NE(first_chunk, nullptr);
+  // The job runs ~1.5 s; the first line must come long before its end.
+  EXPECT_GT(events.back().at - first_chunk->at, std::chrono::milliseconds(700));
+  const json& rec = events.back().data;
+  EXPECT_EQ(rec["status"], "succeeded");
+  EXPECT_EQ(Concat(events, "stdout"), rec["stdout"].get<std::string>());
+  EXPECT_EQ(Concat(events, "stderr"), rec["stderr"].get<std::string>());
+  EXPECT_THAT(rec["stdout"].get<std::string>(), ::testing::HasSubstr("tick 14\n"));
+  // Sequence numbers increase across both streams.
+  int64_t last = -1;
+  for (const auto& e : events) {
+    if (e.event != "output_chunk") continue;
+    EXPECT_GT(e.data["seq"].get<int64_t>(), last);
+    last = e.data["seq"];
+  }
+}
+
+TEST_F(StreamingTest, LateSubscriberGetsTheReplayOnAnyBroker) {
+  auto r = cluster_->Submit({{"language", "python"}, {"code", kTicker}});
+  ASSERT_EQ(r.status, 200) << r.raw;
+  std::string id = r.body["id"];
+  for (int broker = 0; broker < 2; ++broker) {
+    std::vector<SseEvent> events = ReadEvents(*cluster_, id, broker);
+    ASSERT_GE(events.size(), 3u) << "broker " << broker;
+    EXPECT_EQ(events.front().event, "execution_start");
+    EXPECT_EQ(events.back().event, "execution_end");
+    EXPECT_EQ(Concat(events, "stdout"), r.body["stdout"].get<std::string>()) << broker;
+    EXPECT_EQ(Concat(events, "stderr"), r.body["stderr"].get<std::string>()) << broker;
+  }
+}
+
+TEST_F(StreamingTest, LastEventIdResumesAfterTheLastSeenChunk) {
+  auto r = cluster_->Submit({{"language", "python"}, {"code", kTicker}});
+  ASSERT_EQ(r.status, 200) << r.raw;
+  std::string id = r.body["id"];
+  auto all = ReadEvents(*cluster_, id);
+  std::vector<const SseEvent*> chunks;
+  for (const auto& e : all) {
+    if (e.event == "output_chunk") chunks.push_back(&e);
+  }
+  ASSERT_GE(chunks.size(), 4u);
+  auto rest = ReadEvents(*cluster_, id, 0, TestCluster::kToken, chunks[1]->id);
+  ASSERT_FALSE(rest.empty());
+  EXPECT_NE(rest.front().event, "execution_start");
+  EXPECT_EQ(rest.front().id, chunks[2]->id);
+  EXPECT_EQ(rest.back().event, "execution_end");
+  size_t rest_chunks = 0;
+  for (const auto& e : rest) rest_chunks += e.event == "output_chunk";
+  EXPECT_EQ(rest_chunks, chunks.size() - 2);
+}
+
+TEST_F(StreamingTest, OtherTenantsCannotSubscribe) {
+  auto r = cluster_->Submit({{"language", "shell"}, {"code", "echo hi"}});
+  std::string cmd = "curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer " +
+                    std::string(TestCluster::kOtherToken) + "' " + cluster_->url() +
+                    "/v1/executions/" + r.body["id"].get<std::string>() + "/events";
+  FILE* f = popen(cmd.c_str(), "r");
+  char buf[16] = {};
+  ASSERT_NE(f, nullptr);
+  ASSERT_NE(fgets(buf, sizeof(buf), f), nullptr);
+  pclose(f);
+  EXPECT_STREQ(buf, "404");
+}
+
+}  // namespace
+}  // namespace kiln::testing

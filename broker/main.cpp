@@ -9,6 +9,7 @@
 #include "broker/scheduler/dispatcher.hpp"
 #include "broker/store/job_store.hpp"
 #include "common/log/logging.hpp"
+#include "common/stop_signals.hpp"
 
 namespace {
 
@@ -43,13 +44,7 @@ int main(int argc, char** argv) {
     return Fail(st);
   }
 
-  // Block the stop signals in every thread; one thread waits for them.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  sigset_t stop_signals = common::BlockStopSignals();
 
   auto pool = broker::RedisPool::Create(cfg->redis_url, cfg->redis_pool_size);
   if (!pool.ok()) return Fail(pool.status());

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "common/log/logging.hpp"
+#include "common/stop_signals.hpp"
 #include "worker/config.hpp"
 #include "worker/executor/executor.hpp"
 #include "worker/executor/warm_pool.hpp"
@@ -43,12 +44,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  sigset_t stop_signals = common::BlockStopSignals();
   common::UniqueFd stop_fd(::signalfd(-1, &stop_signals, SFD_CLOEXEC | SFD_NONBLOCK));
 
   std::map<worker::runtimes::Language, worker::runtimes::Runtime> runtimes;

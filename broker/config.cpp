@@ -96,8 +96,8 @@ common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
 
   auto over = [&](uint64_t d, uint64_t m, const char* name) -> common::Status {
     if (d > m) {
-      return common::InvalidRequest(file + ": limits.default." + name +
-                                    " is above limits.max." + name);
+      return common::InvalidRequest(file + ": limits.default." + name + " is above limits.max." +
+                                    name);
     }
     return common::Status::Ok();
   };

@@ -43,7 +43,7 @@ struct BrokerConfig {
   uint64_t max_code_bytes = 1u << 20;
   uint64_t max_input_bytes = 1u << 20;
   uint64_t max_files_bytes = 10u << 20;
-  uint64_t max_queue = 10000;  // jobs waiting for a slot, this broker
+  uint64_t max_queue = 10000;     // jobs waiting for a slot, this broker
   uint64_t wait_grace_ms = 5000;  // wait:true answers after timeout + grace at the latest
   // Auth.
   std::vector<TenantConfig> tenants;

@@ -1,7 +1,8 @@
 // kiln-broker: parses flags, loads the config and wires the parts together.
+#include <spdlog/spdlog.h>
+
 #include <CLI/CLI.hpp>
 #include <csignal>
-#include <spdlog/spdlog.h>
 #include <thread>
 
 #include "broker/api/http_api.hpp"
@@ -53,11 +54,9 @@ int main(int argc, char** argv) {
 
   zmq::context_t zmq_ctx(1);
   broker::JobWaiters waiters;
-  broker::DispatcherOptions dopts{cfg->id,
-                                  cfg->worker_endpoint,
+  broker::DispatcherOptions dopts{cfg->id, cfg->worker_endpoint,
                                   std::chrono::milliseconds(cfg->heartbeat_interval_ms),
-                                  cfg->heartbeat_liveness,
-                                  cfg->max_queue};
+                                  cfg->heartbeat_liveness, cfg->max_queue};
   for (const auto& t : cfg->tenants) {
     if (!t.secrets.empty()) dopts.tenant_secrets[t.name] = t.secrets;
   }
@@ -66,8 +65,8 @@ int main(int argc, char** argv) {
   auto api = broker::HttpApi::Create(*cfg, &store, dispatcher->get(), &waiters);
   if (!api.ok()) return Fail(api.status());
 
-  spdlog::info("broker {} ready: http on port {}, workers on {}, redis {}", cfg->id,
-               (*api)->port(), (*dispatcher)->endpoint(), cfg->redis_url);
+  spdlog::info("broker {} ready: http on port {}, workers on {}, redis {}", cfg->id, (*api)->port(),
+               (*dispatcher)->endpoint(), cfg->redis_url);
   std::jthread loop([&](std::stop_token st) { (*dispatcher)->Run(st); });
   std::thread http([&] { (*api)->Serve(); });
 

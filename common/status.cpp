@@ -6,51 +6,85 @@ namespace kiln::common {
 
 std::string_view CodeName(Code code) {
   switch (code) {
-    case Code::kOk: return "OK";
-    case Code::kInvalidRequest: return "INVALID_REQUEST";
-    case Code::kUnauthorized: return "UNAUTHORIZED";
-    case Code::kForbidden: return "FORBIDDEN";
-    case Code::kLimitExceeded: return "LIMIT_EXCEEDED";
-    case Code::kRuntimeUnavailable: return "RUNTIME_UNAVAILABLE";
-    case Code::kSecurityBlocked: return "SECURITY_BLOCKED";
-    case Code::kQueueFull: return "QUEUE_FULL";
-    case Code::kSessionNotFound: return "SESSION_NOT_FOUND";
-    case Code::kSessionForbidden: return "SESSION_FORBIDDEN";
-    case Code::kSessionLanguageMismatch: return "SESSION_LANGUAGE_MISMATCH";
-    case Code::kSessionBusyLimit: return "SESSION_BUSY_LIMIT";
-    case Code::kSessionLost: return "SESSION_LOST";
-    case Code::kWorkerLost: return "WORKER_LOST";
-    case Code::kApprovalDenied: return "APPROVAL_DENIED";
-    case Code::kApprovalExpired: return "APPROVAL_EXPIRED";
-    case Code::kCancelled: return "CANCELLED";
-    case Code::kTimeout: return "TIMEOUT";
-    case Code::kMemoryExceeded: return "MEMORY_EXCEEDED";
-    case Code::kOutputLimit: return "OUTPUT_LIMIT";
-    case Code::kCodeExecutionDisabled: return "CODE_EXECUTION_DISABLED";
-    case Code::kNotFound: return "NOT_FOUND";
-    case Code::kUnavailable: return "UNAVAILABLE";
-    case Code::kInternal: return "INTERNAL";
+    case Code::kOk:
+      return "OK";
+    case Code::kInvalidRequest:
+      return "INVALID_REQUEST";
+    case Code::kUnauthorized:
+      return "UNAUTHORIZED";
+    case Code::kForbidden:
+      return "FORBIDDEN";
+    case Code::kLimitExceeded:
+      return "LIMIT_EXCEEDED";
+    case Code::kRuntimeUnavailable:
+      return "RUNTIME_UNAVAILABLE";
+    case Code::kSecurityBlocked:
+      return "SECURITY_BLOCKED";
+    case Code::kQueueFull:
+      return "QUEUE_FULL";
+    case Code::kSessionNotFound:
+      return "SESSION_NOT_FOUND";
+    case Code::kSessionForbidden:
+      return "SESSION_FORBIDDEN";
+    case Code::kSessionLanguageMismatch:
+      return "SESSION_LANGUAGE_MISMATCH";
+    case Code::kSessionBusyLimit:
+      return "SESSION_BUSY_LIMIT";
+    case Code::kSessionLost:
+      return "SESSION_LOST";
+    case Code::kWorkerLost:
+      return "WORKER_LOST";
+    case Code::kApprovalDenied:
+      return "APPROVAL_DENIED";
+    case Code::kApprovalExpired:
+      return "APPROVAL_EXPIRED";
+    case Code::kCancelled:
+      return "CANCELLED";
+    case Code::kTimeout:
+      return "TIMEOUT";
+    case Code::kMemoryExceeded:
+      return "MEMORY_EXCEEDED";
+    case Code::kOutputLimit:
+      return "OUTPUT_LIMIT";
+    case Code::kCodeExecutionDisabled:
+      return "CODE_EXECUTION_DISABLED";
+    case Code::kNotFound:
+      return "NOT_FOUND";
+    case Code::kUnavailable:
+      return "UNAVAILABLE";
+    case Code::kInternal:
+      return "INTERNAL";
   }
   return "INTERNAL";
 }
 
 int HttpStatusFor(Code code) {
   switch (code) {
-    case Code::kOk: return 200;
-    case Code::kUnauthorized: return 401;
+    case Code::kOk:
+      return 200;
+    case Code::kUnauthorized:
+      return 401;
     case Code::kForbidden:
     case Code::kSessionForbidden:
-    case Code::kCodeExecutionDisabled: return 403;
+    case Code::kCodeExecutionDisabled:
+      return 403;
     case Code::kNotFound:
-    case Code::kSessionNotFound: return 404;
+    case Code::kSessionNotFound:
+      return 404;
     case Code::kSessionLanguageMismatch:
-    case Code::kSessionBusyLimit: return 409;
-    case Code::kSessionLost: return 410;
-    case Code::kQueueFull: return 429;
+    case Code::kSessionBusyLimit:
+      return 409;
+    case Code::kSessionLost:
+      return 410;
+    case Code::kQueueFull:
+      return 429;
     case Code::kUnavailable:
-    case Code::kRuntimeUnavailable: return 503;
-    case Code::kInternal: return 500;
-    default: return 400;
+    case Code::kRuntimeUnavailable:
+      return 503;
+    case Code::kInternal:
+      return 500;
+    default:
+      return 400;
   }
 }
 
@@ -60,8 +94,10 @@ bool IsRetryable(Code code) {
     case Code::kUnavailable:
     case Code::kRuntimeUnavailable:
     case Code::kSessionBusyLimit:
-    case Code::kWorkerLost: return true;
-    default: return false;
+    case Code::kWorkerLost:
+      return true;
+    default:
+      return false;
   }
 }
 

@@ -115,10 +115,10 @@ class [[nodiscard]] StatusOr {
 #define KILN_CONCAT_(a, b) KILN_CONCAT_INNER_(a, b)
 
 // Returns the Status of `expr` from the enclosing function if it is not OK.
-#define RETURN_IF_ERROR(expr)                            \
-  do {                                                   \
-    ::kiln::common::Status kiln_status_ = (expr);        \
-    if (!kiln_status_.ok()) return kiln_status_;         \
+#define RETURN_IF_ERROR(expr)                     \
+  do {                                            \
+    ::kiln::common::Status kiln_status_ = (expr); \
+    if (!kiln_status_.ok()) return kiln_status_;  \
   } while (0)
 
 // ASSIGN_OR_RETURN(auto x, Foo()); declares x from a StatusOr or returns its error.

@@ -1,9 +1,10 @@
 // kiln-worker: parses flags, loads the config, checks the sandbox and wires
 // the parts together.
-#include <CLI/CLI.hpp>
-#include <csignal>
 #include <spdlog/spdlog.h>
 #include <sys/signalfd.h>
+
+#include <CLI/CLI.hpp>
+#include <csignal>
 #include <thread>
 
 #include "common/log/logging.hpp"
@@ -21,8 +22,9 @@ int main(int argc, char** argv) {
   std::string id;
   app.add_option("-c,--config", config_file, "YAML config file (docs/configuration.md)")
       ->required();
-  app.add_option("--broker", brokers, "broker endpoint, e.g. tcp://127.0.0.1:5555 (repeatable; "
-                                      "replaces worker.brokers)");
+  app.add_option("--broker", brokers,
+                 "broker endpoint, e.g. tcp://127.0.0.1:5555 (repeatable; "
+                 "replaces worker.brokers)");
   app.add_option("--id", id, "override worker.id");
   CLI11_PARSE(app, argc, argv);
 

@@ -169,8 +169,7 @@ void WorkerLoop::Tick() {
 protocol::Heartbeat WorkerLoop::MakeHeartbeat() const {
   uint32_t running = executor_->Running();
   uint32_t slots = executor_->slots();
-  return protocol::Heartbeat{config_.id, running, running < slots ? slots - running : 0,
-                             draining_};
+  return protocol::Heartbeat{config_.id, running, running < slots ? slots - running : 0, draining_};
 }
 
 }  // namespace kiln::worker

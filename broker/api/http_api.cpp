@@ -39,8 +39,7 @@ void ReplyError(httplib::Response& res, const Status& st) {
 }  // namespace
 
 common::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Create(const BrokerConfig& config,
-                                                           JobStore* store,
-                                                           Dispatcher* dispatcher,
+                                                           JobStore* store, Dispatcher* dispatcher,
                                                            JobWaiters* waiters) {
   std::unique_ptr<HttpApi> api(new HttpApi(config, store, dispatcher, waiters));
   ASSIGN_OR_RETURN(api->redis_endpoint_, RedisEndpoint::Parse(config.redis_url));
@@ -175,7 +174,8 @@ void HttpApi::Submit(const httplib::Request& req, httplib::Response& res) {
     }
   } else {
     auto earlier = store_->CreateIdempotent(*spec, queued, idem_key);
-    if (!earlier.ok()) return ReplyError(res, Status(Code::kUnavailable, earlier.status().message()));
+    if (!earlier.ok())
+      return ReplyError(res, Status(Code::kUnavailable, earlier.status().message()));
     if (!earlier->empty()) {
       // A retry: answer with the job the first request created, never a second run.
       res.set_header("Idempotent-Replay", "true");
@@ -282,53 +282,52 @@ void HttpApi::Events(const httplib::Request& req, httplib::Response& res) {
   }
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider(
-      "text/event-stream", [this, sub](size_t, httplib::DataSink& sink) {
-        auto fail = [&](const Status& st) {
-          std::string e = SseEvent("execution_error", "", ErrorJson(st));
-          sink.write(e.data(), e.size());
-          sink.done();
-          return true;
-        };
-        if (!sub->started) {
-          sub->started = true;
-          auto rec = store_->Load(sub->id);
-          if (!rec.ok()) return fail(Status(Code::kUnavailable, rec.status().message()));
-          std::string e = SseEvent("execution_start", "start",
-                                   {{"id", rec->id},
-                                    {"language", rec->language},
-                                    {"session_id", rec->session_id},
-                                    {"status", JobStatusName(rec->status)}});
-          return sink.write(e.data(), e.size());
-        }
-        // Whether the job had ended before this read: then the read drains
-        // every chunk there will ever be, and the end event follows.
-        auto rec = store_->Load(sub->id);
-        if (!rec.ok()) return fail(Status(Code::kUnavailable, rec.status().message()));
-        const bool ended = IsTerminal(rec->status);
-        auto chunks = JobStore::ReadChunks(sub->conn.get(), sub->id, sub->after,
-                                           ended ? -1 : static_cast<int>(kSsePoll.count()));
-        if (!chunks.ok()) return fail(Status(Code::kUnavailable, chunks.status().message()));
-        std::string out;
-        for (const auto& c : *chunks) {
-          out += SseEvent("output_chunk", c.event_id,
-                          {{"stream", c.chunk.stream == common::protocol::Stream::kStdout
-                                          ? "stdout"
-                                          : "stderr"},
-                           {"seq", c.chunk.seq},
-                           {"data", c.chunk.data}});
-          sub->after = c.event_id;
-        }
-        if (ended && chunks->empty()) {
-          const bool error = rec->status == JobStatus::kError || rec->status == JobStatus::kRejected;
-          out += SseEvent(error ? "execution_error" : "execution_end", "end", rec->ToJson());
-          sink.write(out.data(), out.size());
-          sink.done();
-          return true;
-        }
-        if (out.empty()) out = ": waiting\n\n";  // a comment: finds clients that left
-        return sink.write(out.data(), out.size());
-      });
+  res.set_chunked_content_provider("text/event-stream", [this, sub](size_t,
+                                                                    httplib::DataSink& sink) {
+    auto fail = [&](const Status& st) {
+      std::string e = SseEvent("execution_error", "", ErrorJson(st));
+      sink.write(e.data(), e.size());
+      sink.done();
+      return true;
+    };
+    if (!sub->started) {
+      sub->started = true;
+      auto rec = store_->Load(sub->id);
+      if (!rec.ok()) return fail(Status(Code::kUnavailable, rec.status().message()));
+      std::string e = SseEvent("execution_start", "start",
+                               {{"id", rec->id},
+                                {"language", rec->language},
+                                {"session_id", rec->session_id},
+                                {"status", JobStatusName(rec->status)}});
+      return sink.write(e.data(), e.size());
+    }
+    // Whether the job had ended before this read: then the read drains
+    // every chunk there will ever be, and the end event follows.
+    auto rec = store_->Load(sub->id);
+    if (!rec.ok()) return fail(Status(Code::kUnavailable, rec.status().message()));
+    const bool ended = IsTerminal(rec->status);
+    auto chunks = JobStore::ReadChunks(sub->conn.get(), sub->id, sub->after,
+                                       ended ? -1 : static_cast<int>(kSsePoll.count()));
+    if (!chunks.ok()) return fail(Status(Code::kUnavailable, chunks.status().message()));
+    std::string out;
+    for (const auto& c : *chunks) {
+      out += SseEvent(
+          "output_chunk", c.event_id,
+          {{"stream", c.chunk.stream == common::protocol::Stream::kStdout ? "stdout" : "stderr"},
+           {"seq", c.chunk.seq},
+           {"data", c.chunk.data}});
+      sub->after = c.event_id;
+    }
+    if (ended && chunks->empty()) {
+      const bool error = rec->status == JobStatus::kError || rec->status == JobStatus::kRejected;
+      out += SseEvent(error ? "execution_error" : "execution_end", "end", rec->ToJson());
+      sink.write(out.data(), out.size());
+      sink.done();
+      return true;
+    }
+    if (out.empty()) out = ": waiting\n\n";  // a comment: finds clients that left
+    return sink.write(out.data(), out.size());
+  });
 }
 
 void HttpApi::Get(const httplib::Request& req, httplib::Response& res) {

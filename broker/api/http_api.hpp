@@ -34,8 +34,7 @@ namespace kiln::broker {
 class HttpApi {
  public:
   static common::StatusOr<std::unique_ptr<HttpApi>> Create(const BrokerConfig& config,
-                                                           JobStore* store,
-                                                           Dispatcher* dispatcher,
+                                                           JobStore* store, Dispatcher* dispatcher,
                                                            JobWaiters* waiters);
   ~HttpApi();
   HttpApi(const HttpApi&) = delete;
@@ -51,8 +50,7 @@ class HttpApi {
     bool admin = false;
   };
 
-  HttpApi(const BrokerConfig& config, JobStore* store, Dispatcher* dispatcher,
-          JobWaiters* waiters);
+  HttpApi(const BrokerConfig& config, JobStore* store, Dispatcher* dispatcher, JobWaiters* waiters);
   void Routes();
   common::StatusOr<Caller> Authenticate(const httplib::Request& req) const;
   void Submit(const httplib::Request& req, httplib::Response& res);

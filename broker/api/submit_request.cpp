@@ -10,16 +10,16 @@ namespace kiln::broker {
 namespace {
 
 using common::Code;
-using common::IsIdentifier;
 using common::InvalidRequest;
+using common::IsIdentifier;
 using common::Status;
 using nlohmann::json;
 
 const std::set<std::string> kLanguages = {"python", "javascript", "shell"};
-const std::set<std::string> kFields = {"language", "code",   "session_id", "input", "files",
-                                       "collect",  "env",    "limits",     "wait"};
-const std::set<std::string> kLimitFields = {"timeout_ms", "memory_mb", "cpu_ms",
-                                            "max_output_bytes", "max_pids"};
+const std::set<std::string> kFields = {"language", "code", "session_id", "input", "files",
+                                       "collect",  "env",  "limits",     "wait"};
+const std::set<std::string> kLimitFields = {"timeout_ms", "memory_mb", "cpu_ms", "max_output_bytes",
+                                            "max_pids"};
 
 // A relative path that stays inside the workspace: no "..", no absolute path,
 // no NUL, no empty components.
@@ -50,7 +50,7 @@ Status ReadLimit(const json& limits, const char* key, uint64_t max, uint64_t* ou
   if (v == 0) return InvalidRequest(std::string("limits.") + key + ": must be positive");
   if (v > max) {
     return Status(Code::kLimitExceeded, std::string("limits.") + key + " is " + std::to_string(v) +
-                                      ", above the maximum " + std::to_string(max));
+                                            ", above the maximum " + std::to_string(max));
   }
   *out = v;
   return Status::Ok();
@@ -86,8 +86,8 @@ common::StatusOr<JobSpec> ParseSubmitRequest(std::string_view body, const std::s
   spec.code = code->get<std::string>();
   if (spec.code.size() > config.max_code_bytes) {
     return Status(Code::kLimitExceeded, "code is " + std::to_string(spec.code.size()) +
-                                      " bytes, above the maximum " +
-                                      std::to_string(config.max_code_bytes));
+                                            " bytes, above the maximum " +
+                                            std::to_string(config.max_code_bytes));
   }
 
   if (auto s = j.find("session_id"); s != j.end() && !s->is_null()) {
@@ -95,8 +95,8 @@ common::StatusOr<JobSpec> ParseSubmitRequest(std::string_view body, const std::s
     spec.session_id = s->get<std::string>();
     bool ok = !spec.session_id.empty() && spec.session_id.size() <= 128;
     for (char c : spec.session_id) {
-      ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' ||
-                  c == '.' || c == ':');
+      ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ||
+                  c == ':');
     }
     if (!ok) return InvalidRequest("session_id: 1-128 characters of [A-Za-z0-9._:-]");
   }
@@ -111,8 +111,8 @@ common::StatusOr<JobSpec> ParseSubmitRequest(std::string_view body, const std::s
     spec.input_json = in->dump(-1, ' ', false, json::error_handler_t::replace);
     if (spec.input_json.size() > config.max_input_bytes) {
       return Status(Code::kLimitExceeded, "input is " + std::to_string(spec.input_json.size()) +
-                                        " bytes, above the maximum " +
-                                        std::to_string(config.max_input_bytes));
+                                              " bytes, above the maximum " +
+                                              std::to_string(config.max_input_bytes));
     }
   }
 
@@ -162,7 +162,7 @@ common::StatusOr<JobSpec> ParseSubmitRequest(std::string_view body, const std::s
       total += content->size();
       if (total > config.max_files_bytes) {
         return Status(Code::kLimitExceeded, "files: total size above the maximum " +
-                                          std::to_string(config.max_files_bytes) + " bytes");
+                                                std::to_string(config.max_files_bytes) + " bytes");
       }
       spec.files.push_back({std::move(path), std::move(*content)});
     }
@@ -183,14 +183,15 @@ common::StatusOr<JobSpec> ParseSubmitRequest(std::string_view body, const std::s
   if (auto limits = j.find("limits"); limits != j.end() && !limits->is_null()) {
     if (!limits->is_object()) return InvalidRequest("limits: expected an object");
     for (const auto& [key, value] : limits->items()) {
-      if (kLimitFields.count(key) == 0) return InvalidRequest("limits: unknown field '" + key + "'");
+      if (kLimitFields.count(key) == 0)
+        return InvalidRequest("limits: unknown field '" + key + "'");
     }
     const auto& m = config.max_limits;
     RETURN_IF_ERROR(ReadLimit(*limits, "timeout_ms", m.timeout_ms, &spec.limits.timeout_ms));
     RETURN_IF_ERROR(ReadLimit(*limits, "memory_mb", m.memory_mb, &spec.limits.memory_mb));
     RETURN_IF_ERROR(ReadLimit(*limits, "cpu_ms", m.cpu_ms, &spec.limits.cpu_ms));
-    RETURN_IF_ERROR(ReadLimit(*limits, "max_output_bytes", m.max_output_bytes,
-                              &spec.limits.max_output_bytes));
+    RETURN_IF_ERROR(
+        ReadLimit(*limits, "max_output_bytes", m.max_output_bytes, &spec.limits.max_output_bytes));
     RETURN_IF_ERROR(ReadLimit(*limits, "max_pids", m.max_pids, &spec.limits.max_pids));
     if (spec.limits.memory_mb < 16) return InvalidRequest("limits.memory_mb: at least 16");
   }

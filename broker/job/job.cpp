@@ -82,17 +82,22 @@ common::StatusOr<JobStatus> ParseJobStatus(std::string_view s) {
 }
 
 bool IsTerminal(JobStatus s) {
-  return s != JobStatus::kQueued && s != JobStatus::kAwaitingApproval &&
-         s != JobStatus::kRunning;
+  return s != JobStatus::kQueued && s != JobStatus::kAwaitingApproval && s != JobStatus::kRunning;
 }
 
 json JobSpec::ToJson() const {
-  return {{"id", id},           {"tenant", tenant},
-          {"language", language}, {"code", code},
-          {"session_id", session_id}, {"input_json", input_json},
-          {"env", env},         {"files", FilesJson(files)},
-          {"collect", collect}, {"limits", LimitsJson(limits)},
-          {"wait", wait},       {"created_ms", created_ms}};
+  return {{"id", id},
+          {"tenant", tenant},
+          {"language", language},
+          {"code", code},
+          {"session_id", session_id},
+          {"input_json", input_json},
+          {"env", env},
+          {"files", FilesJson(files)},
+          {"collect", collect},
+          {"limits", LimitsJson(limits)},
+          {"wait", wait},
+          {"created_ms", created_ms}};
 }
 
 common::StatusOr<JobSpec> JobSpec::FromJson(const json& j) {
@@ -185,13 +190,13 @@ void JobRecord::ApplyResult(const protocol::Result& res, int64_t now_ms) {
                            res.error->traceback};
         } else if (res.signal) {
           error = JobError{"EXECUTION_FAILED",
-                           "the program was killed by signal " + std::to_string(*res.signal),
-                           false, "", ""};
+                           "the program was killed by signal " + std::to_string(*res.signal), false,
+                           "", ""};
         } else {
-          error = JobError{"EXECUTION_FAILED",
-                           "the program exited with code " +
-                               std::to_string(res.exit_code.value_or(-1)),
-                           false, "", ""};
+          error =
+              JobError{"EXECUTION_FAILED",
+                       "the program exited with code " + std::to_string(res.exit_code.value_or(-1)),
+                       false, "", ""};
         }
       }
       break;
@@ -281,9 +286,9 @@ common::StatusOr<JobRecord> JobRecord::FromJson(const json& j) {
     if (!j.at("result").is_null()) r.result_json = j.at("result").dump();
     if (!j.at("error").is_null()) {
       const json& e = j.at("error");
-      r.error = JobError{e.at("code").get<std::string>(), e.at("message").get<std::string>(),
-                         e.at("retryable").get<bool>(), e.value("type", ""),
-                         e.value("traceback", "")};
+      r.error =
+          JobError{e.at("code").get<std::string>(), e.at("message").get<std::string>(),
+                   e.at("retryable").get<bool>(), e.value("type", ""), e.value("traceback", "")};
     }
     r.duration_ms = OptFrom<double>(j, "duration_ms");
     r.queued_ms = OptFrom<double>(j, "queued_ms");

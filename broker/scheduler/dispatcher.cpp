@@ -22,9 +22,9 @@ constexpr int64_t kResultGraceMs = 30'000;
 }  // namespace
 
 common::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Create(DispatcherOptions options,
-                                                                  zmq::context_t* ctx,
-                                                                  JobStore* store,
-                                                                  JobWaiters* waiters) {
+                                                                 zmq::context_t* ctx,
+                                                                 JobStore* store,
+                                                                 JobWaiters* waiters) {
   common::UniqueFd wake(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!wake.valid()) return common::ErrnoStatus("eventfd", errno);
   try {
@@ -71,8 +71,8 @@ common::Status Dispatcher::Submit(JobSpec spec) {
   {
     std::lock_guard lock(mu_);
     if (queued_total_ >= options_.max_queue) {
-      return {Code::kQueueFull, "the queue holds " + std::to_string(queued_total_) +
-                                    " jobs; retry later"};
+      return {Code::kQueueFull,
+              "the queue holds " + std::to_string(queued_total_) + " jobs; retry later"};
     }
     ++queued_total_;
     inbox_.push_back(std::move(spec));
@@ -114,14 +114,16 @@ void Dispatcher::Run(std::stop_token stop) {
       next_tick_ = now + options_.heartbeat_interval;
     }
     // Wake at least every 100 ms to notice a stop request.
-    auto wait = std::min<Clock::duration>(next_tick_ - Clock::now(), std::chrono::milliseconds(100));
+    auto wait =
+        std::min<Clock::duration>(next_tick_ - Clock::now(), std::chrono::milliseconds(100));
     zmq::pollitem_t items[] = {
         {router_.handle(), 0, ZMQ_POLLIN, 0},
         {nullptr, wake_.get(), ZMQ_POLLIN, 0},
     };
     try {
-      zmq::poll(items, 2, std::chrono::duration_cast<std::chrono::milliseconds>(
-                              std::max<Clock::duration>(wait, Clock::duration::zero())));
+      zmq::poll(items, 2,
+                std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::max<Clock::duration>(wait, Clock::duration::zero())));
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;
       spdlog::error("dispatcher poll failed: {}", e.what());
@@ -426,7 +428,8 @@ void Dispatcher::Finish(JobRecord record) {
 bool Dispatcher::Send(const std::string& identity, const protocol::Message& m) {
   std::string bytes = protocol::Encode(m);
   try {
-    if (!router_.send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+    if (!router_.send(zmq::buffer(identity),
+                      zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
       return false;
     }
     return router_.send(zmq::buffer(bytes), zmq::send_flags::dontwait).has_value();

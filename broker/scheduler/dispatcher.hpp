@@ -64,8 +64,7 @@ struct WorkerView {
 class Dispatcher {
  public:
   static common::StatusOr<std::unique_ptr<Dispatcher>> Create(DispatcherOptions options,
-                                                              zmq::context_t* ctx,
-                                                              JobStore* store,
+                                                              zmq::context_t* ctx, JobStore* store,
                                                               JobWaiters* waiters);
   ~Dispatcher();
   Dispatcher(const Dispatcher&) = delete;

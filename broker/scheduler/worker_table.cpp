@@ -31,9 +31,8 @@ bool WorkerTable::OnHeartbeat(const std::string& identity, const common::protoco
   w.last_seen = now;
   w.last_seen_ms = now_ms;
   w.draining = hb.draining;
-  w.external_busy = hb.running > w.running.size()
-                        ? static_cast<uint32_t>(hb.running - w.running.size())
-                        : 0;
+  w.external_busy =
+      hb.running > w.running.size() ? static_cast<uint32_t>(hb.running - w.running.size()) : 0;
   return true;
 }
 
@@ -95,9 +94,8 @@ void WorkerTable::MarkFull(const std::string& identity) {
   auto it = workers_.find(identity);
   if (it == workers_.end()) return;
   WorkerInfo& w = it->second;
-  w.external_busy = w.reg.slots > w.running.size()
-                        ? static_cast<uint32_t>(w.reg.slots - w.running.size())
-                        : 0;
+  w.external_busy =
+      w.reg.slots > w.running.size() ? static_cast<uint32_t>(w.reg.slots - w.running.size()) : 0;
 }
 
 void WorkerTable::Release(const std::string& identity, const std::string& job_id) {

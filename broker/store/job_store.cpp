@@ -12,10 +12,10 @@ std::string Dump(const nlohmann::json& j) {
 common::Status JobStore::Create(const JobSpec& spec, const JobRecord& record) {
   const std::string key = JobKey(spec.id);
   auto conn = pool_->Acquire();
-  auto r = conn->Pipeline({{"HSET", key, "spec", Dump(spec.ToJson()), "record",
-                            Dump(record.ToJson()), "status", JobStatusName(record.status),
-                            "tenant", spec.tenant},
-                           {"EXPIRE", key, ttl_s_}});
+  auto r =
+      conn->Pipeline({{"HSET", key, "spec", Dump(spec.ToJson()), "record", Dump(record.ToJson()),
+                       "status", JobStatusName(record.status), "tenant", spec.tenant},
+                      {"EXPIRE", key, ttl_s_}});
   return r.ok() ? common::Status::Ok() : r.status().WithContext("storing job " + spec.id);
 }
 
@@ -45,9 +45,9 @@ return ''
 common::Status JobStore::Update(const JobRecord& record) {
   const std::string key = JobKey(record.id);
   auto conn = pool_->Acquire();
-  auto r = conn->Pipeline({{"HSET", key, "record", Dump(record.ToJson()), "status",
-                            JobStatusName(record.status)},
-                           {"EXPIRE", key, ttl_s_}});
+  auto r = conn->Pipeline(
+      {{"HSET", key, "record", Dump(record.ToJson()), "status", JobStatusName(record.status)},
+       {"EXPIRE", key, ttl_s_}});
   return r.ok() ? common::Status::Ok() : r.status().WithContext("updating job " + record.id);
 }
 
@@ -72,11 +72,11 @@ common::StatusOr<JobSpec> JobStore::LoadSpec(const std::string& id) {
 common::Status JobStore::AppendChunk(const common::protocol::OutputChunk& c) {
   const std::string key = OutputKey(c.job_id);
   auto conn = pool_->Acquire();
-  auto r = conn->Pipeline(
-      {{"XADD", key, "MAXLEN", "~", std::to_string(kMaxChunksKept), "*", "stream",
-        c.stream == common::protocol::Stream::kStdout ? "stdout" : "stderr", "seq",
-        std::to_string(c.seq), "data", c.data},
-       {"EXPIRE", key, ttl_s_}});
+  auto r =
+      conn->Pipeline({{"XADD", key, "MAXLEN", "~", std::to_string(kMaxChunksKept), "*", "stream",
+                       c.stream == common::protocol::Stream::kStdout ? "stdout" : "stderr", "seq",
+                       std::to_string(c.seq), "data", c.data},
+                      {"EXPIRE", key, ttl_s_}});
   return r.ok() ? common::Status::Ok() : r.status().WithContext("storing output of " + c.job_id);
 }
 
@@ -89,8 +89,8 @@ common::StatusOr<std::vector<JobStore::StoredChunk>> JobStore::ReadChunks(
     argv.push_back("BLOCK");
     argv.push_back(block);
   }
-  for (std::string_view a : {std::string_view("STREAMS"), std::string_view(key),
-                             std::string_view(after_id)}) {
+  for (std::string_view a :
+       {std::string_view("STREAMS"), std::string_view(key), std::string_view(after_id)}) {
     argv.push_back(a);
   }
   ASSIGN_OR_RETURN(RedisReply r, conn->Command(argv));

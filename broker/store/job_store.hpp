@@ -53,11 +53,12 @@ class JobStore {
   static std::string OutputKey(const std::string& id) { return "{kiln}:out:" + id; }
   common::Status AppendChunk(const common::protocol::OutputChunk& chunk);
   // Chunks after `after_id` ("0" for all), waiting up to block_ms for the
-  // first one (block_ms < 0: do not wait). Uses the caller's own connection: a subscriber blocks on it.
+  // first one (block_ms < 0: do not wait). Uses the caller's own connection: a subscriber blocks on
+  // it.
   static common::StatusOr<std::vector<StoredChunk>> ReadChunks(RedisConnection* conn,
-                                                              const std::string& id,
-                                                              const std::string& after_id,
-                                                              int block_ms);
+                                                               const std::string& id,
+                                                               const std::string& after_id,
+                                                               int block_ms);
 
  private:
   RedisPool* pool_;

@@ -178,7 +178,7 @@ common::StatusOr<std::vector<RedisReply>> RedisConnection::Pipeline(
 }
 
 common::StatusOr<std::unique_ptr<RedisPool>> RedisPool::Create(const std::string& url,
-                                                                size_t size) {
+                                                               size_t size) {
   ASSIGN_OR_RETURN(RedisEndpoint ep, RedisEndpoint::Parse(url));
   auto pool = std::make_unique<RedisPool>();
   for (size_t i = 0; i < size; ++i) {

@@ -30,8 +30,8 @@ Status InitLogging(const LogOptions& options) {
   if (level == spdlog::level::off && options.level != "off") {
     return InvalidRequest("log.level: unknown level '" + options.level + "'");
   }
-  auto logger = std::make_shared<spdlog::logger>(
-      options.component, std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  auto logger = std::make_shared<spdlog::logger>(options.component,
+                                                 std::make_shared<spdlog::sinks::stderr_sink_mt>());
   if (options.format == "json") {
     auto formatter = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
     formatter->add_flag<JsonMessageFlag>('*').set_pattern(

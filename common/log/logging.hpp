@@ -16,7 +16,7 @@ namespace kiln::common {
 
 struct LogOptions {
   std::string component = "kiln";
-  std::string level = "info";  // trace, debug, info, warn, error, off
+  std::string level = "info";   // trace, debug, info, warn, error, off
   std::string format = "text";  // text or json
 };
 

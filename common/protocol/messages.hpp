@@ -26,13 +26,13 @@ inline constexpr size_t kMaxIdBytes = 128;             // job, worker, session i
 inline constexpr size_t kMaxCodeBytes = 4u << 20;
 inline constexpr size_t kMaxInputJsonBytes = 8u << 20;
 inline constexpr size_t kMaxFiles = 256;
-inline constexpr size_t kMaxFilesBytes = 32u << 20;    // sum of file contents
+inline constexpr size_t kMaxFilesBytes = 32u << 20;  // sum of file contents
 inline constexpr size_t kMaxEnvEntries = 256;
-inline constexpr size_t kMaxStringBytes = 64u << 10;   // names, paths, env values
-inline constexpr size_t kMaxChunkBytes = 64u << 10;    // one OutputChunk's data
-inline constexpr size_t kMaxStreamBytes = 16u << 20;   // stdout or stderr in a Result
+inline constexpr size_t kMaxStringBytes = 64u << 10;  // names, paths, env values
+inline constexpr size_t kMaxChunkBytes = 64u << 10;   // one OutputChunk's data
+inline constexpr size_t kMaxStreamBytes = 16u << 20;  // stdout or stderr in a Result
 inline constexpr size_t kMaxResultJsonBytes = 8u << 20;
-inline constexpr size_t kMaxListEntries = 64;          // runtimes, layers, collect
+inline constexpr size_t kMaxListEntries = 64;  // runtimes, layers, collect
 
 enum class MessageType : uint8_t {
   kRegister = 1,
@@ -122,10 +122,10 @@ struct OutputChunk {
 
 // Why an execution ended.
 enum class EndReason : uint8_t {
-  kExit = 1,             // the program exited (or was killed by a signal it caused)
-  kTimeout = 2,          // wall-clock or cpu limit
+  kExit = 1,     // the program exited (or was killed by a signal it caused)
+  kTimeout = 2,  // wall-clock or cpu limit
   kMemoryExceeded = 3,
-  kOutputLimit = 4,      // reserved: output over the cap is truncated, not fatal
+  kOutputLimit = 4,  // reserved: output over the cap is truncated, not fatal
   kCancelled = 5,
   kSandboxViolation = 6,  // killed by the seccomp filter
   kError = 7,             // the worker could not run it (see worker_error)
@@ -172,8 +172,8 @@ struct Disconnect {
   friend bool operator==(const Disconnect&, const Disconnect&) = default;
 };
 
-using Message =
-    std::variant<Register, RegisterAck, Heartbeat, Execute, OutputChunk, Result, Cancel, Disconnect>;
+using Message = std::variant<Register, RegisterAck, Heartbeat, Execute, OutputChunk, Result, Cancel,
+                             Disconnect>;
 
 MessageType TypeOf(const Message& m);
 const char* TypeName(MessageType t);

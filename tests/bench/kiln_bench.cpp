@@ -12,10 +12,9 @@
 // duration_ms and queued_ms. Exit status 1 when any job did not succeed.
 // Latency and server figures cover succeeded jobs; failures are counted by
 // outcome ("<status>/<error.code>", "http <status>/<code>", "transport/<error>").
-#include <CLI/CLI.hpp>
 #include <httplib.h>
-#include <nlohmann/json.hpp>
 
+#include <CLI/CLI.hpp>
 #include <atomic>
 #include <barrier>
 #include <chrono>
@@ -25,6 +24,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
@@ -58,13 +58,13 @@ struct Options {
 
 // The outcome of one submit.
 struct Sample {
-  bool ok = false;          // HTTP 200 and status "succeeded"
-  std::string outcome;      // "succeeded", "failed/EXECUTION_FAILED", "http 429/QUEUE_FULL", ...
-  double latency_ms = 0;    // client: request sent -> response read
+  bool ok = false;        // HTTP 200 and status "succeeded"
+  std::string outcome;    // "succeeded", "failed/EXECUTION_FAILED", "http 429/QUEUE_FULL", ...
+  double latency_ms = 0;  // client: request sent -> response read
   std::optional<double> duration_ms;  // record: worker frame written -> process exited
   std::optional<double> queued_ms;
   std::string worker;
-  std::string body;         // kept only for the first failure
+  std::string body;  // kept only for the first failure
 };
 
 std::string DefaultCode(const std::string& lang) {
@@ -152,7 +152,8 @@ RunResult Run(const Options& opt) {
     cli.set_write_timeout(opt.timeout_s, 0);
     auto note_failure = [&](const Sample& s) {
       std::lock_guard lock(mu);
-      if (result.first_error.empty()) result.first_error = s.outcome + ": " + s.body.substr(0, 4000);
+      if (result.first_error.empty())
+        result.first_error = s.outcome + ": " + s.body.substr(0, 4000);
     };
 
     while (warmup_left.fetch_sub(1) > 0) {

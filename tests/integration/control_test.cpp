@@ -33,7 +33,8 @@ class ControlTest : public ::testing::Test {
   static json Record(const std::string& id) {
     return cluster_->Request("GET", "/v1/executions/" + id).body;
   }
-  static HttpReply CancelJob(const std::string& id, const std::string& token = TestCluster::kToken) {
+  static HttpReply CancelJob(const std::string& id,
+                             const std::string& token = TestCluster::kToken) {
     return cluster_->Request("POST", "/v1/executions/" + id + "/cancel", "", token);
   }
 
@@ -43,8 +44,8 @@ std::unique_ptr<TestCluster> ControlTest::cluster_;
 
 TEST_F(ControlTest, CancelsRunningAndQueuedJobs) {
   std::string running = SubmitNoWait("import time\nprint('started', flush=True)\ntime.sleep(30)");
-  ASSERT_TRUE(WaitFor([&] { return Record(running)["status"] == "running"; },
-                      std::chrono::seconds(10)));
+  ASSERT_TRUE(
+      WaitFor([&] { return Record(running)["status"] == "running"; }, std::chrono::seconds(10)));
   std::string queued = SubmitNoWait("print('never')");
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_EQ(Record(queued)["status"], "queued");
@@ -81,27 +82,29 @@ TEST_F(ControlTest, CancelChecksTokensAndIds) {
 }
 
 TEST_F(ControlTest, IdempotencyKeyReturnsTheSameJob) {
-  json body = {{"language", "python"},
-               {"code", "import random\nresult = random.random()"}};
+  json body = {{"language", "python"}, {"code", "import random\nresult = random.random()"}};
   httplib::Headers key = {{"Idempotency-Key", "order-42"}};
-  auto first = cluster_->Request("POST", "/v1/executions", body.dump(), TestCluster::kToken, 0, key);
+  auto first =
+      cluster_->Request("POST", "/v1/executions", body.dump(), TestCluster::kToken, 0, key);
   ASSERT_EQ(first.status, 200) << first.raw;
-  auto second = cluster_->Request("POST", "/v1/executions", body.dump(), TestCluster::kToken, 0, key);
+  auto second =
+      cluster_->Request("POST", "/v1/executions", body.dump(), TestCluster::kToken, 0, key);
   ASSERT_EQ(second.status, 200) << second.raw;
   EXPECT_EQ(second.body["id"], first.body["id"]);
   EXPECT_EQ(second.body["result"], first.body["result"]);  // one run, not two
   EXPECT_EQ(second.headers.count("Idempotent-Replay"), 1u);
 
   // Keys are per tenant; a fresh key is a fresh job.
-  auto other = cluster_->Request("POST", "/v1/executions", body.dump(), TestCluster::kOtherToken, 0,
-                                 key);
+  auto other =
+      cluster_->Request("POST", "/v1/executions", body.dump(), TestCluster::kOtherToken, 0, key);
   EXPECT_NE(other.body["id"], first.body["id"]);
   auto fresh = cluster_->Request("POST", "/v1/executions", body.dump(), TestCluster::kToken, 0,
                                  {{"Idempotency-Key", "order-43"}});
   EXPECT_NE(fresh.body["id"], first.body["id"]);
 
   // A retry while the first is still running gets the same job too.
-  json slow = {{"language", "python"}, {"code", "import time\ntime.sleep(0.5)\nresult = 5"},
+  json slow = {{"language", "python"},
+               {"code", "import time\ntime.sleep(0.5)\nresult = 5"},
                {"wait", false}};
   httplib::Headers k2 = {{"Idempotency-Key", "slow-1"}};
   auto a = cluster_->Request("POST", "/v1/executions", slow.dump(), TestCluster::kToken, 0, k2);
@@ -125,10 +128,10 @@ TEST(MultiBrokerTest, SharedWorkerSlotsNeverFailJobs) {
   std::vector<HttpReply> replies(16);
   for (int i = 0; i < 16; ++i) {
     threads.emplace_back([&, i] {
-      replies[i] = cluster->Submit({{"language", "python"},
-                                    {"code", "import time\ntime.sleep(0.2)\nprint(" +
-                                                 std::to_string(i) + ")"}},
-                                   TestCluster::kToken, i % 2);
+      replies[i] = cluster->Submit(
+          {{"language", "python"},
+           {"code", "import time\ntime.sleep(0.2)\nprint(" + std::to_string(i) + ")"}},
+          TestCluster::kToken, i % 2);
     });
   }
   for (auto& t : threads) t.join();

@@ -42,8 +42,8 @@ TEST_F(FoundationTest, PythonRunsAndReturnsOutputs) {
 }
 
 TEST_F(FoundationTest, JavaScriptRunsAndReturnsOutputs) {
-  auto r = Run({{"language", "javascript"},
-                {"code", "console.log('js', 1 + 2); console.error('warn');"}});
+  auto r = Run(
+      {{"language", "javascript"}, {"code", "console.log('js', 1 + 2); console.error('warn');"}});
   ASSERT_EQ(r.status, 200) << r.raw;
   EXPECT_EQ(r.body["status"], "succeeded") << r.raw;
   EXPECT_EQ(r.body["stdout"], "js 3\n");
@@ -74,9 +74,7 @@ TEST_F(FoundationTest, InputAndResultRoundTrip) {
   ASSERT_EQ(js.status, 200) << js.raw;
   EXPECT_EQ(js.body["result"], (json{2, 4, 6, 8})) << js.raw;
 
-  auto sh = Run({{"language", "shell"},
-                 {"code", "result=\"$name|$numbers\""},
-                 {"input", input}});
+  auto sh = Run({{"language", "shell"}, {"code", "result=\"$name|$numbers\""}, {"input", input}});
   ASSERT_EQ(sh.status, 200) << sh.raw;
   EXPECT_EQ(sh.body["result"], "k\"i\nln ✓|[1,2,3,4]") << sh.raw;
 }
@@ -151,11 +149,13 @@ TEST_F(FoundationTest, OutputOverTheCapIsTruncatedAndFlagged) {
 }
 
 TEST_F(FoundationTest, FilesAreWrittenAndCollected) {
-  auto r = Run({{"language", "python"},
-                {"code", "import os\ndata = open('in/data.txt').read()\nos.makedirs('out')\n"
-                         "open('out/r.txt', 'w').write(data.upper())\nprint(os.getcwd())"},
-                {"files", {{{"path", "in/data.txt"}, {"content_base64", common::Base64Encode("abc")}}}},
-                {"collect", {"out/*.txt"}}});
+  auto r =
+      Run({{"language", "python"},
+           {"code",
+            "import os\ndata = open('in/data.txt').read()\nos.makedirs('out')\n"
+            "open('out/r.txt', 'w').write(data.upper())\nprint(os.getcwd())"},
+           {"files", {{{"path", "in/data.txt"}, {"content_base64", common::Base64Encode("abc")}}}},
+           {"collect", {"out/*.txt"}}});
   ASSERT_EQ(r.status, 200) << r.raw;
   EXPECT_EQ(r.body["status"], "succeeded") << r.raw;
   ASSERT_EQ(r.body["files"].size(), 1u) << r.raw;
@@ -164,7 +164,8 @@ TEST_F(FoundationTest, FilesAreWrittenAndCollected) {
 }
 
 TEST_F(FoundationTest, MissingOrWrongTokenIs401) {
-  auto none = cluster_->Request("POST", "/v1/executions", R"({"language":"python","code":"1"})", "");
+  auto none =
+      cluster_->Request("POST", "/v1/executions", R"({"language":"python","code":"1"})", "");
   EXPECT_EQ(none.status, 401);
   EXPECT_EQ(none.body["error"]["code"], "UNAUTHORIZED");
   auto wrong = cluster_->Request("GET", "/v1/executions/ex_x", "", "not-a-token");
@@ -199,7 +200,8 @@ TEST_F(FoundationTest, BadRequestsGetClearErrors) {
   EXPECT_EQ(over_max.status, 400);
   EXPECT_EQ(over_max.body["error"]["code"], "LIMIT_EXCEEDED");
 
-  auto bad_path = post(R"({"language":"python","code":"1","files":[{"path":"../x","content_base64":""}]})");
+  auto bad_path =
+      post(R"({"language":"python","code":"1","files":[{"path":"../x","content_base64":""}]})");
   EXPECT_EQ(bad_path.status, 400);
   EXPECT_EQ(bad_path.body["error"]["code"], "INVALID_REQUEST");
 
@@ -251,9 +253,9 @@ TEST_F(FoundationTest, ConcurrentJobsAllComplete) {
   std::vector<HttpReply> replies(12);
   for (int i = 0; i < 12; ++i) {
     threads.emplace_back([&, i] {
-      replies[i] = Run({{"language", i % 2 ? "python" : "shell"},
-                        {"code", i % 2 ? "print(" + std::to_string(i) + ")"
-                                       : "echo " + std::to_string(i)}});
+      replies[i] =
+          Run({{"language", i % 2 ? "python" : "shell"},
+               {"code", i % 2 ? "print(" + std::to_string(i) + ")" : "echo " + std::to_string(i)}});
     });
   }
   for (auto& t : threads) t.join();

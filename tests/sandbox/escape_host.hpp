@@ -150,7 +150,7 @@ inline std::string FindHostWorkspaceWith(const std::string& cluster_dir, int wor
           if (d == nullptr) continue;
           while (dirent* e = readdir(d)) {
             std::string dir = ws + "/" + e->d_name;
-            struct stat st{};
+            struct stat st {};
             if (e->d_name[0] != '.' && ::stat((dir + "/" + name).c_str(), &st) == 0) found = dir;
           }
           closedir(d);

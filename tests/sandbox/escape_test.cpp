@@ -121,7 +121,8 @@ class EscapeTest : public ::testing::TestWithParam<std::string> {
   // workers take some) and the worker processes are alive and registered.
   void ExpectClusterHealthy() {
     std::vector<std::future<json>> jobs;
-    for (int i = 0; i < 2 * kWorkers * 2; ++i) jobs.push_back(RunAsync("python", "import time\ntime.sleep(0.2)\nprint(1)"));
+    for (int i = 0; i < 2 * kWorkers * 2; ++i)
+      jobs.push_back(RunAsync("python", "import time\ntime.sleep(0.2)\nprint(1)"));
     std::set<std::string> workers;
     for (auto& f : jobs) {
       json r = f.get();
@@ -173,9 +174,16 @@ INSTANTIATE_TEST_SUITE_P(CgroupV2, EscapeTest, ::testing::Values("v2"),
 // ---------------------------------------------------------------- reading
 
 TEST_P(EscapeTest, HostFilesAreNotVisible) {
-  json paths = {"/etc/shadow", "/etc/gshadow", "/etc/sudoers", c_->worker_config(0),
-                c_->worker_config(1), c_->dir() + "/redis.log", "/root", "/home",
-                "/proc/kcore", "/sys/kernel"};
+  json paths = {"/etc/shadow",
+                "/etc/gshadow",
+                "/etc/sudoers",
+                c_->worker_config(0),
+                c_->worker_config(1),
+                c_->dir() + "/redis.log",
+                "/root",
+                "/home",
+                "/proc/kcore",
+                "/sys/kernel"};
   auto py = Run("python", R"PY(
 import os, json
 def probe(p):
@@ -190,7 +198,8 @@ out = {p: probe(p) for p in paths}
 out['control'] = probe('/etc/passwd')
 out['etc'] = sorted(os.listdir('/etc'))
 print(json.dumps(out))
-)PY", nullptr, {{"paths", paths}});
+)PY",
+                nullptr, {{"paths", paths}});
   ASSERT_EQ(py.value("status", ""), "succeeded") << py.dump();
   json rep = Report(py);
   ASSERT_TRUE(rep.is_object()) << py.dump();
@@ -203,7 +212,8 @@ print(json.dumps(out))
           << p;
       continue;
     }
-    EXPECT_EQ(rep[p.get<std::string>()], "errno:" + std::to_string(kENOENT)) << p << " " << rep.dump();
+    EXPECT_EQ(rep[p.get<std::string>()], "errno:" + std::to_string(kENOENT))
+        << p << " " << rep.dump();
   }
   EXPECT_THAT(rep["etc"], Not(Contains("shadow"))) << rep["etc"].dump();
   EXPECT_THAT(rep["etc"], Contains("passwd"));
@@ -215,13 +225,15 @@ for (const p of ['/etc/shadow', cfg]) {
   try { out[p] = 'read:' + fs.readFileSync(p).length; } catch (e) { out[p] = e.code; }
 }
 console.log(JSON.stringify(out));
-)JS", nullptr, {{"cfg", c_->worker_config(0)}});
+)JS",
+                nullptr, {{"cfg", c_->worker_config(0)}});
   ASSERT_EQ(js.value("status", ""), "succeeded") << js.dump();
   json jrep = Report(js);
   EXPECT_EQ(jrep["/etc/shadow"], "ENOENT") << js.dump();
   EXPECT_EQ(jrep[c_->worker_config(0)], "ENOENT") << js.dump();
 
-  auto sh = Run("shell", "cat /etc/shadow; echo rc=$?; cat " + c_->worker_config(1) + "; echo rc=$?");
+  auto sh =
+      Run("shell", "cat /etc/shadow; echo rc=$?; cat " + c_->worker_config(1) + "; echo rc=$?");
   EXPECT_EQ(sh.value("status", ""), "succeeded") << sh.dump();
   EXPECT_EQ(sh.value("stdout", ""), "rc=1\nrc=1\n") << sh.dump();
   EXPECT_THAT(sh.value("stderr", ""), HasSubstr("No such file or directory")) << sh.dump();
@@ -249,7 +261,8 @@ res['pid1'] = open('/proc/1/cmdline', 'rb').read().split(b'\0')[0].decode()
 res['pids'] = sorted(int(x) for x in os.listdir('/proc') if x.isdigit())
 res['mypid'] = os.getpid()
 print(json.dumps(res))
-)PY", nullptr, {{"name", "KILN_ESCAPE_MARKER"}, {"value", marker_}});
+)PY",
+               nullptr, {{"name", "KILN_ESCAPE_MARKER"}, {"value", marker_}});
   ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
   json rep = Report(r);
   ASSERT_TRUE(rep.is_object()) << r.dump();
@@ -273,7 +286,8 @@ for _ in range(2000):
         break
     time.sleep(0.01)
 print(json.dumps({'cwd': os.getcwd(), 'released': os.path.exists('release')}))
-)PY", {{"timeout_ms", 40000}}, {{"secret", secret}});
+)PY",
+                         {{"timeout_ms", 40000}}, {{"secret", secret}});
   std::string host_ws = FindHostWorkspaceWith(c_->dir(), kWorkers, "kiln-escape-secret.txt",
                                               std::chrono::seconds(20));
   ASSERT_FALSE(host_ws.empty()) << "the first job's workspace never appeared on the host";
@@ -303,7 +317,8 @@ for top in ['/tmp', '/workspace', '/dev', '/etc', '/proc/self', '/']:
                 found.append(os.path.join(root, f))
 res['found'] = found
 print(json.dumps(res))
-)PY", nullptr, {{"paths", paths}});
+)PY",
+                    nullptr, {{"paths", paths}});
   PublishFile(host_ws, "release", "");
   json first = holder.get();
 
@@ -312,7 +327,8 @@ print(json.dumps(res))
   ASSERT_EQ(prober.value("status", ""), "succeeded") << prober.dump();
   json rep = Report(prober);
   ASSERT_TRUE(rep.is_object()) << prober.dump();
-  for (const auto& p : paths) EXPECT_EQ(rep[p.get<std::string>()], -kENOENT) << p << " " << rep.dump();
+  for (const auto& p : paths)
+    EXPECT_EQ(rep[p.get<std::string>()], -kENOENT) << p << " " << rep.dump();
   EXPECT_EQ(rep["cwd"], "/workspace");
   EXPECT_THAT(rep["own"], Not(Contains("kiln-escape-secret.txt"))) << rep.dump();
   EXPECT_EQ(rep["found"], json::array()) << rep.dump();
@@ -323,19 +339,22 @@ TEST_P(EscapeTest, RootListingShowsOnlyTheSandboxView) {
 import os, json
 print(json.dumps({'root': sorted(os.listdir('/')), 'testdir': os.path.exists(testdir),
                   'statedir': os.path.exists(statedir)}))
-)PY", nullptr, {{"testdir", c_->dir()}, {"statedir", c_->dir() + "/w0"}});
+)PY",
+               nullptr, {{"testdir", c_->dir()}, {"statedir", c_->dir() + "/w0"}});
   ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
   json rep = Report(r);
   ASSERT_TRUE(rep.is_object()) << r.dump();
-  const std::set<std::string> allowed = {"bin",  "dev",  "etc",  "lib",       "lib32", "lib64",
-                                         "libx32", "proc", "sbin", "tmp", "usr", "workspace"};
+  const std::set<std::string> allowed = {"bin",    "dev",  "etc",  "lib", "lib32", "lib64",
+                                         "libx32", "proc", "sbin", "tmp", "usr",   "workspace"};
   for (const auto& e : rep["root"]) {
-    EXPECT_TRUE(allowed.count(e.get<std::string>())) << "unexpected /" << e << " in " << rep["root"];
+    EXPECT_TRUE(allowed.count(e.get<std::string>()))
+        << "unexpected /" << e << " in " << rep["root"];
   }
   for (const char* must : {"usr", "etc", "tmp", "proc", "dev", "workspace"}) {
     EXPECT_THAT(rep["root"], Contains(must)) << rep["root"];
   }
-  for (const char* absent : {"root", "home", "var", "srv", "opt", "run", "boot", "sys", "mnt", "media"}) {
+  for (const char* absent :
+       {"root", "home", "var", "srv", "opt", "run", "boot", "sys", "mnt", "media"}) {
     EXPECT_THAT(rep["root"], Not(Contains(absent))) << rep["root"];
   }
   EXPECT_FALSE(rep["testdir"].get<bool>());
@@ -346,8 +365,14 @@ print(json.dumps({'root': sorted(os.listdir('/')), 'testdir': os.path.exists(tes
 
 TEST_P(EscapeTest, WritesOutsideWorkspaceAndTmpFail) {
   const std::string tag = "kiln-escape-" + RandomHex();
-  json targets = {"/usr/" + tag, "/usr/bin/" + tag, "/etc/" + tag, "/etc/passwd", "/" + tag,
-                  "/bin/" + tag, "/dev/" + tag, "/proc/sys/kernel/hostname",
+  json targets = {"/usr/" + tag,
+                  "/usr/bin/" + tag,
+                  "/etc/" + tag,
+                  "/etc/passwd",
+                  "/" + tag,
+                  "/bin/" + tag,
+                  "/dev/" + tag,
+                  "/proc/sys/kernel/hostname",
                   "/proc/sys/kernel/" + tag};
   auto r = Run("python", R"PY(
 import os, json
@@ -370,7 +395,8 @@ res['ok /workspace'] = write('/workspace/' + tag)
 res['ok /tmp'] = write('/tmp/' + tag)
 res['ok /dev/shm'] = write('/dev/shm/' + tag)
 print(json.dumps(res))
-)PY", nullptr, {{"targets", targets}, {"tag", tag}});
+)PY",
+               nullptr, {{"targets", targets}, {"tag", tag}});
   ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
   json rep = Report(r);
   ASSERT_TRUE(rep.is_object()) << r.dump();
@@ -378,12 +404,13 @@ print(json.dumps(res))
   EXPECT_EQ(rep["ok /tmp"], 0) << rep.dump();
   for (auto& [key, value] : rep.items()) {
     if (key.rfind("ok ", 0) == 0) continue;
-    EXPECT_THAT(value.get<int>(), AnyOf(kEROFS, kEACCES, kEPERM, kENOENT)) << key << " " << rep.dump();
+    EXPECT_THAT(value.get<int>(), AnyOf(kEROFS, kEACCES, kEPERM, kENOENT))
+        << key << " " << rep.dump();
     EXPECT_NE(value.get<int>(), 0) << key;
   }
   // And nothing reached the host's directories.
   for (const char* dir : {"/usr/", "/usr/bin/", "/etc/", "/", "/bin/", "/dev/"}) {
-    struct stat st{};
+    struct stat st {};
     EXPECT_NE(::stat((dir + tag).c_str(), &st), 0) << dir << tag << " exists on the host";
   }
 }
@@ -414,12 +441,14 @@ for _ in range(1500):
         break
     time.sleep(0.01)
 print(json.dumps({'ws': ws, 'tmp': tmp}))
-)PY", {{"timeout_ms", 40000}, {"memory_mb", 512}});
-  std::string host_ws = FindHostWorkspaceWith(c_->dir(), kWorkers, "full", std::chrono::seconds(30));
+)PY",
+                      {{"timeout_ms", 40000}, {"memory_mb", 512}});
+  std::string host_ws =
+      FindHostWorkspaceWith(c_->dir(), kWorkers, "full", std::chrono::seconds(30));
   bool on_tmpfs = false;
   uint64_t host_ws_bytes = 0;
   if (!host_ws.empty()) {
-    struct statfs fs{};
+    struct statfs fs {};
     if (::statfs(host_ws.c_str(), &fs) == 0) {
       on_tmpfs = static_cast<long>(fs.f_type) == kTmpfsMagic;
       host_ws_bytes = static_cast<uint64_t>(fs.f_blocks) * fs.f_bsize;
@@ -492,7 +521,8 @@ b = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); b.sendto(b'ping', a.getsoc
 a.settimeout(2)
 res['udp_self'] = a.recv(10).decode()
 print(json.dumps(res))
-)PY", {{"timeout_ms", 20000}}, {{"ports", ports}});
+)PY",
+               {{"timeout_ms", 20000}}, {{"ports", ports}});
   ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
   json rep = Report(r);
   ASSERT_TRUE(rep.is_object()) << r.dump();
@@ -527,7 +557,8 @@ for (const [name, port] of [['redis', redis], ['broker', broker]]) {
   s.on('connect', () => { out[name] = 'connected'; s.destroy(); if (--pending === 0) console.log(JSON.stringify(out)); });
   s.on('error', e => { out[name] = e.code; if (--pending === 0) console.log(JSON.stringify(out)); });
 }
-)JS", nullptr, {{"redis", c_->redis_port()}, {"broker", c_->http_port()}});
+)JS",
+                nullptr, {{"redis", c_->redis_port()}, {"broker", c_->http_port()}});
   ASSERT_EQ(js.value("status", ""), "succeeded") << js.dump();
   json jrep = Report(js);
   for (const char* name : {"redis", "broker"}) {
@@ -561,7 +592,8 @@ while time.time() - start < 2.5:
 print('forked %d failed %d errno %d' % (ok, fail, last), flush=True)
 while True:
     time.sleep(1)
-)PY", {{"max_pids", 32}, {"timeout_ms", 6000}});
+)PY",
+                       {{"max_pids", 32}, {"timeout_ms", 6000}});
   int peak = MaxProcessesPerJobUid(bomb);
   json r = bomb.get();
   auto elapsed = std::chrono::steady_clock::now() - start;
@@ -585,7 +617,8 @@ TEST_P(EscapeTest, ShellForkBombIsContainedByThePidsLimit) {
 end=$((SECONDS+3)); while ((SECONDS<end)); do true; done
 echo bomb-contained
 while true; do true; done
-)SH", {{"max_pids", 32}, {"timeout_ms", 6000}});
+)SH",
+                       {{"max_pids", 32}, {"timeout_ms", 6000}});
   int peak = MaxProcessesPerJobUid(bomb);
   json r = bomb.get();
   auto elapsed = std::chrono::steady_clock::now() - start;
@@ -604,7 +637,8 @@ chunks = []
 for i in range(64):
     chunks.append(b'x' * (16 << 20))   # 1 GiB in 16 MiB pieces, every page touched
 print('allocated 1 GiB')
-)PY", {{"memory_mb", 64}, {"timeout_ms", 20000}});
+)PY",
+               {{"memory_mb", 64}, {"timeout_ms", 20000}});
   EXPECT_EQ(r.value("status", ""), "memory_exceeded") << r.dump();
   EXPECT_EQ(r["error"].value("code", ""), "MEMORY_EXCEEDED") << r.dump();
   EXPECT_THAT(r.value("stdout", ""), Not(HasSubstr("allocated"))) << r.dump();
@@ -628,8 +662,10 @@ TEST_P(EscapeTest, CpuSpinEndsAtTheCpuLimitNotTheWallTimeout) {
 
   // Ignoring SIGXCPU does not help: the hard limit (a second later) kills.
   start = std::chrono::steady_clock::now();
-  auto ign = Run("python", "import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True:\n    pass\n",
-                 {{"cpu_ms", 1000}, {"timeout_ms", 20000}});
+  auto ign =
+      Run("python",
+          "import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True:\n    pass\n",
+          {{"cpu_ms", 1000}, {"timeout_ms", 20000}});
   elapsed = std::chrono::steady_clock::now() - start;
   EXPECT_LT(elapsed, std::chrono::milliseconds(15000)) << ign.dump();
   EXPECT_THAT(ign.value("status", ""), AnyOf(Eq("timed_out"), Eq("failed"))) << ign.dump();
@@ -646,7 +682,8 @@ spin = 'import time\nt = time.process_time()\nwhile time.process_time() - t < 1.
 for i in range(3):
     rc = subprocess.run([sys.executable, '-c', spin]).returncode
     print('child', i, rc, flush=True)
-)PY", {{"cpu_ms", 1000}, {"timeout_ms", 30000}});
+)PY",
+               {{"cpu_ms", 1000}, {"timeout_ms", 30000}});
   ASSERT_TRUE(r["usage"].is_object()) << r.dump();
   EXPECT_LE(r["usage"].value("cpu_ms", 0.0), 2500) << r.dump();
   EXPECT_EQ(r.value("status", ""), "timed_out") << r.dump();
@@ -711,10 +748,10 @@ print(json.dumps(res))
   json rep = Report(r);
   ASSERT_TRUE(rep.is_object()) << r.dump();
   const std::map<std::string, int> expected = {
-      {"ptrace", kEPERM},          {"mount", kEPERM},          {"unshare", kEPERM},
-      {"unshare_net", kEPERM},     {"setns", kEPERM},          {"bpf", kEPERM},
-      {"perf_event_open", kEPERM}, {"keyctl", kEPERM},         {"io_uring_setup", kENOSYS},
-      {"userfaultfd", kEPERM},     {"clone3", kENOSYS},        {"clone_newuser", kEPERM},
+      {"ptrace", kEPERM},          {"mount", kEPERM},   {"unshare", kEPERM},
+      {"unshare_net", kEPERM},     {"setns", kEPERM},   {"bpf", kEPERM},
+      {"perf_event_open", kEPERM}, {"keyctl", kEPERM},  {"io_uring_setup", kENOSYS},
+      {"userfaultfd", kEPERM},     {"clone3", kENOSYS}, {"clone_newuser", kEPERM},
       {"vsock", kEAFNOSUPPORT}};
   for (const auto& [name, err] : expected) {
     EXPECT_EQ(rep[name], json::array({-1, err})) << name << " " << rep.dump();
@@ -764,10 +801,12 @@ for name in ('same_uid', 'root_sentinel'):
     res['term ' + name] = k(pids[name], signal.SIGKILL)
 time.sleep(0.2)
 print(json.dumps(res))
-)PY", {{"timeout_ms", 30000}});
-  std::string host_ws = FindHostWorkspaceWith(c_->dir(), kWorkers, "kill-ready", std::chrono::seconds(20));
+)PY",
+                      {{"timeout_ms", 30000}});
+  std::string host_ws =
+      FindHostWorkspaceWith(c_->dir(), kWorkers, "kill-ready", std::chrono::seconds(20));
   ASSERT_FALSE(host_ws.empty());
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(::stat(host_ws.c_str(), &st), 0);
   ASSERT_GE(st.st_uid, kUidLo);
   // A neighbour with the job's own uid: only the pid namespace (and Landlock
@@ -826,12 +865,14 @@ for p in os.listdir('/proc'):
         except OSError:
             pass
 print(json.dumps(sorted(alive)))
-)PY", {{"timeout_ms", 20000}});
+)PY",
+               {{"timeout_ms", 20000}});
   auto elapsed = std::chrono::steady_clock::now() - start;
   ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
   EXPECT_LT(elapsed, std::chrono::seconds(10)) << "a daemon holding stdout kept the job open";
   std::string alive = Report(r).dump();
-  for (const char* d : {"sleep 31337", "sleep 31338", "sleep 31339", "sleep 31340", "kiln-escape-daemon"}) {
+  for (const char* d :
+       {"sleep 31337", "sleep 31338", "sleep 31339", "sleep 31340", "kiln-escape-daemon"}) {
     EXPECT_THAT(alive, HasSubstr(d)) << "the daemon did not start inside the job";
   }
   std::vector<escape::HostProcess> left;
@@ -845,8 +886,9 @@ print(json.dumps(sorted(alive)))
       },
       std::chrono::seconds(5));
   EXPECT_TRUE(clean) << left.size() << " daemon(s) survived, e.g. pid "
-                     << (left.empty() ? 0 : left[0].pid) << " uid " << (left.empty() ? 0 : left[0].uid)
-                     << ": " << (left.empty() ? "" : left[0].cmdline);
+                     << (left.empty() ? 0 : left[0].pid) << " uid "
+                     << (left.empty() ? 0 : left[0].uid) << ": "
+                     << (left.empty() ? "" : left[0].cmdline);
 }
 
 TEST_P(EscapeTest, DaemonsDoNotOutliveTheShellJob) {
@@ -857,12 +899,14 @@ setsid -f sleep 31343 </dev/null >/dev/null 2>&1
 sleep 0.3
 ps_out=$(cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' ' ')
 echo "$ps_out"
-)SH", {{"timeout_ms", 20000}});
+)SH",
+               {{"timeout_ms", 20000}});
   ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
   for (const char* d : {"sleep 31341", "sleep 31342", "sleep 31343"}) {
     EXPECT_THAT(r.value("stdout", ""), HasSubstr(d)) << "the daemon did not start inside the job";
   }
-  bool clean = WaitFor([] { return ProcessesMatching("sleep 3134").empty(); }, std::chrono::seconds(5));
+  bool clean =
+      WaitFor([] { return ProcessesMatching("sleep 3134").empty(); }, std::chrono::seconds(5));
   EXPECT_TRUE(clean) << "a shell daemon survived its job";
 }
 
@@ -907,7 +951,8 @@ console.log(JSON.stringify(res));
     for (auto& [lang, f] : jobs) {
       json r = f.get();
       ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
-      EXPECT_EQ(Report(r), lang == "python" ? clean_py : clean_js) << "job " << n << " saw a predecessor: " << r.dump();
+      EXPECT_EQ(Report(r), lang == "python" ? clean_py : clean_js)
+          << "job " << n << " saw a predecessor: " << r.dump();
       if (r["worker"].is_string()) workers.insert(r["worker"]);
     }
   }
@@ -942,7 +987,8 @@ print(json.dumps({'env': dict(os.environ), 'init_env': init_env, 'own_fds': own_
                   'status': {k: status.get(k) for k in ['Uid', 'Gid', 'Groups', 'CapInh', 'CapPrm',
                              'CapEff', 'CapBnd', 'CapAmb', 'NoNewPrivs', 'Seccomp']},
                   'umask': os.umask(0o22)}))
-)PY", nullptr, nullptr, {{"KILN_JOB_VAR", "job-value"}});
+)PY",
+               nullptr, nullptr, {{"KILN_JOB_VAR", "job-value"}});
   ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
   json rep = Report(r);
   ASSERT_TRUE(rep.is_object()) << r.dump();
@@ -978,7 +1024,8 @@ print(json.dumps({'env': dict(os.environ), 'init_env': init_env, 'own_fds': own_
   auto js = Run("javascript", "console.log(JSON.stringify(Object.keys(process.env).sort()))",
                 nullptr, nullptr, {{"KILN_JOB_VAR", "x"}});
   ASSERT_EQ(js.value("status", ""), "succeeded") << js.dump();
-  EXPECT_EQ(Report(js), json::array({"HOME", "KILN_JOB_VAR", "LANG", "PATH", "TMPDIR"})) << js.dump();
+  EXPECT_EQ(Report(js), json::array({"HOME", "KILN_JOB_VAR", "LANG", "PATH", "TMPDIR"}))
+      << js.dump();
 }
 
 TEST_P(EscapeTest, SetuidBinariesGrantNothing) {
@@ -1023,7 +1070,8 @@ res['suid_mounts'] = [l.split()[4] for l in open('/proc/self/mountinfo')
                       if 'nosuid' not in l.split()[5].split(',') and os.path.isdir(l.split()[4])]
 res['euid'] = os.geteuid()
 print(json.dumps(res))
-)PY", {{"timeout_ms", 20000}});
+)PY",
+               {{"timeout_ms", 20000}});
   ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
   json rep = Report(r);
   ASSERT_TRUE(rep.is_object()) << r.dump();

@@ -91,7 +91,8 @@ void TestCluster::StartWorker(int i) {
   for (size_t b = 0; b < zmq_ports_.size(); ++b) {
     y << (b ? ", " : "") << "\"tcp://127.0.0.1:" << zmq_ports_[b] << "\"";
   }
-  y << "]\n" << options_.extra_worker_yaml << "sandbox:\n"
+  y << "]\n"
+    << options_.extra_worker_yaml << "sandbox:\n"
     << "  state_dir: " << dir_ << "/w" << i << "\n"
     << "  cgroup_prefix: kiln-it-" << suffix << "-w" << i << "\n"
     << "  uid_base: " << kUidBase + 10000 * i << "\n"
@@ -99,9 +100,9 @@ void TestCluster::StartWorker(int i) {
     << "  cgroup_mode: " << options_.cgroup_mode << "\n"
     << options_.extra_sandbox_yaml;
   WriteFile(worker_config(i), y.str());
-  workers_.at(i) = ChildProcess::Start({kBin + "kiln-worker", "--config", worker_config(i)},
-                                       dir_ + "/worker" + std::to_string(i) + ".log",
-                                       options_.worker_env);
+  workers_.at(i) =
+      ChildProcess::Start({kBin + "kiln-worker", "--config", worker_config(i)},
+                          dir_ + "/worker" + std::to_string(i) + ".log", options_.worker_env);
 }
 
 TestCluster::~TestCluster() {
@@ -123,9 +124,10 @@ HttpReply TestCluster::Request(const std::string& method, const std::string& pat
   cli.set_connection_timeout(2, 0);
   httplib::Headers headers = extra;
   if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
-  httplib::Result r = method == "GET"    ? cli.Get(path.c_str(), headers)
-                      : method == "DELETE" ? cli.Delete(path.c_str(), headers)
-                                           : cli.Post(path.c_str(), headers, body, "application/json");
+  httplib::Result r = method == "GET" ? cli.Get(path.c_str(), headers)
+                      : method == "DELETE"
+                          ? cli.Delete(path.c_str(), headers)
+                          : cli.Post(path.c_str(), headers, body, "application/json");
   HttpReply reply;
   if (!r) return reply;
   reply.status = r->status;
@@ -135,8 +137,7 @@ HttpReply TestCluster::Request(const std::string& method, const std::string& pat
   return reply;
 }
 
-HttpReply TestCluster::Submit(const nlohmann::json& request, const std::string& token,
-                              int broker) {
+HttpReply TestCluster::Submit(const nlohmann::json& request, const std::string& token, int broker) {
   return Request("POST", "/v1/executions", request.dump(), token, broker);
 }
 

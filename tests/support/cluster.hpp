@@ -26,11 +26,11 @@ struct ClusterOptions {
   int workers = 2;
   int slots = 2;
   int warm_per_runtime = 1;
-  std::string extra_broker_yaml;  // appended to every broker config
-  std::string extra_worker_yaml;  // appended under `worker:` (indented by the caller)
-  std::string cgroup_mode = "auto";        // sandbox.cgroup_mode of every worker
-  std::string extra_sandbox_yaml;          // appended under `sandbox:` (indented by the caller)
-  std::vector<std::string> worker_env;     // extra "K=V" in the workers' environment
+  std::string extra_broker_yaml;              // appended to every broker config
+  std::string extra_worker_yaml;              // appended under `worker:` (indented by the caller)
+  std::string cgroup_mode = "auto";           // sandbox.cgroup_mode of every worker
+  std::string extra_sandbox_yaml;             // appended under `sandbox:` (indented by the caller)
+  std::vector<std::string> worker_env;        // extra "K=V" in the workers' environment
   std::vector<std::string> tenant_a_secrets;  // registered secrets of tenant-a (kToken)
 };
 
@@ -60,8 +60,8 @@ class TestCluster {
   ChildProcess& broker(int i) { return brokers_.at(i); }
 
   HttpReply Request(const std::string& method, const std::string& path,
-                    const std::string& body = "", const std::string& token = kToken,
-                    int broker = 0, const httplib::Headers& headers = {});
+                    const std::string& body = "", const std::string& token = kToken, int broker = 0,
+                    const httplib::Headers& headers = {});
   // POST /v1/executions with wait:true; returns the record (or error body).
   HttpReply Submit(const nlohmann::json& request, const std::string& token = kToken,
                    int broker = 0);

@@ -23,8 +23,7 @@ extern char** environ;
 
 namespace kiln::testing {
 
-ChildProcess ChildProcess::Start(const std::vector<std::string>& argv,
-                                 const std::string& log_file,
+ChildProcess ChildProcess::Start(const std::vector<std::string>& argv, const std::string& log_file,
                                  const std::vector<std::string>& extra_env) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);

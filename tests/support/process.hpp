@@ -1,7 +1,7 @@
 // Test support: child processes and free ports for integration tests.
 //
-//   ChildProcess redis = ChildProcess::Start({"/usr/bin/redis-server", "--port", "0"}, "redis.log");
-//   int port = FreePort();
+//   ChildProcess redis = ChildProcess::Start({"/usr/bin/redis-server", "--port", "0"},
+//   "redis.log"); int port = FreePort();
 //
 // A ChildProcess ends its process (SIGTERM, then SIGKILL after a grace
 // period) when destroyed, so a failing test never leaves processes behind.

@@ -2,12 +2,11 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
-
-#include <spdlog/spdlog.h>
 
 #include "common/clock.hpp"
 #include "common/secrets/secrets_filter.hpp"
@@ -43,9 +42,9 @@ class Pump {
        const std::shared_ptr<const common::SecretsPolicy>& policy)
       : job_(job),
         options_(options),
-        cap_(std::min(job.limits.max_output_bytes ? job.limits.max_output_bytes
-                                                  : options.max_output_bytes,
-                      options.max_output_bytes)),
+        cap_(std::min(
+            job.limits.max_output_bytes ? job.limits.max_output_bytes : options.max_output_bytes,
+            options.max_output_bytes)),
         flood_(std::max<uint64_t>(cap_ * 8, kMinFloodBytes)),
         filters_{common::SecretsFilter(policy), common::SecretsFilter(policy)} {}
 
@@ -118,7 +117,8 @@ bool ReadControl(int fd, std::string* dest) {
     ssize_t n = ::read(fd, buf.data(), buf.size());
     if (n == 0) return false;
     if (n < 0) return errno == EAGAIN || errno == EINTR;
-    size_t room = runtimes::Runtime::kMaxControlBytes + 1 - std::min(dest->size(), runtimes::Runtime::kMaxControlBytes + 1);
+    size_t room = runtimes::Runtime::kMaxControlBytes + 1 -
+                  std::min(dest->size(), runtimes::Runtime::kMaxControlBytes + 1);
     dest->append(buf.data(), std::min(room, static_cast<size_t>(n)));
   }
   return true;
@@ -143,10 +143,10 @@ void FitToWire(protocol::Result* r) {
   if (r->result_json.size() > protocol::kMaxResultJsonBytes) {
     r->result_json.clear();
     if (!r->error) {
-      r->error = protocol::ErrorInfo{"ResultTooLarge",
-                                     "`result` is larger than " +
-                                         std::to_string(protocol::kMaxResultJsonBytes) + " bytes",
-                                     ""};
+      r->error = protocol::ErrorInfo{
+          "ResultTooLarge",
+          "`result` is larger than " + std::to_string(protocol::kMaxResultJsonBytes) + " bytes",
+          ""};
     }
   }
   if (r->error) {
@@ -192,9 +192,9 @@ protocol::Result RunJob(const protocol::Execute& job, WarmSandbox& sb,
   }
 
   const double setup_ms = common::MsSince(start);
-  const uint64_t timeout_ms = std::min(job.limits.timeout_ms ? job.limits.timeout_ms
-                                                             : options.max_timeout_ms,
-                                       options.max_timeout_ms);
+  const uint64_t timeout_ms =
+      std::min(job.limits.timeout_ms ? job.limits.timeout_ms : options.max_timeout_ms,
+               options.max_timeout_ms);
   const auto deadline = common::SteadyClock::now() + std::chrono::milliseconds(timeout_ms);
   protocol::Result result;
   result.job_id = job.job_id;

@@ -37,9 +37,9 @@ WarmPool::WarmPool(sandbox::Sandbox* sandbox,
 common::StatusOr<WarmSandbox> WarmPool::SpawnOne(runtimes::Language language) {
   auto rt = runtimes_.find(language);
   if (rt == runtimes_.end()) {
-    return common::Status(common::Code::kRuntimeUnavailable,
-                          std::string(runtimes::LanguageName(language)) +
-                              " is not offered by this worker");
+    return common::Status(
+        common::Code::kRuntimeUnavailable,
+        std::string(runtimes::LanguageName(language)) + " is not offered by this worker");
   }
   runtimes::Launch launch = rt->second.OneShotLaunch();
   ASSIGN_OR_RETURN(Pipe in, MakePipe());

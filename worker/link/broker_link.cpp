@@ -64,7 +64,8 @@ std::optional<protocol::Message> BrokerLink::Receive() {
       more = junk.more();
     }
     if (multipart) continue;  // brokers send single frames
-    auto m = protocol::Decode(std::string_view(static_cast<const char*>(frame.data()), frame.size()));
+    auto m =
+        protocol::Decode(std::string_view(static_cast<const char*>(frame.data()), frame.size()));
     if (!m.ok()) {
       spdlog::warn("bad message from broker {}: {}", endpoint_, m.status().message());
       continue;

@@ -37,7 +37,7 @@ namespace kiln::worker::sandbox {
 // Names of the layers, as reported by ActiveLayers() and accepted in
 // SandboxConfig::relaxed_layers.
 inline constexpr const char* kLayerNames[] = {
-    "user_ids", "pid_ns", "mount_ns", "net_ns", "ipc_ns", "uts_ns", "cgroup_ns",
+    "user_ids",   "pid_ns",       "mount_ns",     "net_ns",   "ipc_ns",  "uts_ns",  "cgroup_ns",
     "filesystem", "no_new_privs", "capabilities", "landlock", "seccomp", "cgroups", "rlimits"};
 
 struct SandboxConfig {
@@ -46,10 +46,10 @@ struct SandboxConfig {
   std::string cgroup_prefix = "kiln";   // our own sub-tree in every hierarchy
   uint32_t uid_base = 200000;           // sandboxes run as uid/gid base..base+count-1
   uint32_t uid_count = 1000;
-  std::vector<std::string> ro_binds;    // extra host paths bound read-only
+  std::vector<std::string> ro_binds;  // extra host paths bound read-only
   uint64_t workspace_bytes = 64ull << 20;
   uint64_t tmp_bytes = 64ull << 20;
-  uint32_t cpu_millicores = 1000;       // cgroup CPU cap per sandbox (1000 = one core)
+  uint32_t cpu_millicores = 1000;  // cgroup CPU cap per sandbox (1000 = one core)
   // Layers that may be missing on this host without refusing to start. Only
   // an operator's explicit config puts names here.
   std::set<std::string> relaxed_layers;

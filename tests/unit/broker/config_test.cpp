@@ -47,8 +47,8 @@ TEST(BrokerConfig, UnknownKeysAndBadValuesNameTheKey) {
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("broker.http.threads"));
 
-  auto range = LoadBrokerConfig(
-      Write(std::string(kMinimal) + "limits: {default: {timeout_ms: 0}}\n"));
+  auto range =
+      LoadBrokerConfig(Write(std::string(kMinimal) + "limits: {default: {timeout_ms: 0}}\n"));
   ASSERT_FALSE(range.ok());
   EXPECT_THAT(range.status().message(), HasSubstr("limits.default.timeout_ms"));
 

@@ -87,23 +87,23 @@ TEST(SubmitRequest, EnforcesSizesAndMaxima) {
 
 TEST(SubmitRequest, RejectsUnsafePathsAndNames) {
   for (const char* path : {"../x", "/etc/passwd", "a/../../b", "a//b", "./a", ""}) {
-    std::string body = std::string(R"({"language":"python","code":"1","files":[{"path":")") +
-                       path + R"(","content_base64":""}]})";
+    std::string body = std::string(R"({"language":"python","code":"1","files":[{"path":")") + path +
+                       R"(","content_base64":""}]})";
     EXPECT_EQ(Error(body).code(), Code::kInvalidRequest) << path;
   }
   EXPECT_EQ(Error(R"({"language":"python","code":"1","input":{"1bad":1}})").code(),
             Code::kInvalidRequest);
-  EXPECT_EQ(Error(R"({"language":"python","code":"1","input":[1]})").code(),
-            Code::kInvalidRequest);
+  EXPECT_EQ(Error(R"({"language":"python","code":"1","input":[1]})").code(), Code::kInvalidRequest);
   EXPECT_EQ(Error(R"({"language":"python","code":"1","env":{"A-B":"x"}})").code(),
             Code::kInvalidRequest);
   EXPECT_EQ(Error(R"({"language":"python","code":"1","env":{"A":1}})").code(),
             Code::kInvalidRequest);
   EXPECT_EQ(Error(R"({"language":"python","code":"1","session_id":"a b"})").code(),
             Code::kInvalidRequest);
-  EXPECT_EQ(Error(R"({"language":"python","code":"1","files":[{"path":"a","content_base64":"@@"}]})")
-                .code(),
-            Code::kInvalidRequest);
+  EXPECT_EQ(
+      Error(R"({"language":"python","code":"1","files":[{"path":"a","content_base64":"@@"}]})")
+          .code(),
+      Code::kInvalidRequest);
 }
 
 }  // namespace

@@ -23,14 +23,14 @@ TEST(WorkerTable, PicksLeastLoadedWorkerOfferingTheRuntime) {
   t.OnRegister("b", Reg("b", 4), now, 0);
   t.OnRegister("c", Reg("c", 8, {"javascript"}), now, 0);
   EXPECT_EQ(t.Pick("javascript"), "c");
-  t.Assign("a", "j1");          // a: 1/2
+  t.Assign("a", "j1");               // a: 1/2
   EXPECT_EQ(t.Pick("python"), "b");  // b: 0/4
   t.Assign("b", "j2");
-  t.Assign("b", "j3");          // b: 2/4 == a's 1/2: fewer running wins
+  t.Assign("b", "j3");  // b: 2/4 == a's 1/2: fewer running wins
   EXPECT_EQ(t.Pick("python"), "a");
-  t.Assign("a", "j4");          // a full
+  t.Assign("a", "j4");  // a full
   t.Assign("b", "j5");
-  t.Assign("b", "j6");          // b full
+  t.Assign("b", "j6");  // b full
   EXPECT_EQ(t.Pick("python"), std::nullopt);
   t.Release("a", "j1");
   EXPECT_EQ(t.Pick("python"), "a");

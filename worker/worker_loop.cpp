@@ -4,6 +4,8 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 namespace kiln::worker {
 
 namespace protocol = common::protocol;
@@ -94,6 +96,7 @@ void WorkerLoop::OnRegisterAck(BrokerLink& link, protocol::Message& m) {
     spdlog::info("registered with broker {} at {}", ack.broker_id, link.endpoint());
   }
   link.OnRegistered(ack, Clock::now());
+  SendEvents();  // results kept while no broker was there
   if (draining_) link.Send(MakeHeartbeat());
 }
 
@@ -132,7 +135,9 @@ void WorkerLoop::OnUnexpected(BrokerLink& link, protocol::Message& m) {
 }
 
 void WorkerLoop::SendEvents() {
-  for (auto& e : events_->Drain()) {
+  for (auto& e : events_->Drain()) unsent_.push_back(std::move(e));
+  while (!unsent_.empty()) {
+    OutboundEvent& e = unsent_.front();
     BrokerLink* target = nullptr;
     for (auto& link : links_) {
       if (link->endpoint() == e.broker && link->registered()) target = link.get();
@@ -141,10 +146,17 @@ void WorkerLoop::SendEvents() {
     for (auto& link : links_) {
       if (target == nullptr && link->registered()) target = link.get();
     }
-    if (target == nullptr || !target->Send(e.message)) {
-      spdlog::warn("no broker to send a {} to; dropped",
-                   protocol::TypeName(protocol::TypeOf(e.message)));
-    }
+    if (target == nullptr || !target->Send(e.message)) break;  // kept for the next broker
+    unsent_.pop_front();
+  }
+  // No broker for a while: keep results (they end jobs), drop the oldest
+  // output chunks first when the backlog is too long.
+  while (unsent_.size() > kMaxUnsent) {
+    auto chunk = std::find_if(unsent_.begin(), unsent_.end(), [](const OutboundEvent& e) {
+      return std::holds_alternative<protocol::OutputChunk>(e.message);
+    });
+    if (chunk == unsent_.end()) break;
+    unsent_.erase(chunk);
   }
 }
 

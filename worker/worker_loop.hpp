@@ -12,6 +12,7 @@
 // then sends Disconnect. Everything here runs on the thread that calls Run().
 #pragma once
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -53,6 +54,9 @@ class WorkerLoop {
   EventQueue* events_;
   std::vector<std::unique_ptr<BrokerLink>> links_;
   std::map<common::protocol::MessageType, Handler> handlers_;
+  // Events no broker could take yet (all were away); sent on reconnect.
+  std::deque<OutboundEvent> unsent_;
+  static constexpr size_t kMaxUnsent = 100000;
   bool draining_ = false;
 };
 

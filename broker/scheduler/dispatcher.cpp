@@ -231,10 +231,10 @@ void Dispatcher::HandleHeartbeat(const std::string& identity, protocol::Message&
   }
 }
 
-void Dispatcher::HandleOutputChunk(const std::string& identity, protocol::Message& m) {
+void Dispatcher::HandleOutputChunk(const std::string&, protocol::Message& m) {
   auto& chunk = std::get<protocol::OutputChunk>(m);
-  auto it = in_flight_.find(chunk.job_id);
-  if (it == in_flight_.end() || it->second.worker != identity) return;  // late or foreign
+  // Chunks of jobs another broker dispatched are stored as well: subscribers
+  // read them from Redis, wherever they are connected.
   // Stored before the Result is: a subscriber sees every chunk, then the end.
   if (auto st = store_->AppendChunk(chunk); !st.ok()) {
     spdlog::warn("{} (live output lost; the final record keeps it)", st.ToString());
@@ -245,7 +245,7 @@ void Dispatcher::HandleResult(const std::string& identity, protocol::Message& m)
   auto& res = std::get<protocol::Result>(m);
   auto it = in_flight_.find(res.job_id);
   if (it == in_flight_.end() || it->second.worker != identity) {
-    spdlog::warn("result for unknown job {} from worker {}", res.job_id, identity);
+    FinishForeign(identity, res);
     return;
   }
   if (res.reason == protocol::EndReason::kRefused) {
@@ -269,6 +269,22 @@ void Dispatcher::HandleResult(const std::string& identity, protocol::Message& m)
   table_.Release(identity, res.job_id);
   record.ApplyResult(res, common::NowMs());
   Finish(std::move(record));
+}
+
+void Dispatcher::FinishForeign(const std::string& identity, const protocol::Result& res) {
+  // A job this broker did not dispatch (its broker died or restarted, and the
+  // worker sends results to any live broker): the ledger in Redis decides.
+  // A job that already ended (e.g. WORKER_LOST while the worker was frozen)
+  // keeps its one terminal state.
+  auto record = store_->Load(res.job_id);
+  if (!record.ok() || IsTerminal(record->status) || res.reason == protocol::EndReason::kRefused) {
+    spdlog::warn("result for job {} from worker {} ignored: {}", res.job_id, identity,
+                 record.ok() ? "it has already ended" : record.status().ToString());
+    return;
+  }
+  record->ApplyResult(res, common::NowMs());
+  spdlog::info("stored the result of job {} dispatched by another broker", res.job_id);
+  Finish(std::move(*record));
 }
 
 void Dispatcher::HandleDisconnect(const std::string& identity, protocol::Message& m) {

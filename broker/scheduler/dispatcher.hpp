@@ -105,6 +105,7 @@ class Dispatcher {
   void HandleHeartbeat(const std::string& identity, common::protocol::Message& m);
   void HandleOutputChunk(const std::string& identity, common::protocol::Message& m);
   void HandleResult(const std::string& identity, common::protocol::Message& m);
+  void FinishForeign(const std::string& identity, const common::protocol::Result& res);
   void HandleDisconnect(const std::string& identity, common::protocol::Message& m);
   void HandleUnexpected(const std::string& identity, common::protocol::Message& m);
 

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -90,6 +91,15 @@ int Credentials(ChildPlan& p, const char**) { return DropToUser(p.uid, p.gid); }
 
 int NoNewPrivs(ChildPlan&, const char**) { return SetNoNewPrivs(); }
 
+// If the worker dies (even SIGKILL), its sandboxes die with it: nothing runs
+// unsupervised. Set after the uid change, which clears it, and kept across
+// exec (no setuid binary is exec'd). The parent is the thread that cloned us:
+// the worker's long-lived refill thread, or a job thread that outlives its
+// sandbox.
+int ParentDeath(ChildPlan&, const char**) {
+  return ::prctl(PR_SET_PDEATHSIG, SIGKILL) == 0 ? 0 : errno;
+}
+
 int Landlock(ChildPlan& p, const char**) { return p.landlock ? ApplyLandlock(p.landlock_abi) : 0; }
 
 int Seccomp(ChildPlan& p, const char**) {
@@ -111,6 +121,7 @@ constexpr Step kSteps[] = {
     {"descriptors", "", Descriptors},
     {"rlimits", "rlimits", Rlimits},
     {"uid/gid and capabilities", "user_ids", Credentials},
+    {"parent death signal", "", ParentDeath},
     {"no_new_privs", "no_new_privs", NoNewPrivs},
     {"landlock", "landlock", Landlock},
     {"seccomp", "seccomp", Seccomp},

@@ -1,6 +1,8 @@
 // kiln-sandbox-bench: what a sandboxed cold start costs next to a bare one.
 //
-//   kiln-sandbox-bench [runs=30] [cgroup_mode=auto]
+//   kiln-sandbox-bench [runs=30] [cgroup_mode=auto] [relax=layer,layer...]
+// (relaxing layers shows what each one costs; the worker never does this
+// without explicit config)
 //
 // For python3 -c pass, node -e 0 and bash -c true: median and p90 of
 // (a) bare posix_spawn + wait with a clean environment and (b) Sandbox::Spawn
@@ -78,6 +80,15 @@ int main(int argc, char** argv) {
   config.cgroup_prefix = "kiln-bench";
   config.cgroup_mode = argc > 2 ? argv[2] : "auto";
   config.uid_base = 330000;
+  if (argc > 3) {
+    std::string list = argv[3];
+    for (size_t start = 0; start <= list.size();) {
+      size_t comma = list.find(',', start);
+      if (comma == std::string::npos) comma = list.size();
+      if (comma > start) config.relaxed_layers.insert(list.substr(start, comma - start));
+      start = comma + 1;
+    }
+  }
   auto t0 = Clock::now();
   auto sb = Sandbox::Create(config);
   if (!sb.ok()) {

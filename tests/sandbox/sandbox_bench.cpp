@@ -1,8 +1,7 @@
 // kiln-sandbox-bench: what a sandboxed cold start costs next to a bare one.
 //
 //   kiln-sandbox-bench [runs=30] [cgroup_mode=auto] [relax=layer,layer...]
-// (relaxing layers shows what each one costs; the worker never does this
-// without explicit config)
+// (layers this host may lack, as sandbox.relax; a layer the host has stays on)
 //
 // For python3 -c pass, node -e 0 and bash -c true: median and p90 of
 // (a) bare posix_spawn + wait with a clean environment and (b) Sandbox::Spawn

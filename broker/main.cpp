@@ -7,6 +7,7 @@
 
 #include "broker/api/http_api.hpp"
 #include "broker/config.hpp"
+#include "broker/metrics/broker_metrics.hpp"
 #include "broker/scheduler/dispatcher.hpp"
 #include "broker/store/job_store.hpp"
 #include "common/log/logging.hpp"
@@ -54,15 +55,17 @@ int main(int argc, char** argv) {
 
   zmq::context_t zmq_ctx(1);
   broker::JobWaiters waiters;
+  broker::BrokerMetrics metrics;
   broker::DispatcherOptions dopts{cfg->id, cfg->worker_endpoint,
                                   std::chrono::milliseconds(cfg->heartbeat_interval_ms),
                                   cfg->heartbeat_liveness, cfg->max_queue};
   for (const auto& t : cfg->tenants) {
     if (!t.secrets.empty()) dopts.tenant_secrets[t.name] = t.secrets;
   }
+  dopts.metrics = &metrics;
   auto dispatcher = broker::Dispatcher::Create(dopts, &zmq_ctx, &store, &waiters);
   if (!dispatcher.ok()) return Fail(dispatcher.status());
-  auto api = broker::HttpApi::Create(*cfg, &store, dispatcher->get(), &waiters);
+  auto api = broker::HttpApi::Create(*cfg, &store, dispatcher->get(), &waiters, &metrics);
   if (!api.ok()) return Fail(api.status());
 
   spdlog::info("broker {} ready: http on port {}, workers on {}, redis {}", cfg->id, (*api)->port(),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything Kiln needs to build, test and run on Debian 12, from
 # Debian packages only. Idempotent: installs only what is missing. Needs root
-# (or sudo). Usage: deploy/install-deps.sh [--with-prometheus]
+# (or sudo). Usage: deploy/install-deps.sh
 set -euo pipefail
 
 packages=(
@@ -14,8 +14,9 @@ packages=(
   libspdlog-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   # services and runtimes the cluster and its tests use
   redis-server python3 procps iproute2
+  # promtool, which the metrics test uses to check the exposition format
+  prometheus
 )
-if [[ "${1:-}" == "--with-prometheus" ]]; then packages+=(prometheus); fi
 # Node.js: take Debian's unless a node is already installed (another vendor's
 # nodejs package ships its own npm and conflicts with Debian's npm package).
 command -v node >/dev/null 2>&1 || packages+=(nodejs)

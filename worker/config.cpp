@@ -26,6 +26,7 @@ common::StatusOr<WorkerConfig> LoadWorkerConfig(const std::string& file) {
   w.Get("max_collect_bytes", &c.max_collect_bytes, 0, common::protocol::kMaxFilesBytes);
   w.Get("drain_timeout_ms", &c.drain_timeout_ms, 0, 24u * 3600 * 1000);
   w.Get("metrics_endpoint", &c.metrics_endpoint);
+  w.Get("metrics_listen", &c.metrics_listen);
   common::YamlReader paths = w.Child("interpreters");
   paths.Get("python", &c.runtime_paths.python);
   paths.Get("javascript", &c.runtime_paths.node);

@@ -33,6 +33,7 @@ struct WorkerConfig {
   uint64_t max_collect_bytes = 10u << 20;
   uint32_t drain_timeout_ms = 60'000;  // SIGTERM waits this long for running jobs
   std::string metrics_endpoint;        // reported to brokers; empty when none
+  std::string metrics_listen;          // host:port of GET /metrics; empty: off
   sandbox::SandboxConfig sandbox;
   std::string log_level = "info";
   std::string log_format = "text";

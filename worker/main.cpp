@@ -12,6 +12,7 @@
 #include "worker/config.hpp"
 #include "worker/executor/executor.hpp"
 #include "worker/executor/warm_pool.hpp"
+#include "worker/metrics/worker_metrics.hpp"
 #include "worker/worker_loop.hpp"
 
 int main(int argc, char** argv) {
@@ -67,12 +68,23 @@ int main(int argc, char** argv) {
   }
   auto layers = (*sandbox)->ActiveLayers();
 
+  auto metrics = worker::WorkerMetrics::Create(cfg->metrics_listen, cfg->slots);
+  if (!metrics.ok()) {
+    spdlog::critical("{}", metrics.status().ToString());
+    return 2;
+  }
+  if (cfg->metrics_endpoint.empty()) cfg->metrics_endpoint = (*metrics)->endpoint();
+  if (!cfg->metrics_listen.empty()) {
+    spdlog::info("metrics on http://{}/metrics", (*metrics)->endpoint());
+  }
+
   // Warm sandboxes start with the worker's ceilings; each job tightens them.
   worker::sandbox::SandboxLimits launch;
   launch.memory_bytes = cfg->max_memory_mb << 20;
   launch.cpu_ms = cfg->max_timeout_ms;
   launch.max_pids = 1024;
-  worker::WarmPool pool(sandbox->get(), std::move(runtimes), launch, cfg->warm_per_runtime);
+  worker::WarmPool pool(sandbox->get(), std::move(runtimes), launch, cfg->warm_per_runtime,
+                        metrics->get());
   worker::EventQueue events;
   worker::RunOptions run_options;
   run_options.worker_id = cfg->id;
@@ -82,7 +94,7 @@ int main(int argc, char** argv) {
   run_options.max_collect_bytes = cfg->max_collect_bytes;
   zmq::context_t ctx(1);
   {
-    worker::Executor executor(run_options, cfg->slots, &pool, &events);
+    worker::Executor executor(run_options, cfg->slots, &pool, &events, metrics->get());
     std::jthread refill([&](std::stop_token st) { pool.Run(st); });
     spdlog::info("worker {} ready: {} slots, runtimes [{}], sandbox layers [{}], brokers [{}]",
                  cfg->id, cfg->slots, fmt::join(cfg->runtimes, ","), fmt::join(layers, ","),

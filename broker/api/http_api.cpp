@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "broker/api/submit_request.hpp"
+#include "broker/metrics/broker_metrics.hpp"
 
 namespace kiln::broker {
 namespace {
@@ -20,6 +21,25 @@ constexpr auto kCancelWait = std::chrono::seconds(5);
 // How long an event stream waits in Redis for new output before it checks
 // whether the job has ended (and tells the client it is still there).
 constexpr auto kSsePoll = std::chrono::milliseconds(250);
+
+// The route a request matched, by name: a bounded label, never the path
+// (which holds job ids).
+const char* RouteName(const httplib::Request& req) {
+  std::string_view path = req.path;
+  static constexpr std::string_view kExecutions = "/v1/executions";
+  if (path == "/metrics") return "metrics";
+  if (path == "/v1/health") return "health";
+  if (path == "/v1/workers") return "workers";
+  if (path == kExecutions) return req.method == "POST" ? "submit" : "other";
+  if (path.substr(0, kExecutions.size() + 1) != "/v1/executions/") return "other";
+  std::string_view rest = path.substr(kExecutions.size() + 1);
+  auto slash = rest.find('/');
+  if (slash == std::string_view::npos) return req.method == "GET" ? "get" : "other";
+  std::string_view tail = rest.substr(slash);
+  if (tail == "/events" && req.method == "GET") return "events";
+  if (tail == "/cancel" && req.method == "POST") return "cancel";
+  return "other";
+}
 
 void Reply(httplib::Response& res, int status, const json& body) {
   res.status = status;
@@ -40,8 +60,9 @@ void ReplyError(httplib::Response& res, const Status& st) {
 
 common::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Create(const BrokerConfig& config,
                                                            JobStore* store, Dispatcher* dispatcher,
-                                                           JobWaiters* waiters) {
-  std::unique_ptr<HttpApi> api(new HttpApi(config, store, dispatcher, waiters));
+                                                           JobWaiters* waiters,
+                                                           BrokerMetrics* metrics) {
+  std::unique_ptr<HttpApi> api(new HttpApi(config, store, dispatcher, waiters, metrics));
   ASSIGN_OR_RETURN(api->redis_endpoint_, RedisEndpoint::Parse(config.redis_url));
   const std::string& listen = config.http_listen;
   auto colon = listen.rfind(':');
@@ -66,11 +87,12 @@ common::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Create(const BrokerConfig& c
 }
 
 HttpApi::HttpApi(const BrokerConfig& config, JobStore* store, Dispatcher* dispatcher,
-                 JobWaiters* waiters)
+                 JobWaiters* waiters, BrokerMetrics* metrics)
     : config_(config),
       store_(store),
       dispatcher_(dispatcher),
       waiters_(waiters),
+      metrics_(metrics),
       server_(std::make_unique<httplib::Server>()) {
   const size_t threads = config.http_threads;
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
@@ -101,6 +123,13 @@ void HttpApi::Routes() {
   s.Get("/v1/workers",
         [this](const httplib::Request& q, httplib::Response& r) { ListWorkers(q, r); });
   s.Get("/v1/health", [this](const httplib::Request& q, httplib::Response& r) { Health(q, r); });
+  s.Get("/metrics", [this](const httplib::Request& q, httplib::Response& r) { Metrics(q, r); });
+  if (metrics_) {
+    // Called once each request has been answered.
+    s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+      metrics_->HttpRequest(RouteName(req), res.status);
+    });
+  }
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     // Only fill bodies httplib left empty (its own 400/404/413 answers).
     if (!res.body.empty()) return;
@@ -170,12 +199,11 @@ void HttpApi::Submit(const httplib::Request& req, httplib::Response& res) {
   JobRecord queued = JobRecord::Queued(*spec);
   if (idem_key.empty()) {
     if (auto st = store_->Create(*spec, queued); !st.ok()) {
-      return ReplyError(res, Status(Code::kUnavailable, st.message()));
+      return ReplyError(res, StoreError(st));
     }
   } else {
     auto earlier = store_->CreateIdempotent(*spec, queued, idem_key);
-    if (!earlier.ok())
-      return ReplyError(res, Status(Code::kUnavailable, earlier.status().message()));
+    if (!earlier.ok()) return ReplyError(res, StoreError(earlier.status()));
     if (!earlier->empty()) {
       // A retry: answer with the job the first request created, never a second run.
       res.set_header("Idempotent-Replay", "true");
@@ -183,6 +211,7 @@ void HttpApi::Submit(const httplib::Request& req, httplib::Response& res) {
     }
   }
   const std::string id = spec->id;
+  const std::string language = spec->language;
   JobWaiters::Handle handle;
   if (wait) handle = waiters_->Add(id);
   if (auto st = dispatcher_->Submit(std::move(*spec)); !st.ok()) {
@@ -194,6 +223,7 @@ void HttpApi::Submit(const httplib::Request& req, httplib::Response& res) {
     if (handle) waiters_->Wait(handle, std::chrono::steady_clock::now());
     return ReplyError(res, st);
   }
+  if (metrics_) metrics_->Submitted(caller->tenant, language);
   if (!wait) return Reply(res, 202, {{"id", id}, {"status", "queued"}});
   if (auto record = waiters_->Wait(handle, deadline)) return Reply(res, 200, record->ToJson());
   // Not finished in time: answer with what is stored now.
@@ -206,7 +236,7 @@ void HttpApi::ReplyWithJob(httplib::Response& res, const std::string& id, bool w
                            std::chrono::steady_clock::time_point deadline) {
   while (true) {
     auto record = store_->Load(id);
-    if (!record.ok()) return ReplyError(res, Status(Code::kUnavailable, record.status().message()));
+    if (!record.ok()) return ReplyError(res, StoreError(record.status()));
     if (!wait) return Reply(res, 202, {{"id", id}, {"status", JobStatusName(record->status)}});
     if (IsTerminal(record->status) || std::chrono::steady_clock::now() >= deadline) {
       return Reply(res, 200, record->ToJson());
@@ -222,7 +252,7 @@ common::StatusOr<JobRecord> HttpApi::LoadForCaller(const httplib::Request& req) 
   auto record = store_->Load(id);
   if (!record.ok()) {
     if (record.status().code() == Code::kNotFound) return record.status();
-    return Status(Code::kUnavailable, record.status().message());
+    return StoreError(record.status());
   }
   // Another tenant's job is indistinguishable from a missing one.
   if (!caller.admin && record->tenant != caller.tenant) {
@@ -293,7 +323,7 @@ void HttpApi::Events(const httplib::Request& req, httplib::Response& res) {
     if (!sub->started) {
       sub->started = true;
       auto rec = store_->Load(sub->id);
-      if (!rec.ok()) return fail(Status(Code::kUnavailable, rec.status().message()));
+      if (!rec.ok()) return fail(StoreError(rec.status()));
       std::string e = SseEvent("execution_start", "start",
                                {{"id", rec->id},
                                 {"language", rec->language},
@@ -304,11 +334,11 @@ void HttpApi::Events(const httplib::Request& req, httplib::Response& res) {
     // Whether the job had ended before this read: then the read drains
     // every chunk there will ever be, and the end event follows.
     auto rec = store_->Load(sub->id);
-    if (!rec.ok()) return fail(Status(Code::kUnavailable, rec.status().message()));
+    if (!rec.ok()) return fail(StoreError(rec.status()));
     const bool ended = IsTerminal(rec->status);
     auto chunks = JobStore::ReadChunks(sub->conn.get(), sub->id, sub->after,
                                        ended ? -1 : static_cast<int>(kSsePoll.count()));
-    if (!chunks.ok()) return fail(Status(Code::kUnavailable, chunks.status().message()));
+    if (!chunks.ok()) return fail(StoreError(chunks.status()));
     std::string out;
     for (const auto& c : *chunks) {
       out += SseEvent(
@@ -357,8 +387,19 @@ void HttpApi::ListWorkers(const httplib::Request& req, httplib::Response& res) {
   Reply(res, 200, {{"workers", workers}});
 }
 
+Status HttpApi::StoreError(const Status& st) const {
+  if (metrics_) metrics_->RedisError();
+  return Status(Code::kUnavailable, st.message());
+}
+
+void HttpApi::Metrics(const httplib::Request&, httplib::Response& res) {
+  if (!metrics_) return ReplyError(res, common::NotFound("metrics are off"));
+  res.set_content(metrics_->Render(), "text/plain; version=0.0.4");
+}
+
 void HttpApi::Health(const httplib::Request&, httplib::Response& res) {
   auto st = store_->Ping();
+  if (!st.ok() && metrics_) metrics_->RedisError();
   json body = {{"status", st.ok() ? "ok" : "unavailable"},
                {"redis", st.ok() ? "ok" : st.message()},
                {"workers", dispatcher_->Workers().size()},

@@ -5,7 +5,8 @@
 //
 // Routes: POST /v1/executions (with Idempotency-Key), GET /v1/executions/{id},
 // GET /v1/executions/{id}/events (SSE), POST /v1/executions/{id}/cancel,
-// GET /v1/workers (admin), GET /v1/health. An event stream holds one HTTP
+// GET /v1/workers (admin), GET /v1/health, GET /metrics (Prometheus, no
+// auth; counted in `metrics`, which may be null). An event stream holds one HTTP
 // thread and one Redis connection while it is open. Every error answers with the API's error object
 // and code. Requests run on a pool of config.http_threads threads; a
 // `wait: true` submit holds its thread until the job ends (or its timeout plus
@@ -31,11 +32,14 @@ struct Response;
 
 namespace kiln::broker {
 
+class BrokerMetrics;
+
 class HttpApi {
  public:
   static common::StatusOr<std::unique_ptr<HttpApi>> Create(const BrokerConfig& config,
                                                            JobStore* store, Dispatcher* dispatcher,
-                                                           JobWaiters* waiters);
+                                                           JobWaiters* waiters,
+                                                           BrokerMetrics* metrics = nullptr);
   ~HttpApi();
   HttpApi(const HttpApi&) = delete;
   HttpApi& operator=(const HttpApi&) = delete;
@@ -50,7 +54,8 @@ class HttpApi {
     bool admin = false;
   };
 
-  HttpApi(const BrokerConfig& config, JobStore* store, Dispatcher* dispatcher, JobWaiters* waiters);
+  HttpApi(const BrokerConfig& config, JobStore* store, Dispatcher* dispatcher, JobWaiters* waiters,
+          BrokerMetrics* metrics);
   void Routes();
   common::StatusOr<Caller> Authenticate(const httplib::Request& req) const;
   void Submit(const httplib::Request& req, httplib::Response& res);
@@ -68,11 +73,15 @@ class HttpApi {
                     std::chrono::steady_clock::time_point deadline);
   void ListWorkers(const httplib::Request& req, httplib::Response& res);
   void Health(const httplib::Request& req, httplib::Response& res);
+  void Metrics(const httplib::Request& req, httplib::Response& res);
+  // UNAVAILABLE for a failed store call, counted as a Redis error.
+  common::Status StoreError(const common::Status& st) const;
 
   const BrokerConfig& config_;
   JobStore* store_;
   Dispatcher* dispatcher_;
   JobWaiters* waiters_;
+  BrokerMetrics* metrics_;
   std::unique_ptr<httplib::Server> server_;
   RedisEndpoint redis_endpoint_;  // event streams open their own connections
   int port_ = 0;

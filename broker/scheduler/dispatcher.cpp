@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "broker/metrics/broker_metrics.hpp"
 #include "common/clock.hpp"
 #include "common/protocol/codec.hpp"
 
@@ -213,7 +214,9 @@ void Dispatcher::HandleRegister(const std::string& identity, protocol::Message& 
     return;
   }
   auto lost = table_.OnRegister(identity, reg, Clock::now(), common::NowMs());
-  if (!lost.empty()) LoseJobs(identity, lost, "the worker restarted");
+  if (!lost.empty() && LoseJobs(identity, lost, "the worker restarted") > 0 && options_.metrics) {
+    options_.metrics->WorkerLost();
+  }
   spdlog::info("worker {} registered: {} slots, runtimes [{}], layers [{}]", reg.worker_id,
                reg.slots, fmt::join(reg.runtimes, ","), fmt::join(reg.sandbox_layers, ","));
   Send(identity, protocol::RegisterAck{options_.broker_id,
@@ -237,6 +240,7 @@ void Dispatcher::HandleOutputChunk(const std::string&, protocol::Message& m) {
   // read them from Redis, wherever they are connected.
   // Stored before the Result is: a subscriber sees every chunk, then the end.
   if (auto st = store_->AppendChunk(chunk); !st.ok()) {
+    if (options_.metrics) options_.metrics->RedisError();
     spdlog::warn("{} (live output lost; the final record keeps it)", st.ToString());
   }
 }
@@ -277,6 +281,9 @@ void Dispatcher::FinishForeign(const std::string& identity, const protocol::Resu
   // A job that already ended (e.g. WORKER_LOST while the worker was frozen)
   // keeps its one terminal state.
   auto record = store_->Load(res.job_id);
+  if (!record.ok() && record.status().code() != Code::kNotFound && options_.metrics) {
+    options_.metrics->RedisError();
+  }
   if (!record.ok() || IsTerminal(record->status) || res.reason == protocol::EndReason::kRefused) {
     spdlog::warn("result for job {} from worker {} ignored: {}", res.job_id, identity,
                  record.ok() ? "it has already ended" : record.status().ToString());
@@ -291,7 +298,9 @@ void Dispatcher::HandleDisconnect(const std::string& identity, protocol::Message
   auto& d = std::get<protocol::Disconnect>(m);
   spdlog::info("worker {} disconnected: {}", identity, d.reason);
   auto jobs = table_.Remove(identity);
-  LoseJobs(identity, jobs, "the worker disconnected: " + d.reason);
+  if (LoseJobs(identity, jobs, "the worker disconnected: " + d.reason) > 0 && options_.metrics) {
+    options_.metrics->WorkerLost();
+  }
   PublishWorkers();
 }
 
@@ -306,6 +315,7 @@ void Dispatcher::Tick() {
   }
   for (auto& [id, jobs] : table_.Expire(Clock::now())) {
     spdlog::warn("worker {} missed {} heartbeats: declared dead", id, options_.liveness);
+    if (options_.metrics) options_.metrics->WorkerLost();
     LoseJobs(id, jobs, "the worker stopped answering heartbeats");
   }
   FailQueuedWithoutRuntime();
@@ -313,7 +323,7 @@ void Dispatcher::Tick() {
   // Retry terminal records Redis refused earlier.
   std::vector<JobRecord> retry;
   retry.swap(unsaved_);
-  for (auto& r : retry) Finish(std::move(r));
+  for (auto& r : retry) Save(std::move(r));
   PublishWorkers();
 }
 
@@ -350,7 +360,9 @@ void Dispatcher::DispatchQueued() {
         ++queued_total_;
       }
       auto jobs = table_.Remove(*worker);
-      LoseJobs(*worker, jobs, "the worker is unreachable");
+      if (LoseJobs(*worker, jobs, "the worker is unreachable") > 0 && options_.metrics) {
+        options_.metrics->WorkerLost();
+      }
       it = queue_.begin();
       continue;
     }
@@ -362,6 +374,7 @@ void Dispatcher::DispatchQueued() {
     record.queued_ms = static_cast<double>(record.started_ms - spec.created_ms);
     if (auto st = store_->Update(record); !st.ok()) {
       // Not fatal: the terminal record is what matters and is retried.
+      if (options_.metrics) options_.metrics->RedisError();
       spdlog::warn("could not mark {} running: {}", spec.id, st.ToString());
     }
     std::string id = spec.id;
@@ -415,8 +428,9 @@ void Dispatcher::FailOverdue() {
   }
 }
 
-void Dispatcher::LoseJobs(const std::string& worker, const std::vector<std::string>& job_ids,
-                          const std::string& why) {
+size_t Dispatcher::LoseJobs(const std::string& worker, const std::vector<std::string>& job_ids,
+                            const std::string& why) {
+  size_t lost = 0;
   for (const auto& id : job_ids) {
     auto it = in_flight_.find(id);
     if (it == in_flight_.end()) continue;
@@ -428,11 +442,20 @@ void Dispatcher::LoseJobs(const std::string& worker, const std::vector<std::stri
     r.finished_ms = common::NowMs();
     spdlog::warn("job {} lost with worker {}", id, worker);
     Finish(std::move(r));
+    ++lost;
   }
+  if (lost > 0 && options_.metrics) options_.metrics->JobsWorkerLost(lost);
+  return lost;
 }
 
 void Dispatcher::Finish(JobRecord record) {
+  if (options_.metrics) options_.metrics->Finished(record);
+  Save(std::move(record));
+}
+
+void Dispatcher::Save(JobRecord record) {
   if (auto st = store_->Update(record); !st.ok()) {
+    if (options_.metrics) options_.metrics->RedisError();
     spdlog::error("could not store the result of {}: {} (retrying)", record.id, st.ToString());
     waiters_->Notify(record);
     unsaved_.push_back(std::move(record));
@@ -457,13 +480,20 @@ bool Dispatcher::Send(const std::string& identity, const protocol::Message& m) {
 
 void Dispatcher::PublishWorkers() {
   std::vector<WorkerView> views;
+  uint64_t slots = 0, busy = 0;
   for (const auto& [id, w] : table_.workers()) {
+    slots += w.reg.slots;
+    busy += WorkerTable::Busy(w);
     views.push_back(WorkerView{w.reg.worker_id, w.reg.hostname, w.reg.runtimes,
                                w.reg.sandbox_layers, w.reg.slots,
                                static_cast<uint32_t>(WorkerTable::Busy(w)), w.draining,
                                w.registered_at_ms, w.last_seen_ms, w.reg.metrics_endpoint});
   }
   std::lock_guard lock(mu_);
+  if (options_.metrics) {
+    options_.metrics->SetWorkers(views.size(), slots, busy);
+    options_.metrics->SetQueueLength(queued_total_);
+  }
   worker_views_ = std::move(views);
 }
 

@@ -36,6 +36,8 @@
 
 namespace kiln::broker {
 
+class BrokerMetrics;
+
 struct DispatcherOptions {
   std::string broker_id;
   std::string endpoint;  // e.g. tcp://127.0.0.1:5555 (port 0 or * for ephemeral)
@@ -45,6 +47,7 @@ struct DispatcherOptions {
   std::chrono::milliseconds runtime_wait{30000};  // queued with no worker offering the runtime
   // Per tenant: literal secrets the worker masks in what jobs return.
   std::map<std::string, std::vector<std::string>> tenant_secrets;
+  BrokerMetrics* metrics = nullptr;  // optional; outlives the Dispatcher
 };
 
 // A copy of one worker's state for GET /v1/workers.
@@ -113,10 +116,14 @@ class Dispatcher {
   void DispatchQueued();
   void FailQueuedWithoutRuntime();
   void FailOverdue();
-  // Ends in-flight jobs of a lost worker with WORKER_LOST.
-  void LoseJobs(const std::string& worker, const std::vector<std::string>& job_ids,
-                const std::string& why);
+  // Ends in-flight jobs of a lost worker with WORKER_LOST; returns how many.
+  size_t LoseJobs(const std::string& worker, const std::vector<std::string>& job_ids,
+                  const std::string& why);
+  // Every terminal record passes here once: counts it, then Save()s it.
   void Finish(JobRecord record);
+  // Writes a terminal record and wakes its waiters; keeps it for a retry
+  // when Redis refuses it.
+  void Save(JobRecord record);
   bool Send(const std::string& identity, const common::protocol::Message& m);
   void PublishWorkers();
 

@@ -5,12 +5,19 @@
 
 #include <thread>
 
+#include "worker/metrics/worker_metrics.hpp"
+
 namespace kiln::worker {
 
 namespace protocol = common::protocol;
 
-Executor::Executor(RunOptions options, uint32_t slots, WarmPool* pool, EventQueue* events)
-    : options_(std::move(options)), slots_(slots), pool_(pool), events_(events) {}
+Executor::Executor(RunOptions options, uint32_t slots, WarmPool* pool, EventQueue* events,
+                   WorkerMetrics* metrics)
+    : options_(std::move(options)),
+      slots_(slots),
+      pool_(pool),
+      events_(events),
+      metrics_(metrics) {}
 
 Executor::~Executor() {
   CancelAll();
@@ -34,6 +41,7 @@ common::Status Executor::Start(protocol::Execute job, std::string broker) {
     cancel_fd = fd.get();
     running_.emplace(job.job_id, std::move(fd));
     ++threads_;
+    if (metrics_) metrics_->SetRunning(running_.size());
   }
   std::thread([this, job = std::move(job), broker = std::move(broker), cancel_fd]() mutable {
     RunOne(std::move(job), std::move(broker), cancel_fd);
@@ -67,6 +75,11 @@ void Executor::RunOne(protocol::Execute job, std::string broker, int cancel_fd) 
     {
       std::lock_guard lock(mu_);
       running_.erase(job.job_id);
+      if (metrics_) metrics_->SetRunning(running_.size());
+    }
+    if (metrics_) {
+      metrics_->JobFinished(std::string(runtimes::LanguageName(*language)),
+                            protocol::EndReasonName(result.reason));
     }
     events_->Post({broker, std::move(result)});
     // The sandbox (and its workspace) is destroyed here, after the Result left.

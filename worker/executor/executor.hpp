@@ -26,9 +26,13 @@
 
 namespace kiln::worker {
 
+class WorkerMetrics;
+
 class Executor {
  public:
-  Executor(RunOptions options, uint32_t slots, WarmPool* pool, EventQueue* events);
+  // `metrics` is optional and outlives the Executor.
+  Executor(RunOptions options, uint32_t slots, WarmPool* pool, EventQueue* events,
+           WorkerMetrics* metrics = nullptr);
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -52,6 +56,7 @@ class Executor {
   uint32_t slots_;
   WarmPool* pool_;
   EventQueue* events_;
+  WorkerMetrics* metrics_;
 
   mutable std::mutex mu_;
   std::condition_variable idle_;

@@ -4,6 +4,8 @@
 #include <poll.h>
 #include <spdlog/spdlog.h>
 
+#include "worker/metrics/worker_metrics.hpp"
+
 namespace kiln::worker {
 namespace {
 
@@ -28,11 +30,22 @@ bool Exited(const WarmSandbox& sb) {
 
 WarmPool::WarmPool(sandbox::Sandbox* sandbox,
                    std::map<runtimes::Language, runtimes::Runtime> runtimes,
-                   sandbox::SandboxLimits launch_limits, size_t per_runtime)
+                   sandbox::SandboxLimits launch_limits, size_t per_runtime, WorkerMetrics* metrics)
     : sandbox_(sandbox),
       runtimes_(std::move(runtimes)),
       launch_limits_(launch_limits),
-      per_runtime_(per_runtime) {}
+      per_runtime_(per_runtime),
+      metrics_(metrics) {
+  std::lock_guard lock(mu_);
+  for (const auto& [language, rt] : runtimes_) PublishReady(language);
+}
+
+void WarmPool::PublishReady(runtimes::Language language) {
+  if (!metrics_) return;
+  auto it = stock_.find(language);
+  metrics_->SetWarm(std::string(runtimes::LanguageName(language)),
+                    it == stock_.end() ? 0 : it->second.size());
+}
 
 common::StatusOr<WarmSandbox> WarmPool::SpawnOne(runtimes::Language language) {
   auto rt = runtimes_.find(language);
@@ -68,6 +81,8 @@ common::StatusOr<WarmSandbox> WarmPool::SpawnOne(runtimes::Language language) {
   }
   sb.spawned_at = common::SteadyClock::now();
   sb.spawn_ms = common::MsSince(start);
+  if (metrics_)
+    metrics_->SandboxStarted(std::string(runtimes::LanguageName(language)), sb.spawn_ms);
   return sb;
 }
 
@@ -78,6 +93,7 @@ common::StatusOr<WarmSandbox> WarmPool::Take(runtimes::Language language) {
     while (!q.empty()) {
       WarmSandbox sb = std::move(q.front());
       q.pop_front();
+      PublishReady(language);
       if (Exited(sb)) {
         spdlog::warn("a warm {} sandbox died while waiting; discarding it",
                      runtimes::LanguageName(language));
@@ -116,6 +132,7 @@ void WarmPool::Run(std::stop_token stop) {
       }
       std::lock_guard lock(mu_);
       stock_[language].push_back(std::move(*sb));
+      PublishReady(language);
       spawned = true;
     }
     if (spawned && !failed) continue;
@@ -135,6 +152,7 @@ void WarmPool::Run(std::stop_token stop) {
   }
   std::lock_guard lock(mu_);
   stock_.clear();
+  for (const auto& [language, rt] : runtimes_) PublishReady(language);
 }
 
 }  // namespace kiln::worker

@@ -25,6 +25,8 @@
 
 namespace kiln::worker {
 
+class WorkerMetrics;
+
 struct WarmSandbox {
   runtimes::Language language = runtimes::Language::kPython;
   std::unique_ptr<sandbox::SandboxProcess> process;
@@ -37,7 +39,8 @@ struct WarmSandbox {
 class WarmPool {
  public:
   WarmPool(sandbox::Sandbox* sandbox, std::map<runtimes::Language, runtimes::Runtime> runtimes,
-           sandbox::SandboxLimits launch_limits, size_t per_runtime);
+           sandbox::SandboxLimits launch_limits, size_t per_runtime,
+           WorkerMetrics* metrics = nullptr);  // optional; outlives the pool
 
   // A ready sandbox when one is in stock (and asks the refill loop for
   // another), else one started now. RUNTIME_UNAVAILABLE for a runtime this
@@ -58,10 +61,14 @@ class WarmPool {
   std::map<runtimes::Language, runtimes::Runtime> runtimes_;
   sandbox::SandboxLimits launch_limits_;
   size_t per_runtime_;
+  WorkerMetrics* metrics_;
 
   mutable std::mutex mu_;
   std::condition_variable_any wake_;
   std::map<runtimes::Language, std::deque<WarmSandbox>> stock_;
+
+  // Reports the stock of `language`; mu_ held.
+  void PublishReady(runtimes::Language language);
 };
 
 }  // namespace kiln::worker

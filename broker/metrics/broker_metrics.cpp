@@ -1,0 +1,143 @@
+#include "broker/metrics/broker_metrics.hpp"
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+namespace kiln::broker {
+namespace {
+
+// 1 ms to 10 min: sandboxed jobs range from trivial to long.
+const prometheus::Histogram::BucketBoundaries& SecondsBuckets() {
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600};
+  return kBuckets;
+}
+
+}  // namespace
+
+BrokerMetrics::BrokerMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  auto& r = *registry_;
+  submitted_ = &prometheus::BuildCounter()
+                    .Name("kiln_executions_submitted_total")
+                    .Help("Executions accepted by POST /v1/executions")
+                    .Register(r);
+  finished_ = &prometheus::BuildCounter()
+                   .Name("kiln_executions_finished_total")
+                   .Help("Executions that reached a terminal status")
+                   .Register(r);
+  duration_ = &prometheus::BuildHistogram()
+                   .Name("kiln_execution_duration_seconds")
+                   .Help("Run time of finished executions as the worker measured it")
+                   .Register(r);
+  queue_wait_ = &prometheus::BuildHistogram()
+                     .Name("kiln_queue_wait_seconds")
+                     .Help("Time executions waited between submission and dispatch")
+                     .Register(r);
+  redactions_ = &prometheus::BuildCounter()
+                     .Name("kiln_redactions_total")
+                     .Help("Secret occurrences masked in what executions returned")
+                     .Register(r);
+  output_bytes_ = &prometheus::BuildCounter()
+                       .Name("kiln_output_bytes_total")
+                       .Help("stdout and stderr bytes of finished executions")
+                       .Register(r);
+  http_requests_ = &prometheus::BuildCounter()
+                        .Name("kiln_http_requests_total")
+                        .Help("HTTP requests answered, by route and status code")
+                        .Register(r);
+  queue_length_ = &prometheus::BuildGauge()
+                       .Name("kiln_queue_length")
+                       .Help("Executions waiting for a worker slot on this broker")
+                       .Register(r)
+                       .Add({});
+  workers_live_ = &prometheus::BuildGauge()
+                       .Name("kiln_workers_live")
+                       .Help("Workers registered and alive")
+                       .Register(r)
+                       .Add({});
+  worker_slots_ = &prometheus::BuildGauge()
+                       .Name("kiln_worker_slots")
+                       .Help("Job slots of live workers")
+                       .Register(r)
+                       .Add({});
+  worker_slots_busy_ = &prometheus::BuildGauge()
+                            .Name("kiln_worker_slots_busy")
+                            .Help("Busy job slots of live workers")
+                            .Register(r)
+                            .Add({});
+  workers_lost_ = &prometheus::BuildCounter()
+                       .Name("kiln_workers_lost_total")
+                       .Help("Workers declared dead, or gone while running jobs")
+                       .Register(r)
+                       .Add({});
+  jobs_worker_lost_ = &prometheus::BuildCounter()
+                           .Name("kiln_jobs_worker_lost_total")
+                           .Help("Executions ended WORKER_LOST")
+                           .Register(r)
+                           .Add({});
+  redis_errors_ = &prometheus::BuildCounter()
+                       .Name("kiln_redis_errors_total")
+                       .Help("Redis calls that failed")
+                       .Register(r)
+                       .Add({});
+  prometheus::BuildGauge()
+      .Name("kiln_build_info")
+      .Help("Always 1; the version label says which build runs")
+      .Register(r)
+      .Add({{"version", KILN_VERSION}})
+      .Set(1);
+}
+
+BrokerMetrics::~BrokerMetrics() = default;
+
+void BrokerMetrics::Submitted(const std::string& tenant, const std::string& language) {
+  submitted_->Add({{"tenant", tenant}, {"language", language}}).Increment();
+}
+
+void BrokerMetrics::Finished(const JobRecord& record) {
+  finished_
+      ->Add({{"tenant", record.tenant},
+             {"language", record.language},
+             {"status", JobStatusName(record.status)}})
+      .Increment();
+  if (record.duration_ms) {
+    duration_->Add({{"language", record.language}}, SecondsBuckets())
+        .Observe(*record.duration_ms / 1000.0);
+  }
+  if (record.queued_ms) {
+    queue_wait_->Add({{"tenant", record.tenant}}, SecondsBuckets())
+        .Observe(*record.queued_ms / 1000.0);
+  }
+  redactions_->Add({{"tenant", record.tenant}}).Increment(record.redactions);
+  output_bytes_->Add({{"tenant", record.tenant}})
+      .Increment(static_cast<double>(record.stdout_data.size() + record.stderr_data.size()));
+}
+
+void BrokerMetrics::SetQueueLength(size_t jobs) { queue_length_->Set(static_cast<double>(jobs)); }
+
+void BrokerMetrics::SetWorkers(size_t live, uint64_t slots, uint64_t slots_busy) {
+  workers_live_->Set(static_cast<double>(live));
+  worker_slots_->Set(static_cast<double>(slots));
+  worker_slots_busy_->Set(static_cast<double>(slots_busy));
+}
+
+void BrokerMetrics::WorkerLost() { workers_lost_->Increment(); }
+
+void BrokerMetrics::JobsWorkerLost(size_t jobs) {
+  jobs_worker_lost_->Increment(static_cast<double>(jobs));
+}
+
+void BrokerMetrics::HttpRequest(const std::string& route, int code) {
+  http_requests_->Add({{"route", route}, {"code", std::to_string(code)}}).Increment();
+}
+
+void BrokerMetrics::RedisError() { redis_errors_->Increment(); }
+
+std::string BrokerMetrics::Render() const {
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+}  // namespace kiln::broker

@@ -1,0 +1,72 @@
+// BrokerMetrics: the broker's Prometheus metrics (docs/architecture.md,
+// "Metrics") in one registry, rendered as the text exposition for GET /metrics.
+//
+//   BrokerMetrics metrics;
+//   metrics.Finished(record);  std::string text = metrics.Render();
+//
+// Labels are bounded: tenant (from the config), language (validated), status,
+// HTTP route name and code; never job, session or worker ids. Every method is
+// thread-safe (prometheus-cpp metrics are): the dispatcher loop and the HTTP
+// threads update it concurrently.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "broker/job/job.hpp"
+
+namespace prometheus {
+class Registry;
+class Counter;
+class Gauge;
+class Histogram;
+template <typename T>
+class Family;
+}  // namespace prometheus
+
+namespace kiln::broker {
+
+class BrokerMetrics {
+ public:
+  BrokerMetrics();
+  ~BrokerMetrics();
+  BrokerMetrics(const BrokerMetrics&) = delete;
+  BrokerMetrics& operator=(const BrokerMetrics&) = delete;
+
+  // A job accepted by POST /v1/executions (stored and queued).
+  void Submitted(const std::string& tenant, const std::string& language);
+  // A terminal record, counted once (Dispatcher::Finish).
+  void Finished(const JobRecord& record);
+  void SetQueueLength(size_t jobs);
+  // Sums over live workers.
+  void SetWorkers(size_t live, uint64_t slots, uint64_t slots_busy);
+  // A worker declared dead, or gone with jobs (`jobs` of them lost).
+  void WorkerLost();
+  void JobsWorkerLost(size_t jobs);
+  // `route` is a route name ("submit", "get", ...), never a path.
+  void HttpRequest(const std::string& route, int code);
+  void RedisError();
+
+  // The text exposition format (version 0.0.4).
+  std::string Render() const;
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>* submitted_;
+  prometheus::Family<prometheus::Counter>* finished_;
+  prometheus::Family<prometheus::Histogram>* duration_;
+  prometheus::Family<prometheus::Histogram>* queue_wait_;
+  prometheus::Family<prometheus::Counter>* redactions_;
+  prometheus::Family<prometheus::Counter>* output_bytes_;
+  prometheus::Family<prometheus::Counter>* http_requests_;
+  prometheus::Gauge* queue_length_;
+  prometheus::Gauge* workers_live_;
+  prometheus::Gauge* worker_slots_;
+  prometheus::Gauge* worker_slots_busy_;
+  prometheus::Counter* workers_lost_;
+  prometheus::Counter* jobs_worker_lost_;
+  prometheus::Counter* redis_errors_;
+};
+
+}  // namespace kiln::broker

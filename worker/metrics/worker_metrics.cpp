@@ -1,0 +1,93 @@
+#include "worker/metrics/worker_metrics.hpp"
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <exception>
+
+namespace kiln::worker {
+namespace {
+
+// 1 ms to 10 min, as the broker's histograms.
+const prometheus::Histogram::BucketBoundaries& SecondsBuckets() {
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600};
+  return kBuckets;
+}
+
+}  // namespace
+
+common::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(const std::string& listen,
+                                                                       uint32_t slots) {
+  std::unique_ptr<WorkerMetrics> m(new WorkerMetrics(slots));
+  if (listen.empty()) return m;
+  auto colon = listen.rfind(':');
+  if (colon == std::string::npos || colon + 1 == listen.size()) {
+    return common::InvalidRequest("worker.metrics_listen: expected host:port, got " + listen);
+  }
+  try {
+    m->exposer_ = std::make_unique<prometheus::Exposer>(listen, /*num_threads=*/1);
+  } catch (const std::exception& e) {
+    return common::InvalidRequest("worker.metrics_listen: cannot listen on " + listen + ": " +
+                                  e.what());
+  }
+  m->exposer_->RegisterCollectable(m->registry_);
+  auto ports = m->exposer_->GetListeningPorts();
+  const std::string port = ports.empty() ? listen.substr(colon + 1) : std::to_string(ports[0]);
+  m->endpoint_ = listen.substr(0, colon) + ":" + port;
+  return m;
+}
+
+WorkerMetrics::WorkerMetrics(uint32_t slots) : registry_(std::make_shared<prometheus::Registry>()) {
+  auto& r = *registry_;
+  running_ = &prometheus::BuildGauge()
+                  .Name("kiln_worker_jobs_running")
+                  .Help("Jobs holding a slot on this worker")
+                  .Register(r)
+                  .Add({});
+  finished_ = &prometheus::BuildCounter()
+                   .Name("kiln_worker_jobs_finished_total")
+                   .Help("Jobs this worker ended, by language and end reason")
+                   .Register(r);
+  sandbox_start_ = &prometheus::BuildHistogram()
+                        .Name("kiln_worker_sandbox_start_seconds")
+                        .Help("Time to start a sandbox with its interpreter")
+                        .Register(r);
+  warm_ = &prometheus::BuildGauge()
+               .Name("kiln_worker_warm_sandboxes")
+               .Help("Sandboxes started and waiting for a job")
+               .Register(r);
+  prometheus::BuildGauge()
+      .Name("kiln_worker_slots")
+      .Help("Concurrent job slots of this worker")
+      .Register(r)
+      .Add({})
+      .Set(slots);
+  prometheus::BuildGauge()
+      .Name("kiln_build_info")
+      .Help("Always 1; the version label says which build runs")
+      .Register(r)
+      .Add({{"version", KILN_VERSION}})
+      .Set(1);
+}
+
+WorkerMetrics::~WorkerMetrics() = default;
+
+void WorkerMetrics::SetRunning(size_t jobs) { running_->Set(static_cast<double>(jobs)); }
+
+void WorkerMetrics::JobFinished(const std::string& language, const std::string& reason) {
+  finished_->Add({{"language", language}, {"reason", reason}}).Increment();
+}
+
+void WorkerMetrics::SandboxStarted(const std::string& language, double spawn_ms) {
+  sandbox_start_->Add({{"language", language}}, SecondsBuckets()).Observe(spawn_ms / 1000.0);
+}
+
+void WorkerMetrics::SetWarm(const std::string& language, size_t ready) {
+  warm_->Add({{"language", language}}).Set(static_cast<double>(ready));
+}
+
+}  // namespace kiln::worker

@@ -1,0 +1,62 @@
+// WorkerMetrics: the worker's Prometheus metrics (docs/architecture.md,
+// "Metrics"), served on worker.metrics_listen when it is set.
+//
+//   ASSIGN_OR_RETURN(auto metrics, WorkerMetrics::Create("127.0.0.1:9102", slots));
+//   metrics->JobFinished("python", "exit");
+//
+// With an empty listen address nothing is served (prometheus-cpp's Exposer
+// takes ~2 s to stop, so it only exists when asked for); the metrics still
+// count. Labels are bounded: language and end reason only. Every method is
+// thread-safe: job threads, the warm pool's refill thread and the event loop
+// update it concurrently.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.hpp"
+
+namespace prometheus {
+class Exposer;
+class Registry;
+class Counter;
+class Gauge;
+class Histogram;
+template <typename T>
+class Family;
+}  // namespace prometheus
+
+namespace kiln::worker {
+
+class WorkerMetrics {
+ public:
+  // INVALID_REQUEST when `listen` (host:port; port 0 picks one) cannot be bound.
+  static common::StatusOr<std::unique_ptr<WorkerMetrics>> Create(const std::string& listen,
+                                                                 uint32_t slots);
+  ~WorkerMetrics();
+  WorkerMetrics(const WorkerMetrics&) = delete;
+  WorkerMetrics& operator=(const WorkerMetrics&) = delete;
+
+  // host:port actually listened on; empty when not serving.
+  const std::string& endpoint() const { return endpoint_; }
+
+  void SetRunning(size_t jobs);
+  // `reason` is protocol::EndReasonName of the job's Result.
+  void JobFinished(const std::string& language, const std::string& reason);
+  void SandboxStarted(const std::string& language, double spawn_ms);
+  void SetWarm(const std::string& language, size_t ready);
+
+ private:
+  explicit WorkerMetrics(uint32_t slots);
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::string endpoint_;
+  prometheus::Gauge* running_;
+  prometheus::Family<prometheus::Counter>* finished_;
+  prometheus::Family<prometheus::Histogram>* sandbox_start_;
+  prometheus::Family<prometheus::Gauge>* warm_;
+};
+
+}  // namespace kiln::worker

@@ -6,17 +6,10 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include "common/metrics/metrics_common.hpp"
+
 namespace kiln::broker {
-namespace {
-
-// 1 ms to 10 min: sandboxed jobs range from trivial to long.
-const prometheus::Histogram::BucketBoundaries& SecondsBuckets() {
-  static const prometheus::Histogram::BucketBoundaries kBuckets = {
-      .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600};
-  return kBuckets;
-}
-
-}  // namespace
+using common::SecondsBuckets;
 
 BrokerMetrics::BrokerMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
   auto& r = *registry_;
@@ -83,12 +76,7 @@ BrokerMetrics::BrokerMetrics() : registry_(std::make_shared<prometheus::Registry
                        .Help("Redis calls that failed")
                        .Register(r)
                        .Add({});
-  prometheus::BuildGauge()
-      .Name("kiln_build_info")
-      .Help("Always 1; the version label says which build runs")
-      .Register(r)
-      .Add({{"version", KILN_VERSION}})
-      .Set(1);
+  common::RegisterBuildInfo(r);
 }
 
 BrokerMetrics::~BrokerMetrics() = default;

@@ -8,17 +8,10 @@
 
 #include <exception>
 
+#include "common/metrics/metrics_common.hpp"
+
 namespace kiln::worker {
-namespace {
-
-// 1 ms to 10 min, as the broker's histograms.
-const prometheus::Histogram::BucketBoundaries& SecondsBuckets() {
-  static const prometheus::Histogram::BucketBoundaries kBuckets = {
-      .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600};
-  return kBuckets;
-}
-
-}  // namespace
+using common::SecondsBuckets;
 
 common::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(const std::string& listen,
                                                                        uint32_t slots) {
@@ -66,12 +59,7 @@ WorkerMetrics::WorkerMetrics(uint32_t slots) : registry_(std::make_shared<promet
       .Register(r)
       .Add({})
       .Set(slots);
-  prometheus::BuildGauge()
-      .Name("kiln_build_info")
-      .Help("Always 1; the version label says which build runs")
-      .Register(r)
-      .Add({{"version", KILN_VERSION}})
-      .Set(1);
+  common::RegisterBuildInfo(r);
 }
 
 WorkerMetrics::~WorkerMetrics() = default;

@@ -88,23 +88,6 @@ StatusOr<std::map<std::string, std::string>> ParseEnv(const std::vector<std::str
   return env;
 }
 
-Status CheckRelativePath(const std::string& path) {
-  if (path.empty()) return InvalidRequest("empty path");
-  if (path.front() == '/') return InvalidRequest("'" + path + "' is not a relative path");
-  if (path.find('\0') != std::string::npos) return InvalidRequest("NUL in path");
-  size_t start = 0;
-  while (start <= path.size()) {
-    size_t end = path.find('/', start);
-    if (end == std::string::npos) end = path.size();
-    std::string part = path.substr(start, end - start);
-    if (part.empty() || part == "." || part == "..") {
-      return InvalidRequest("'" + path + "' must not contain empty, '.' or '..' parts");
-    }
-    start = end + 1;
-  }
-  return Status::Ok();
-}
-
 StatusOr<FileSpec> ParseFileSpec(const std::string& spec) {
   FileSpec f;
   auto colon = spec.rfind(':');

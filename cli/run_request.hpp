@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/relative_path.hpp"
 #include "common/status.hpp"
 
 namespace kiln::cli {
@@ -45,8 +46,8 @@ struct FileSpec {
 common::StatusOr<FileSpec> ParseFileSpec(const std::string& spec);
 
 // A workspace-relative path (as the broker accepts in `files`/returns in the
-// record): no leading '/', no empty, '.' or '..' parts, no NUL.
-common::Status CheckRelativePath(const std::string& path);
+// record): the rule of common/relative_path.hpp.
+using common::CheckRelativePath;
 
 // Everything `kiln run` sends.
 struct RunRequest {

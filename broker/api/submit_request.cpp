@@ -5,6 +5,7 @@
 #include "common/base64.hpp"
 #include "common/clock.hpp"
 #include "common/identifier.hpp"
+#include "common/relative_path.hpp"
 
 namespace kiln::broker {
 namespace {
@@ -20,25 +21,6 @@ const std::set<std::string> kFields = {"language", "code", "session_id", "input"
                                        "collect",  "env",  "limits",     "wait"};
 const std::set<std::string> kLimitFields = {"timeout_ms", "memory_mb", "cpu_ms", "max_output_bytes",
                                             "max_pids"};
-
-// A relative path that stays inside the workspace: no "..", no absolute path,
-// no NUL, no empty components.
-Status CheckRelativePath(const std::string& path, const std::string& field) {
-  if (path.empty() || path.size() > 1024) return InvalidRequest(field + ": bad length");
-  if (path.front() == '/') return InvalidRequest(field + ": must be a relative path");
-  if (path.find('\0') != std::string::npos) return InvalidRequest(field + ": NUL in path");
-  size_t start = 0;
-  while (start <= path.size()) {
-    size_t end = path.find('/', start);
-    if (end == std::string::npos) end = path.size();
-    std::string part = path.substr(start, end - start);
-    if (part.empty() || part == "." || part == "..") {
-      return InvalidRequest(field + ": '" + path + "' must not contain empty, '.' or '..' parts");
-    }
-    start = end + 1;
-  }
-  return Status::Ok();
-}
 
 Status ReadLimit(const json& limits, const char* key, uint64_t max, uint64_t* out) {
   auto it = limits.find(key);
@@ -155,7 +137,7 @@ common::StatusOr<JobSpec> ParseSubmitRequest(std::string_view body, const std::s
         return InvalidRequest(field + ".content_base64: required string");
       }
       std::string path = f["path"].get<std::string>();
-      RETURN_IF_ERROR(CheckRelativePath(path, field + ".path"));
+      RETURN_IF_ERROR(common::CheckRelativePath(path).WithContext(field + ".path"));
       if (!seen.insert(path).second) return InvalidRequest(field + ".path: duplicate path");
       auto content = common::Base64Decode(f["content_base64"].get<std::string>());
       if (!content.ok()) return content.status().WithContext(field + ".content_base64");
@@ -175,7 +157,7 @@ common::StatusOr<JobSpec> ParseSubmitRequest(std::string_view body, const std::s
     for (const auto& p : *collect) {
       if (!p.is_string()) return InvalidRequest("collect: expected strings");
       std::string pat = p.get<std::string>();
-      RETURN_IF_ERROR(CheckRelativePath(pat, "collect"));
+      RETURN_IF_ERROR(common::CheckRelativePath(pat).WithContext("collect"));
       spec.collect.push_back(std::move(pat));
     }
   }

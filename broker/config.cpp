@@ -31,7 +31,6 @@ common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
   YamlReader b = top.Child("broker");
   b.Get("id", &c.id);
   b.Get("job_ttl_s", &c.job_ttl_s, 60, 365ull * 86400);
-  b.Get("max_queue", &c.max_queue, 1, 10'000'000);
   b.Get("wait_grace_ms", &c.wait_grace_ms, 0, 600'000);
   YamlReader http = b.Child("http");
   http.Get("listen", &c.http_listen);
@@ -57,6 +56,20 @@ common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
   limits.Get("max_files_bytes", &c.max_files_bytes, 0, common::protocol::kMaxFilesBytes);
   if (st.ok()) st = limits.Finish();
 
+  YamlReader sc = top.Child("scheduling");
+  auto& g = c.scheduling;
+  sc.Get("global_slots", &g.global_slots, 0, 1'000'000);
+  sc.Get("worker_slots", &g.worker_slots, 0, 100'000);
+  sc.Get("tenant_slots", &g.tenant_slots, 0, 1'000'000);
+  sc.Get("tenant_weight", &g.tenant_weight, 1, 1000);
+  sc.Get("tenant_max_queue", &g.tenant_max_queue, 1, 10'000'000);
+  sc.Get("tenant_max_sessions", &g.tenant_max_sessions, 1, 1'000'000);
+  sc.Get("worker_max_sessions", &g.worker_max_sessions, 1, 100'000);
+  sc.Get("session_ttl_s", &g.session_ttl_s, 1, 30ull * 86400);
+  sc.Get("slot_lease_ms", &g.slot_lease_ms, 1000, 3'600'000);
+  sc.Get("pump_interval_ms", &g.pump_interval_ms, 5, 10'000);
+  if (st.ok()) st = sc.Finish();
+
   std::set<std::string> seen_tokens;
   YAML::Node tenants = top.Sequence("tenants");
   for (size_t i = 0; tenants && i < tenants.size() && st.ok(); ++i) {
@@ -65,6 +78,10 @@ common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
     t.Get("name", &tc.name);
     t.Get("tokens", &tc.tokens);
     t.Get("secrets", &tc.secrets);
+    t.Get("weight", &tc.weight, 0, 1000);
+    t.Get("slots", &tc.slots, 0, 1'000'000);
+    t.Get("max_queue", &tc.max_queue, 0, 10'000'000);
+    t.Get("max_sessions", &tc.max_sessions, 0, 1'000'000);
     if (tc.secrets.size() > common::protocol::kMaxListEntries) {
       t.Fail("secrets", "at most 64 secrets per tenant");
     }
@@ -73,6 +90,13 @@ common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
       if (s.size() < 4 || s.size() > 4096) t.Fail("secrets", "each secret needs 4-4096 bytes");
     }
     if (tc.name.empty()) t.Fail("name", "required");
+    // Tenant names become Redis key parts and metric labels.
+    if (tc.name.size() > 64 ||
+        tc.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") !=
+            std::string::npos) {
+      t.Fail("name", "at most 64 letters, digits, '_', '-' and '.'");
+    }
+    if (FindTenant(c, tc.name) != nullptr) t.Fail("name", "tenant named twice");
     if (tc.tokens.empty()) t.Fail("tokens", "at least one token is required");
     for (const auto& tok : tc.tokens) {
       if (tok.size() < 8) t.Fail("tokens", "tokens must be at least 8 characters");
@@ -117,6 +141,25 @@ common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
     c.id = std::string(host) + "-" + std::to_string(::getpid());
   }
   return c;
+}
+
+uint32_t TenantWeight(const BrokerConfig& c, const TenantConfig& t) {
+  return t.weight ? t.weight : c.scheduling.tenant_weight;
+}
+uint64_t TenantSlots(const BrokerConfig& c, const TenantConfig& t) {
+  return t.slots ? t.slots : c.scheduling.tenant_slots;
+}
+uint64_t TenantMaxQueue(const BrokerConfig& c, const TenantConfig& t) {
+  return t.max_queue ? t.max_queue : c.scheduling.tenant_max_queue;
+}
+uint32_t TenantMaxSessions(const BrokerConfig& c, const TenantConfig& t) {
+  return t.max_sessions ? t.max_sessions : c.scheduling.tenant_max_sessions;
+}
+const TenantConfig* FindTenant(const BrokerConfig& c, const std::string& name) {
+  for (const auto& t : c.tenants) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
 }
 
 }  // namespace kiln::broker

@@ -21,6 +21,26 @@ struct TenantConfig {
   std::vector<std::string> tokens;
   // Literal secrets masked with *** in everything this tenant's jobs return.
   std::vector<std::string> secrets;
+  // Scheduling overrides; 0 takes the `scheduling` default.
+  uint32_t weight = 0;        // share of contended slots (weighted round-robin)
+  uint64_t slots = 0;         // jobs running at once
+  uint64_t max_queue = 0;     // jobs waiting at once
+  uint32_t max_sessions = 0;  // live sessions
+};
+
+// Cluster-wide scheduling (every broker should use the same values: they
+// meet in Redis).
+struct SchedulingConfig {
+  uint64_t global_slots = 0;           // jobs running at once in the cluster (0: no limit)
+  uint32_t worker_slots = 0;           // per-worker cap below its own slots (0: its own)
+  uint64_t tenant_slots = 0;           // per tenant (0: no limit)
+  uint32_t tenant_weight = 1;
+  uint64_t tenant_max_queue = 10000;   // waiting jobs per tenant; more -> 429 QUEUE_FULL
+  uint32_t tenant_max_sessions = 100;
+  uint32_t worker_max_sessions = 64;
+  uint64_t session_ttl_s = 600;        // idle sessions expire
+  uint64_t slot_lease_ms = 15000;      // a dead broker's slots come back after this
+  uint32_t pump_interval_ms = 100;     // retry queued jobs this often while any wait
 };
 
 struct BrokerConfig {
@@ -43,8 +63,8 @@ struct BrokerConfig {
   uint64_t max_code_bytes = 1u << 20;
   uint64_t max_input_bytes = 1u << 20;
   uint64_t max_files_bytes = 10u << 20;
-  uint64_t max_queue = 10000;     // jobs waiting for a slot, this broker
   uint64_t wait_grace_ms = 5000;  // wait:true answers after timeout + grace at the latest
+  SchedulingConfig scheduling;
   // Auth.
   std::vector<TenantConfig> tenants;
   std::vector<std::string> admin_tokens;
@@ -54,5 +74,12 @@ struct BrokerConfig {
 };
 
 common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file);
+
+// A tenant's effective limits (its overrides, else the scheduling defaults).
+uint32_t TenantWeight(const BrokerConfig& c, const TenantConfig& t);
+uint64_t TenantSlots(const BrokerConfig& c, const TenantConfig& t);
+uint64_t TenantMaxQueue(const BrokerConfig& c, const TenantConfig& t);
+uint32_t TenantMaxSessions(const BrokerConfig& c, const TenantConfig& t);
+const TenantConfig* FindTenant(const BrokerConfig& c, const std::string& name);
 
 }  // namespace kiln::broker

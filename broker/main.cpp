@@ -9,7 +9,10 @@
 #include "broker/config.hpp"
 #include "broker/metrics/broker_metrics.hpp"
 #include "broker/scheduler/dispatcher.hpp"
+#include "broker/scheduler/event_bus.hpp"
 #include "broker/store/job_store.hpp"
+#include "broker/store/schedule_store.hpp"
+#include "broker/store/session_store.hpp"
 #include "common/log/logging.hpp"
 #include "common/stop_signals.hpp"
 
@@ -53,24 +56,51 @@ int main(int argc, char** argv) {
   broker::JobStore store(pool->get(), cfg->job_ttl_s);
   if (auto st = store.Ping(); !st.ok()) return Fail(st.WithContext("redis " + cfg->redis_url));
 
+  const auto& sc = cfg->scheduling;
+  broker::ScheduleSettings settings;
+  settings.broker_id = cfg->id;
+  settings.global_slots = sc.global_slots;
+  settings.lease_ms = sc.slot_lease_ms;
+  settings.job_ttl_s = cfg->job_ttl_s;
+  settings.session_ttl_ms = sc.session_ttl_s * 1000;
+  settings.sessions_per_worker = sc.worker_max_sessions;
+  broker::ScheduleStore schedule(pool->get(), settings);
+  broker::SessionStore sessions(pool->get(), settings.session_ttl_ms);
+  broker::DispatcherStores stores{&store, &schedule, &sessions};
+
   zmq::context_t zmq_ctx(1);
   broker::JobWaiters waiters;
   broker::BrokerMetrics metrics;
-  broker::DispatcherOptions dopts{cfg->id, cfg->worker_endpoint,
-                                  std::chrono::milliseconds(cfg->heartbeat_interval_ms),
-                                  cfg->heartbeat_liveness, cfg->max_queue};
+  broker::DispatcherOptions dopts;
+  dopts.broker_id = cfg->id;
+  dopts.endpoint = cfg->worker_endpoint;
+  dopts.heartbeat_interval = std::chrono::milliseconds(cfg->heartbeat_interval_ms);
+  dopts.liveness = cfg->heartbeat_liveness;
+  dopts.worker_slot_cap = sc.worker_slots;
+  dopts.pump_interval = std::chrono::milliseconds(sc.pump_interval_ms);
+  std::vector<std::pair<std::string, uint64_t>> tenant_limits;
   for (const auto& t : cfg->tenants) {
     if (!t.secrets.empty()) dopts.tenant_secrets[t.name] = t.secrets;
+    dopts.tenant_shares.push_back(
+        {t.name, broker::TenantSlots(*cfg, t), broker::TenantWeight(*cfg, t)});
+    tenant_limits.emplace_back(t.name, broker::TenantSlots(*cfg, t));
   }
+  metrics.SetLimits(sc.global_slots, tenant_limits);
   dopts.metrics = &metrics;
-  auto dispatcher = broker::Dispatcher::Create(dopts, &zmq_ctx, &store, &waiters);
+  if (auto st = schedule.PublishTenants(dopts.tenant_shares); !st.ok()) return Fail(st);
+  auto dispatcher = broker::Dispatcher::Create(dopts, &zmq_ctx, stores, &waiters);
   if (!dispatcher.ok()) return Fail(dispatcher.status());
-  auto api = broker::HttpApi::Create(*cfg, &store, dispatcher->get(), &waiters, &metrics);
+  auto api = broker::HttpApi::Create(*cfg, stores, dispatcher->get(), &waiters, &metrics);
   if (!api.ok()) return Fail(api.status());
+  auto endpoint = broker::RedisEndpoint::Parse(cfg->redis_url);
+  if (!endpoint.ok()) return Fail(endpoint.status());
+  broker::EventBus bus(*endpoint, &waiters, &store,
+                       [d = dispatcher->get()](const std::string& id) { d->Cancel(id); });
 
   spdlog::info("broker {} ready: http on port {}, workers on {}, redis {}", cfg->id, (*api)->port(),
                (*dispatcher)->endpoint(), cfg->redis_url);
   std::jthread loop([&](std::stop_token st) { (*dispatcher)->Run(st); });
+  std::jthread events([&](std::stop_token st) { bus.Run(st); });
   std::thread http([&] { (*api)->Serve(); });
 
   int sig = 0;
@@ -78,6 +108,8 @@ int main(int argc, char** argv) {
   spdlog::info("broker {} stopping (signal {})", cfg->id, sig);
   (*api)->Stop();
   http.join();
+  events.request_stop();
+  events.join();
   loop.request_stop();
   loop.join();
   return 0;

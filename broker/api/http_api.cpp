@@ -3,11 +3,13 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <charconv>
 #include <thread>
 
 #include "broker/api/submit_request.hpp"
 #include "broker/metrics/broker_metrics.hpp"
+#include "common/clock.hpp"
 
 namespace kiln::broker {
 namespace {
@@ -16,6 +18,9 @@ using common::Code;
 using common::Status;
 using nlohmann::json;
 
+// Right after start-up, workers may not have registered yet: a runtime
+// nobody offers is not refused until this has passed.
+constexpr auto kStartupGrace = std::chrono::seconds(5);
 // How long a cancel request waits for the job to end before answering 202.
 constexpr auto kCancelWait = std::chrono::seconds(5);
 // How long an event stream waits in Redis for new output before it checks
@@ -30,6 +35,9 @@ const char* RouteName(const httplib::Request& req) {
   if (path == "/metrics") return "metrics";
   if (path == "/v1/health") return "health";
   if (path == "/v1/workers") return "workers";
+  if (path == "/v1/capabilities") return "capabilities";
+  if (path == "/v1/sessions") return "sessions";
+  if (path.substr(0, 13) == "/v1/sessions/") return req.method == "DELETE" ? "session_delete" : "other";
   if (path == kExecutions) return req.method == "POST" ? "submit" : "other";
   if (path.substr(0, kExecutions.size() + 1) != "/v1/executions/") return "other";
   std::string_view rest = path.substr(kExecutions.size() + 1);
@@ -59,10 +67,11 @@ void ReplyError(httplib::Response& res, const Status& st) {
 }  // namespace
 
 common::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Create(const BrokerConfig& config,
-                                                           JobStore* store, Dispatcher* dispatcher,
+                                                           DispatcherStores stores,
+                                                           Dispatcher* dispatcher,
                                                            JobWaiters* waiters,
                                                            BrokerMetrics* metrics) {
-  std::unique_ptr<HttpApi> api(new HttpApi(config, store, dispatcher, waiters, metrics));
+  std::unique_ptr<HttpApi> api(new HttpApi(config, stores, dispatcher, waiters, metrics));
   ASSIGN_OR_RETURN(api->redis_endpoint_, RedisEndpoint::Parse(config.redis_url));
   const std::string& listen = config.http_listen;
   auto colon = listen.rfind(':');
@@ -86,10 +95,12 @@ common::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Create(const BrokerConfig& c
   return api;
 }
 
-HttpApi::HttpApi(const BrokerConfig& config, JobStore* store, Dispatcher* dispatcher,
+HttpApi::HttpApi(const BrokerConfig& config, DispatcherStores stores, Dispatcher* dispatcher,
                  JobWaiters* waiters, BrokerMetrics* metrics)
     : config_(config),
-      store_(store),
+      store_(stores.jobs),
+      schedule_(stores.schedule),
+      sessions_(stores.sessions),
       dispatcher_(dispatcher),
       waiters_(waiters),
       metrics_(metrics),
@@ -120,6 +131,12 @@ void HttpApi::Routes() {
         [this](const httplib::Request& q, httplib::Response& r) { Events(q, r); });
   s.Post(R"(/v1/executions/([^/]+)/cancel)",
          [this](const httplib::Request& q, httplib::Response& r) { Cancel(q, r); });
+  s.Get("/v1/sessions",
+        [this](const httplib::Request& q, httplib::Response& r) { ListSessions(q, r); });
+  s.Delete(R"(/v1/sessions/([^/]+))",
+           [this](const httplib::Request& q, httplib::Response& r) { DeleteSession(q, r); });
+  s.Get("/v1/capabilities",
+        [this](const httplib::Request& q, httplib::Response& r) { Capabilities(q, r); });
   s.Get("/v1/workers",
         [this](const httplib::Request& q, httplib::Response& r) { ListWorkers(q, r); });
   s.Get("/v1/health", [this](const httplib::Request& q, httplib::Response& r) { Health(q, r); });
@@ -180,9 +197,6 @@ void HttpApi::Submit(const httplib::Request& req, httplib::Response& res) {
   }
   auto spec = ParseSubmitRequest(req.body, caller->tenant, config_);
   if (!spec.ok()) return ReplyError(res, spec.status());
-  if (dispatcher_->QueueDepth() >= config_.max_queue) {
-    return ReplyError(res, Status(Code::kQueueFull, "the queue is full; retry later"));
-  }
   const bool wait = spec->wait;
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(spec->limits.timeout_ms + config_.wait_grace_ms);
@@ -195,41 +209,68 @@ void HttpApi::Submit(const httplib::Request& req, httplib::Response& res) {
                                  "Idempotency-Key: 1-128 printable ASCII characters, no spaces"));
     }
   }
-  // The record is in Redis before anyone learns the id.
-  JobRecord queued = JobRecord::Queued(*spec);
-  if (idem_key.empty()) {
-    if (auto st = store_->Create(*spec, queued); !st.ok()) {
-      return ReplyError(res, StoreError(st));
-    }
-  } else {
-    auto earlier = store_->CreateIdempotent(*spec, queued, idem_key);
-    if (!earlier.ok()) return ReplyError(res, StoreError(earlier.status()));
-    if (!earlier->empty()) {
-      // A retry: answer with the job the first request created, never a second run.
-      res.set_header("Idempotent-Replay", "true");
-      return ReplyWithJob(res, *earlier, wait, deadline);
-    }
+  auto runtimes = dispatcher_->Runtimes();
+  if (std::find(runtimes.begin(), runtimes.end(), spec->language) == runtimes.end() &&
+      std::chrono::steady_clock::now() - started_ > kStartupGrace) {
+    return ReplyError(res, Status(Code::kRuntimeUnavailable,
+                                  "no live worker offers " + spec->language + "; retry later"));
   }
+  const TenantConfig* tenant = FindTenant(config_, caller->tenant);
+  TenantQuota quota{TenantMaxQueue(config_, *tenant), TenantMaxSessions(config_, *tenant)};
   const std::string id = spec->id;
   const std::string language = spec->language;
+  // Waiting starts before the job exists: it may end before Submit returns.
   JobWaiters::Handle handle;
   if (wait) handle = waiters_->Add(id);
-  if (auto st = dispatcher_->Submit(std::move(*spec)); !st.ok()) {
-    // Accepted in Redis but refused by the queue: end it so nothing dangles.
-    JobRecord rejected = queued;
-    rejected.status = JobStatus::kRejected;
-    rejected.error = JobError{std::string(common::CodeName(st.code())), st.message(), true, "", ""};
-    (void)store_->Update(rejected);
+  // One round trip: the job is stored (before anyone learns its id) and
+  // either takes its slots and a worker, or joins its tenant's queue.
+  auto t0 = std::chrono::steady_clock::now();
+  auto out = schedule_->Submit(*spec, JobRecord::Queued(*spec), idem_key, quota,
+                               dispatcher_->Candidates(), common::NowMs());
+  if (metrics_) {
+    metrics_->RedisCall("submit", std::chrono::duration<double>(
+                                      std::chrono::steady_clock::now() - t0).count());
+  }
+  if (!out.ok()) {
     if (handle) waiters_->Wait(handle, std::chrono::steady_clock::now());
-    return ReplyError(res, st);
+    const Code c = out.status().code();
+    return ReplyError(res, c == Code::kInternal || c == Code::kUnavailable
+                               ? StoreError(out.status())
+                               : out.status());
+  }
+  if (out->kind == SubmitOutcome::Kind::kReplay) {
+    // A retry: answer with the job the first request created, never a second run.
+    if (handle) waiters_->Wait(handle, std::chrono::steady_clock::now());
+    res.set_header("Idempotent-Replay", "true");
+    return ReplyWithJob(res, out->replay_id, wait, deadline);
+  }
+  if (out->kind == SubmitOutcome::Kind::kStarted) {
+    dispatcher_->Start(std::move(*spec), out->worker, out->session_epoch);
+  } else {
+    dispatcher_->Poke();
   }
   if (metrics_) metrics_->Submitted(caller->tenant, language);
   if (!wait) return Reply(res, 202, {{"id", id}, {"status", "queued"}});
-  if (auto record = waiters_->Wait(handle, deadline)) return Reply(res, 200, record->ToJson());
-  // Not finished in time: answer with what is stored now.
-  auto current = store_->Load(id);
-  if (!current.ok()) return ReplyError(res, current.status());
-  Reply(res, 200, current->ToJson());
+  auto record = AwaitEnd(std::move(handle), id, deadline);
+  if (!record.ok()) return ReplyError(res, StoreError(record.status()));
+  Reply(res, 200, record->ToJson());
+}
+
+common::StatusOr<JobRecord> HttpApi::AwaitEnd(JobWaiters::Handle handle, const std::string& id,
+                                              std::chrono::steady_clock::time_point deadline) {
+  constexpr auto kRecheck = std::chrono::seconds(1);
+  while (true) {
+    auto until = std::min(deadline, std::chrono::steady_clock::now() + kRecheck);
+    if (auto record = waiters_->Wait(handle, until)) return std::move(*record);
+    // Register again before reading, so an end between the two is not missed.
+    handle = waiters_->Add(id);
+    auto current = store_->Load(id);
+    if (!current.ok() || IsTerminal(current->status) ||
+        std::chrono::steady_clock::now() >= deadline) {
+      waiters_->Wait(handle, std::chrono::steady_clock::now());
+      return current;
+    }
+  }
 }
 
 void HttpApi::ReplyWithJob(httplib::Response& res, const std::string& id, bool wait,
@@ -268,12 +309,91 @@ void HttpApi::Cancel(const httplib::Request& req, httplib::Response& res) {
   // Cancelling a finished job changes nothing: answer with its record.
   if (IsTerminal(record->status)) return Reply(res, 200, record->ToJson());
   auto handle = waiters_->Add(id);
-  dispatcher_->Cancel(id);
-  if (auto done = waiters_->Wait(handle, std::chrono::steady_clock::now() + kCancelWait)) {
-    return Reply(res, 200, done->ToJson());
+  if (record->status == JobStatus::kQueued) {
+    // Queued jobs live in Redis: any broker ends them, unless one has just
+    // started it (then it is cancelled like a running one).
+    JobRecord ended = *record;
+    ended.status = JobStatus::kCancelled;
+    ended.error = JobError{"CANCELLED", "cancelled before it started", false, "", ""};
+    ended.queue_position.reset();
+    ended.wait_reason.clear();
+    ended.finished_ms = common::NowMs();
+    auto out = dispatcher_->EndJob(ended, FinishExpect::kQueued);
+    if (!out.ok()) {
+      waiters_->Wait(handle, std::chrono::steady_clock::now());
+      return ReplyError(res, StoreError(out.status()));
+    }
   }
-  // Still ending (the worker has not confirmed yet): the record will say.
-  ReplyWithJob(res, id, /*wait=*/false, std::chrono::steady_clock::now());
+  // Running: the broker that owns it tells its worker; the worker's Result
+  // (reason cancelled) ends it.
+  if (auto st = schedule_->PublishCancel(id); !st.ok()) {
+    waiters_->Wait(handle, std::chrono::steady_clock::now());
+    return ReplyError(res, StoreError(st));
+  }
+  auto done = AwaitEnd(std::move(handle), id, std::chrono::steady_clock::now() + kCancelWait);
+  if (!done.ok()) return ReplyError(res, StoreError(done.status()));
+  // Still ending (the worker has not confirmed yet) answers 202: the record will say.
+  Reply(res, IsTerminal(done->status) ? 200 : 202,
+        IsTerminal(done->status) ? done->ToJson()
+                                 : json{{"id", id}, {"status", JobStatusName(done->status)}});
+}
+
+void HttpApi::ListSessions(const httplib::Request& req, httplib::Response& res) {
+  auto caller = Authenticate(req);
+  if (!caller.ok()) return ReplyError(res, caller.status());
+  std::string tenant = caller->tenant;
+  if (caller->admin) {
+    tenant = req.get_param_value("tenant");
+    if (FindTenant(config_, tenant) == nullptr) {
+      return ReplyError(res, common::InvalidRequest("admin: name a tenant with ?tenant="));
+    }
+  }
+  auto list = sessions_->List(tenant, req.get_param_value("conversation_id"));
+  if (!list.ok()) return ReplyError(res, StoreError(list.status()));
+  json out = json::array();
+  for (const auto& s : *list) out.push_back(s.ToJson());
+  Reply(res, 200, {{"sessions", out}});
+}
+
+void HttpApi::DeleteSession(const httplib::Request& req, httplib::Response& res) {
+  auto caller = Authenticate(req);
+  if (!caller.ok()) return ReplyError(res, caller.status());
+  if (caller->admin) {
+    return ReplyError(res, Status(Code::kForbidden, "sessions are deleted with a tenant's token"));
+  }
+  const std::string sid = req.matches[1];
+  auto deleted = sessions_->Delete(caller->tenant, sid);
+  if (!deleted.ok()) {
+    return ReplyError(res, deleted.status().code() == Code::kSessionNotFound
+                               ? deleted.status()
+                               : StoreError(deleted.status()));
+  }
+  json cancelled = json::array();
+  for (const auto& id : deleted->queued_jobs) {
+    auto record = store_->Load(id);
+    if (!record.ok() || record->status != JobStatus::kQueued) continue;
+    JobRecord ended = *record;
+    ended.status = JobStatus::kCancelled;
+    ended.error = JobError{"CANCELLED", "its session was deleted", false, "", ""};
+    ended.queue_position.reset();
+    ended.wait_reason.clear();
+    ended.finished_ms = common::NowMs();
+    if (dispatcher_->EndJob(ended, FinishExpect::kQueued).ok()) cancelled.push_back(id);
+  }
+  if (!deleted->running_job.empty()) {
+    (void)schedule_->PublishCancel(deleted->running_job);
+    cancelled.push_back(deleted->running_job);
+  }
+  Reply(res, 200, {{"id", sid}, {"state", "deleted"}, {"cancelled", cancelled}});
+}
+
+void HttpApi::Capabilities(const httplib::Request& req, httplib::Response& res) {
+  auto caller = Authenticate(req);
+  if (!caller.ok()) return ReplyError(res, caller.status());
+  Reply(res, 200,
+        {{"tenant", caller->admin ? json(nullptr) : json(caller->tenant)},
+         {"code_execution", !caller->admin},
+         {"runtimes", dispatcher_->Runtimes()}});
 }
 
 namespace {
@@ -403,7 +523,7 @@ void HttpApi::Health(const httplib::Request&, httplib::Response& res) {
   json body = {{"status", st.ok() ? "ok" : "unavailable"},
                {"redis", st.ok() ? "ok" : st.message()},
                {"workers", dispatcher_->Workers().size()},
-               {"queued", dispatcher_->QueueDepth()}};
+               {"queued", dispatcher_->QueueDepth()}};  // every tenant's, as of the last tick
   Reply(res, st.ok() ? 200 : 503, body);
 }
 

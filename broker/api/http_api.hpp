@@ -1,10 +1,11 @@
 // HttpApi: the broker's HTTP/JSON front end (docs/api.md) on cpp-httplib.
 //
-//   ASSIGN_OR_RETURN(auto api, HttpApi::Create(config, &store, &dispatcher, &waiters));
+//   ASSIGN_OR_RETURN(auto api, HttpApi::Create(config, stores, &dispatcher, &waiters));
 //   std::jthread t([&] { api->Serve(); });   // until Stop()
 //
 // Routes: POST /v1/executions (with Idempotency-Key), GET /v1/executions/{id},
 // GET /v1/executions/{id}/events (SSE), POST /v1/executions/{id}/cancel,
+// GET /v1/sessions, DELETE /v1/sessions/{id}, GET /v1/capabilities,
 // GET /v1/workers (admin), GET /v1/health, GET /metrics (Prometheus, no
 // auth; counted in `metrics`, which may be null). An event stream holds one HTTP
 // thread and one Redis connection while it is open. Every error answers with the API's error object
@@ -37,7 +38,8 @@ class BrokerMetrics;
 class HttpApi {
  public:
   static common::StatusOr<std::unique_ptr<HttpApi>> Create(const BrokerConfig& config,
-                                                           JobStore* store, Dispatcher* dispatcher,
+                                                           DispatcherStores stores,
+                                                           Dispatcher* dispatcher,
                                                            JobWaiters* waiters,
                                                            BrokerMetrics* metrics = nullptr);
   ~HttpApi();
@@ -54,8 +56,8 @@ class HttpApi {
     bool admin = false;
   };
 
-  HttpApi(const BrokerConfig& config, JobStore* store, Dispatcher* dispatcher, JobWaiters* waiters,
-          BrokerMetrics* metrics);
+  HttpApi(const BrokerConfig& config, DispatcherStores stores, Dispatcher* dispatcher,
+          JobWaiters* waiters, BrokerMetrics* metrics);
   void Routes();
   common::StatusOr<Caller> Authenticate(const httplib::Request& req) const;
   void Submit(const httplib::Request& req, httplib::Response& res);
@@ -71,6 +73,14 @@ class HttpApi {
   // or 202 {id, status} when not waiting.
   void ReplyWithJob(httplib::Response& res, const std::string& id, bool wait,
                     std::chrono::steady_clock::time_point deadline);
+  // Waits for the job's terminal record until the deadline: woken by this
+  // broker's dispatcher or (through the EventBus) another broker's, and
+  // re-reading Redis every second in case a notice was lost.
+  common::StatusOr<JobRecord> AwaitEnd(JobWaiters::Handle handle, const std::string& id,
+                                       std::chrono::steady_clock::time_point deadline);
+  void ListSessions(const httplib::Request& req, httplib::Response& res);
+  void DeleteSession(const httplib::Request& req, httplib::Response& res);
+  void Capabilities(const httplib::Request& req, httplib::Response& res);
   void ListWorkers(const httplib::Request& req, httplib::Response& res);
   void Health(const httplib::Request& req, httplib::Response& res);
   void Metrics(const httplib::Request& req, httplib::Response& res);
@@ -79,11 +89,14 @@ class HttpApi {
 
   const BrokerConfig& config_;
   JobStore* store_;
+  ScheduleStore* schedule_;
+  SessionStore* sessions_;
   Dispatcher* dispatcher_;
   JobWaiters* waiters_;
   BrokerMetrics* metrics_;
   std::unique_ptr<httplib::Server> server_;
   RedisEndpoint redis_endpoint_;  // event streams open their own connections
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   int port_ = 0;
 };
 

@@ -17,8 +17,19 @@ using common::Status;
 using nlohmann::json;
 
 const std::set<std::string> kLanguages = {"python", "javascript", "shell"};
-const std::set<std::string> kFields = {"language", "code", "session_id", "input", "files",
-                                       "collect",  "env",  "limits",     "wait"};
+const std::set<std::string> kFields = {
+    "language", "code", "session_id", "conversation_id", "input", "files",
+    "collect",  "env",  "limits",     "wait",            "priority"};
+
+// Session and conversation ids: 1-128 characters of [A-Za-z0-9._:-].
+bool IsSessionName(const std::string& s) {
+  bool ok = !s.empty() && s.size() <= 128;
+  for (char c : s) {
+    ok = ok &&
+         (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' || c == ':');
+  }
+  return ok;
+}
 const std::set<std::string> kLimitFields = {"timeout_ms", "memory_mb", "cpu_ms", "max_output_bytes",
                                             "max_pids"};
 
@@ -75,12 +86,25 @@ common::StatusOr<JobSpec> ParseSubmitRequest(std::string_view body, const std::s
   if (auto s = j.find("session_id"); s != j.end() && !s->is_null()) {
     if (!s->is_string()) return InvalidRequest("session_id: expected a string");
     spec.session_id = s->get<std::string>();
-    bool ok = !spec.session_id.empty() && spec.session_id.size() <= 128;
-    for (char c : spec.session_id) {
-      ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ||
-                  c == ':');
+    if (!IsSessionName(spec.session_id)) {
+      return InvalidRequest("session_id: 1-128 characters of [A-Za-z0-9._:-]");
     }
-    if (!ok) return InvalidRequest("session_id: 1-128 characters of [A-Za-z0-9._:-]");
+  }
+  if (auto c = j.find("conversation_id"); c != j.end() && !c->is_null()) {
+    if (!c->is_string()) return InvalidRequest("conversation_id: expected a string");
+    spec.conversation_id = c->get<std::string>();
+    if (!IsSessionName(spec.conversation_id)) {
+      return InvalidRequest("conversation_id: 1-128 characters of [A-Za-z0-9._:-]");
+    }
+    if (spec.session_id.empty()) {
+      return InvalidRequest("conversation_id: only meaningful with a session_id");
+    }
+  }
+  if (auto p = j.find("priority"); p != j.end() && !p->is_null()) {
+    if (!p->is_number_integer() || p->get<int64_t>() < 0 || p->get<int64_t>() > 9) {
+      return InvalidRequest("priority: an integer from 0 (default) to 9 (first)");
+    }
+    spec.priority = static_cast<uint32_t>(p->get<int64_t>());
   }
 
   if (auto in = j.find("input"); in != j.end() && !in->is_null()) {

@@ -91,6 +91,8 @@ json JobSpec::ToJson() const {
           {"language", language},
           {"code", code},
           {"session_id", session_id},
+          {"conversation_id", conversation_id},
+          {"priority", priority},
           {"input_json", input_json},
           {"env", env},
           {"files", FilesJson(files)},
@@ -108,6 +110,8 @@ common::StatusOr<JobSpec> JobSpec::FromJson(const json& j) {
     s.language = j.at("language").get<std::string>();
     s.code = j.at("code").get<std::string>();
     s.session_id = j.at("session_id").get<std::string>();
+    s.conversation_id = j.value("conversation_id", "");
+    s.priority = j.value("priority", 0u);
     s.input_json = j.at("input_json").get<std::string>();
     s.env = j.at("env").get<std::map<std::string, std::string>>();
     ASSIGN_OR_RETURN(s.files, FilesFromJson(j.at("files")));
@@ -174,6 +178,7 @@ void JobRecord::ApplyResult(const protocol::Result& res, int64_t now_ms) {
   end_reason = protocol::EndReasonName(res.reason);
   if (!session_id.empty()) session_epoch = res.session_epoch;
   queue_position.reset();
+  wait_reason.clear();
   auto fail = [&](JobStatus s, Code code, std::string message) {
     status = s;
     error = JobError{std::string(common::CodeName(code)), std::move(message),
@@ -247,6 +252,7 @@ json JobRecord::ToJson() const {
       {"files", FilesJson(files)},
       {"session_epoch", Opt(session_epoch)},
       {"queue_position", Opt(queue_position)},
+      {"wait_reason", wait_reason.empty() ? json(nullptr) : json(wait_reason)},
       {"redactions", redactions},
       {"warnings", warnings},
       {"end_reason", end_reason.empty() ? json(nullptr) : json(end_reason)},
@@ -300,6 +306,9 @@ common::StatusOr<JobRecord> JobRecord::FromJson(const json& j) {
     ASSIGN_OR_RETURN(r.files, FilesFromJson(j.at("files")));
     r.session_epoch = OptFrom<uint64_t>(j, "session_epoch");
     r.queue_position = OptFrom<uint64_t>(j, "queue_position");
+    if (auto w = j.find("wait_reason"); w != j.end() && w->is_string()) {
+      r.wait_reason = w->get<std::string>();
+    }
     r.redactions = j.at("redactions").get<uint32_t>();
     r.warnings = j.at("warnings").get<std::vector<std::string>>();
     r.end_reason = j.at("end_reason").is_null() ? "" : j.at("end_reason").get<std::string>();

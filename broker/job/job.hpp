@@ -44,6 +44,8 @@ struct JobSpec {
   std::string language;
   std::string code;
   std::string session_id;
+  std::string conversation_id;  // groups sessions (MCP conversations); with session_id only
+  uint32_t priority = 0;        // 0-9: higher runs first within the tenant's queue
   std::string input_json;  // compact JSON object text, or empty
   std::map<std::string, std::string> env;
   std::vector<common::protocol::FileEntry> files;
@@ -86,6 +88,7 @@ struct JobRecord {
   std::vector<common::protocol::FileEntry> files;
   std::optional<uint64_t> session_epoch;
   std::optional<uint64_t> queue_position;
+  std::string wait_reason;  // while queued: global, tenant, worker, runtime, session, fifo, ...
   uint32_t redactions = 0;
   std::vector<std::string> warnings;
   std::string end_reason;  // worker's reason ("exit", "timeout", ...), empty until the end

@@ -43,9 +43,50 @@ BrokerMetrics::BrokerMetrics() : registry_(std::make_shared<prometheus::Registry
                         .Register(r);
   queue_length_ = &prometheus::BuildGauge()
                        .Name("kiln_queue_length")
-                       .Help("Executions waiting for a worker slot on this broker")
+                       .Help("Executions waiting in a tenant's queue (cluster-wide, from Redis)")
+                       .Register(r);
+  tenant_slots_busy_ = &prometheus::BuildGauge()
+                            .Name("kiln_tenant_slots_busy")
+                            .Help("Slot leases a tenant holds (cluster-wide)")
+                            .Register(r);
+  tenant_slots_limit_ = &prometheus::BuildGauge()
+                             .Name("kiln_tenant_slots_limit")
+                             .Help("A tenant's concurrency limit (tenants with one)")
+                             .Register(r);
+  redis_latency_ = &prometheus::BuildHistogram()
+                        .Name("kiln_redis_call_seconds")
+                        .Help("Round trip of the broker's Redis scheduling calls")
+                        .Register(r);
+  global_slots_busy_ = &prometheus::BuildGauge()
+                            .Name("kiln_global_slots_busy")
+                            .Help("Slot leases held cluster-wide")
+                            .Register(r)
+                            .Add({});
+  global_slots_limit_ = &prometheus::BuildGauge()
+                             .Name("kiln_global_slots_limit")
+                             .Help("The global concurrency limit (0: none beyond workers' slots)")
+                             .Register(r)
+                             .Add({});
+  brokers_live_ = &prometheus::BuildGauge()
+                       .Name("kiln_brokers_live")
+                       .Help("Brokers registered in Redis and renewing")
                        .Register(r)
                        .Add({});
+  sessions_live_ = &prometheus::BuildGauge()
+                        .Name("kiln_sessions_live")
+                        .Help("Sessions known in Redis (idle, busy or lost, until they expire)")
+                        .Register(r)
+                        .Add({});
+  requeued_ = &prometheus::BuildCounter()
+                   .Name("kiln_executions_requeued_total")
+                   .Help("Started executions a worker refused, put back in their queue")
+                   .Register(r)
+                   .Add({});
+  taken_over_ = &prometheus::BuildCounter()
+                     .Name("kiln_executions_taken_over_total")
+                     .Help("Running executions adopted from a broker that stopped")
+                     .Register(r)
+                     .Add({});
   workers_live_ = &prometheus::BuildGauge()
                        .Name("kiln_workers_live")
                        .Help("Workers registered and alive")
@@ -104,7 +145,34 @@ void BrokerMetrics::Finished(const JobRecord& record) {
       .Increment(static_cast<double>(record.stdout_data.size() + record.stderr_data.size()));
 }
 
-void BrokerMetrics::SetQueueLength(size_t jobs) { queue_length_->Set(static_cast<double>(jobs)); }
+void BrokerMetrics::SetSchedule(const TickOutcome& tick) {
+  for (const auto& t : tick.tenants) {
+    queue_length_->Add({{"tenant", t.name}}).Set(static_cast<double>(t.queued));
+    tenant_slots_busy_->Add({{"tenant", t.name}}).Set(static_cast<double>(t.leases));
+  }
+  global_slots_busy_->Set(static_cast<double>(tick.global_leases));
+  brokers_live_->Set(static_cast<double>(tick.brokers_live));
+  sessions_live_->Set(static_cast<double>(tick.sessions));
+}
+
+void BrokerMetrics::SetLimits(uint64_t global_slots,
+                              const std::vector<std::pair<std::string, uint64_t>>& tenant_slots) {
+  global_slots_limit_->Set(static_cast<double>(global_slots));
+  for (const auto& [tenant, slots] : tenant_slots) {
+    if (slots > 0) tenant_slots_limit_->Add({{"tenant", tenant}}).Set(static_cast<double>(slots));
+  }
+}
+
+void BrokerMetrics::RedisCall(const std::string& op, double seconds) {
+  // A loopback round trip is ~0.1 ms: buckets from 50 us.
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 2};
+  redis_latency_->Add({{"op", op}}, kBuckets).Observe(seconds);
+}
+
+void BrokerMetrics::Requeued() { requeued_->Increment(); }
+
+void BrokerMetrics::TakenOver() { taken_over_->Increment(); }
 
 void BrokerMetrics::SetWorkers(size_t live, uint64_t slots, uint64_t slots_busy) {
   workers_live_->Set(static_cast<double>(live));

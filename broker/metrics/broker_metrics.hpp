@@ -13,8 +13,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "broker/job/job.hpp"
+#include "broker/store/schedule_store.hpp"
 
 namespace prometheus {
 class Registry;
@@ -38,7 +41,17 @@ class BrokerMetrics {
   void Submitted(const std::string& tenant, const std::string& language);
   // A terminal record, counted once (Dispatcher::Finish).
   void Finished(const JobRecord& record);
-  void SetQueueLength(size_t jobs);
+  // Cluster-wide scheduling gauges from Redis (every broker reports the
+  // same values: dashboards take max over brokers).
+  void SetSchedule(const TickOutcome& tick);
+  // Limits from the config (0: none), exported so saturation can be graphed.
+  void SetLimits(uint64_t global_slots, const std::vector<std::pair<std::string, uint64_t>>& tenant_slots);
+  // One scheduling script's round trip (`op`: submit, finish, pump, tick, load).
+  void RedisCall(const std::string& op, double seconds);
+  // A job a worker refused (no free slot there), put back in its queue.
+  void Requeued();
+  // A running job adopted from a broker that stopped.
+  void TakenOver();
   // Sums over live workers.
   void SetWorkers(size_t live, uint64_t slots, uint64_t slots_busy);
   // A worker declared dead, or gone with jobs (`jobs` of them lost).
@@ -60,7 +73,16 @@ class BrokerMetrics {
   prometheus::Family<prometheus::Counter>* redactions_;
   prometheus::Family<prometheus::Counter>* output_bytes_;
   prometheus::Family<prometheus::Counter>* http_requests_;
-  prometheus::Gauge* queue_length_;
+  prometheus::Family<prometheus::Gauge>* queue_length_;
+  prometheus::Family<prometheus::Gauge>* tenant_slots_busy_;
+  prometheus::Family<prometheus::Gauge>* tenant_slots_limit_;
+  prometheus::Family<prometheus::Histogram>* redis_latency_;
+  prometheus::Gauge* global_slots_busy_;
+  prometheus::Gauge* global_slots_limit_;
+  prometheus::Gauge* brokers_live_;
+  prometheus::Gauge* sessions_live_;
+  prometheus::Counter* requeued_;
+  prometheus::Counter* taken_over_;
   prometheus::Gauge* workers_live_;
   prometheus::Gauge* worker_slots_;
   prometheus::Gauge* worker_slots_busy_;

@@ -4,6 +4,7 @@
 #include <sys/eventfd.h>
 
 #include <algorithm>
+#include <set>
 
 #include "broker/metrics/broker_metrics.hpp"
 #include "common/clock.hpp"
@@ -20,11 +21,15 @@ constexpr int kMaxMessagesPerPoll = 256;
 // timeout is ended by the broker (exactly one terminal state, always).
 constexpr int64_t kResultGraceMs = 30'000;
 
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
 }  // namespace
 
 common::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Create(DispatcherOptions options,
                                                                  zmq::context_t* ctx,
-                                                                 JobStore* store,
+                                                                 DispatcherStores stores,
                                                                  JobWaiters* waiters) {
   common::UniqueFd wake(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!wake.valid()) return common::ErrnoStatus("eventfd", errno);
@@ -37,7 +42,7 @@ common::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Create(DispatcherOptio
     router.bind(options.endpoint);
     std::string bound = router.get(zmq::sockopt::last_endpoint);
     auto d = std::unique_ptr<Dispatcher>(
-        new Dispatcher(std::move(options), std::move(router), std::move(wake), store, waiters));
+        new Dispatcher(std::move(options), std::move(router), std::move(wake), stores, waiters));
     d->bound_endpoint_ = std::move(bound);
     return d;
   } catch (const zmq::error_t& e) {
@@ -47,11 +52,11 @@ common::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Create(DispatcherOptio
 }
 
 Dispatcher::Dispatcher(DispatcherOptions options, zmq::socket_t router, common::UniqueFd wake,
-                       JobStore* store, JobWaiters* waiters)
+                       DispatcherStores stores, JobWaiters* waiters)
     : options_(std::move(options)),
       router_(std::move(router)),
       wake_(std::move(wake)),
-      store_(store),
+      stores_(stores),
       waiters_(waiters),
       table_(options_.heartbeat_interval * options_.liveness) {
   handlers_ = {
@@ -68,18 +73,39 @@ Dispatcher::Dispatcher(DispatcherOptions options, zmq::socket_t router, common::
 
 Dispatcher::~Dispatcher() = default;
 
-common::Status Dispatcher::Submit(JobSpec spec) {
+void Dispatcher::Start(JobSpec spec, std::string worker, std::optional<uint64_t> session_epoch) {
   {
     std::lock_guard lock(mu_);
-    if (queued_total_ >= options_.max_queue) {
-      return {Code::kQueueFull,
-              "the queue holds " + std::to_string(queued_total_) + " jobs; retry later"};
-    }
-    ++queued_total_;
-    inbox_.push_back(std::move(spec));
+    inbox_.push_back({std::move(spec), std::move(worker), session_epoch});
   }
   Wake();
-  return common::Status::Ok();
+}
+
+void Dispatcher::StartAll(const std::vector<StartedJob>& started) {
+  if (started.empty()) return;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& s : started) {
+      auto j = nlohmann::json::parse(s.spec_json, nullptr, false);
+      auto spec = j.is_discarded() ? common::StatusOr<JobSpec>(common::Internal("not JSON"))
+                                   : JobSpec::FromJson(j);
+      if (!spec.ok()) {
+        // Cannot happen unless Redis holds garbage; the job ends overdue.
+        spdlog::error("job {} has a damaged spec in Redis: {}", s.job_id, spec.status().ToString());
+        continue;
+      }
+      inbox_.push_back({std::move(*spec), s.worker, s.session_epoch});
+    }
+  }
+  Wake();
+}
+
+void Dispatcher::Poke() {
+  {
+    std::lock_guard lock(mu_);
+    poked_ = true;
+  }
+  Wake();
 }
 
 void Dispatcher::Cancel(const std::string& job_id) {
@@ -106,17 +132,51 @@ std::vector<WorkerView> Dispatcher::Workers() const {
   return worker_views_;
 }
 
+std::vector<WorkerSlots> Dispatcher::Candidates() const {
+  std::lock_guard lock(mu_);
+  return candidates_;
+}
+
+std::vector<std::string> Dispatcher::Runtimes() const {
+  std::set<std::string> all;
+  std::lock_guard lock(mu_);
+  for (const auto& w : worker_views_) all.insert(w.runtimes.begin(), w.runtimes.end());
+  return {all.begin(), all.end()};
+}
+
+common::StatusOr<FinishOutcome> Dispatcher::EndJob(JobRecord record, FinishExpect expect) {
+  auto t0 = Clock::now();
+  auto out = stores_.schedule->Finish(record, expect, Candidates(), common::NowMs());
+  if (options_.metrics) options_.metrics->RedisCall("finish", SecondsSince(t0));
+  if (!out.ok()) {
+    if (options_.metrics) options_.metrics->RedisError();
+    return out.status();
+  }
+  if (out->kind == FinishOutcome::Kind::kStored) {
+    Counted(record);
+    waiters_->Notify(record);
+  }
+  StartAll(out->started);
+  return out;
+}
+
 void Dispatcher::Run(std::stop_token stop) {
-  next_tick_ = Clock::now();
+  started_at_ = Clock::now();
+  next_tick_ = started_at_;
+  next_pump_ = started_at_;
   while (!stop.stop_requested()) {
     auto now = Clock::now();
     if (now >= next_tick_) {
       Tick();
       next_tick_ = now + options_.heartbeat_interval;
     }
+    if (pump_due_ && now >= next_pump_) {
+      Pump();
+      next_pump_ = now + options_.pump_interval;
+    }
+    auto until = std::min(next_tick_, pump_due_ ? next_pump_ : next_tick_);
     // Wake at least every 100 ms to notice a stop request.
-    auto wait =
-        std::min<Clock::duration>(next_tick_ - Clock::now(), std::chrono::milliseconds(100));
+    auto wait = std::min<Clock::duration>(until - Clock::now(), std::chrono::milliseconds(100));
     zmq::pollitem_t items[] = {
         {router_.handle(), 0, ZMQ_POLLIN, 0},
         {nullptr, wake_.get(), ZMQ_POLLIN, 0},
@@ -132,10 +192,10 @@ void Dispatcher::Run(std::stop_token stop) {
     }
     if (items[1].revents & ZMQ_POLLIN) DrainInbox();
     if (items[0].revents & ZMQ_POLLIN) ReceiveAll();
-    DispatchQueued();
   }
   // Tell workers we are going, so they fail over at once instead of after
-  // their liveness timeout.
+  // their liveness timeout. Our jobs in flight stay in Redis for another
+  // broker (or this one, restarted) to take over.
   for (const auto& [id, w] : table_.workers()) Send(id, protocol::Disconnect{"broker stopping"});
 }
 
@@ -143,31 +203,47 @@ void Dispatcher::DrainInbox() {
   uint64_t count = 0;
   ssize_t n = ::read(wake_.get(), &count, sizeof(count));
   (void)n;
-  std::deque<JobSpec> batch;
+  std::deque<StartRequest> batch;
   std::deque<std::string> cancels;
+  bool poked = false;
   {
     std::lock_guard lock(mu_);
     batch.swap(inbox_);
     cancels.swap(cancels_);
+    std::swap(poked, poked_);
   }
-  for (auto& spec : batch) queue_.push_back(std::move(spec));
+  for (auto& req : batch) SendStart(std::move(req));
   for (const auto& id : cancels) CancelNow(id);
+  if (poked) pump_due_ = true;
+}
+
+void Dispatcher::SendStart(StartRequest req) {
+  JobSpec& spec = req.spec;
+  protocol::Execute execute = spec.ToExecute();
+  // Output is streamed for every job: a subscriber may arrive at any time.
+  execute.stream_output = true;
+  if (auto s = options_.tenant_secrets.find(spec.tenant); s != options_.tenant_secrets.end()) {
+    execute.secrets = s->second;
+  }
+  JobRecord record = JobRecord::Queued(spec);
+  record.status = JobStatus::kRunning;
+  record.worker = req.worker;
+  record.session_epoch = req.session_epoch;
+  record.started_ms = common::NowMs();
+  record.queued_ms = static_cast<double>(record.started_ms - spec.created_ms);
+  const std::string id = spec.id;
+  if (!table_.Known(req.worker) || !Send(req.worker, protocol::Message(std::move(execute)))) {
+    // The worker left between the script and now: the job goes back to its
+    // place in the queue (it never ran).
+    spdlog::info("worker {} is gone before job {} reached it: requeueing", req.worker, id);
+    Requeue(id);
+    return;
+  }
+  table_.Assign(req.worker, id);
+  in_flight_.emplace(id, InFlight{std::move(spec), std::move(record), std::move(req.worker)});
 }
 
 void Dispatcher::CancelNow(const std::string& job_id) {
-  for (auto it = queue_.begin(); it != queue_.end(); ++it) {
-    if (it->id != job_id) continue;
-    JobRecord r = JobRecord::Ended(*it, JobStatus::kCancelled, Code::kCancelled,
-                                   "cancelled before it started");
-    r.finished_ms = common::NowMs();
-    queue_.erase(it);
-    {
-      std::lock_guard lock(mu_);
-      --queued_total_;
-    }
-    Finish(std::move(r));
-    return;
-  }
   auto it = in_flight_.find(job_id);
   if (it != in_flight_.end()) Send(it->second.worker, protocol::Cancel{job_id});
 }
@@ -208,21 +284,23 @@ void Dispatcher::ReceiveAll() {
 
 void Dispatcher::HandleRegister(const std::string& identity, protocol::Message& m) {
   auto& reg = std::get<protocol::Register>(m);
-  if (reg.worker_id.empty() || reg.slots == 0 || reg.runtimes.empty()) {
-    spdlog::warn("refusing registration from '{}': needs an id, slots and runtimes", identity);
+  if (reg.worker_id.empty() || reg.worker_id != identity || reg.slots == 0 ||
+      reg.runtimes.empty()) {
+    spdlog::warn("refusing registration from '{}': needs an id (its routing id), slots and "
+                 "runtimes",
+                 identity);
     Send(identity, protocol::Disconnect{"registration needs worker_id, slots and runtimes"});
     return;
   }
   auto lost = table_.OnRegister(identity, reg, Clock::now(), common::NowMs());
-  if (!lost.empty() && LoseJobs(identity, lost, "the worker restarted") > 0 && options_.metrics) {
-    options_.metrics->WorkerLost();
-  }
+  if (!lost.empty()) LoseWorker(identity, lost, "the worker restarted");
   spdlog::info("worker {} registered: {} slots, runtimes [{}], layers [{}]", reg.worker_id,
                reg.slots, fmt::join(reg.runtimes, ","), fmt::join(reg.sandbox_layers, ","));
   Send(identity, protocol::RegisterAck{options_.broker_id,
                                        static_cast<uint32_t>(options_.heartbeat_interval.count()),
                                        options_.liveness});
   PublishWorkers();
+  pump_due_ = true;  // new slots: queued jobs may run
 }
 
 void Dispatcher::HandleHeartbeat(const std::string& identity, protocol::Message& m) {
@@ -231,7 +309,9 @@ void Dispatcher::HandleHeartbeat(const std::string& identity, protocol::Message&
     // We do not know this worker (we restarted, or declared it dead): make it
     // register again.
     Send(identity, protocol::Disconnect{"unknown worker: register again"});
+    return;
   }
+  PublishWorkers();  // draining or refusing may have changed
 }
 
 void Dispatcher::HandleOutputChunk(const std::string&, protocol::Message& m) {
@@ -239,7 +319,7 @@ void Dispatcher::HandleOutputChunk(const std::string&, protocol::Message& m) {
   // Chunks of jobs another broker dispatched are stored as well: subscribers
   // read them from Redis, wherever they are connected.
   // Stored before the Result is: a subscriber sees every chunk, then the end.
-  if (auto st = store_->AppendChunk(chunk); !st.ok()) {
+  if (auto st = stores_.jobs->AppendChunk(chunk); !st.ok()) {
     if (options_.metrics) options_.metrics->RedisError();
     spdlog::warn("{} (live output lost; the final record keeps it)", st.ToString());
   }
@@ -253,19 +333,15 @@ void Dispatcher::HandleResult(const std::string& identity, protocol::Message& m)
     return;
   }
   if (res.reason == protocol::EndReason::kRefused) {
-    // It never ran (the worker's slots went to other brokers' jobs, or it is
-    // draining): back to the front of the queue. Believe the worker's count
-    // until its next heartbeat.
+    // It never ran (the worker's slots are taken, or it is draining): back to
+    // its place in the queue; the worker gets nothing until its next heartbeat.
     spdlog::debug("worker {} refused {}: {}", identity, res.job_id, res.worker_error);
-    JobSpec spec = std::move(it->second.spec);
     in_flight_.erase(it);
     table_.Release(identity, res.job_id);
     table_.MarkFull(identity);
-    queue_.push_front(std::move(spec));
-    {
-      std::lock_guard lock(mu_);
-      ++queued_total_;
-    }
+    PublishWorkers();
+    if (options_.metrics) options_.metrics->Requeued();
+    Requeue(res.job_id);
     return;
   }
   JobRecord record = std::move(it->second.record);
@@ -279,18 +355,22 @@ void Dispatcher::FinishForeign(const std::string& identity, const protocol::Resu
   // A job this broker did not dispatch (its broker died or restarted, and the
   // worker sends results to any live broker): the ledger in Redis decides.
   // A job that already ended (e.g. WORKER_LOST while the worker was frozen)
-  // keeps its one terminal state.
-  auto record = store_->Load(res.job_id);
+  // keeps its one terminal state (the finish script checks).
+  if (res.reason == protocol::EndReason::kRefused) {
+    Requeue(res.job_id);
+    return;
+  }
+  auto record = stores_.jobs->Load(res.job_id);
   if (!record.ok() && record.status().code() != Code::kNotFound && options_.metrics) {
     options_.metrics->RedisError();
   }
-  if (!record.ok() || IsTerminal(record->status) || res.reason == protocol::EndReason::kRefused) {
+  if (!record.ok() || IsTerminal(record->status)) {
     spdlog::warn("result for job {} from worker {} ignored: {}", res.job_id, identity,
                  record.ok() ? "it has already ended" : record.status().ToString());
     return;
   }
   record->ApplyResult(res, common::NowMs());
-  spdlog::info("stored the result of job {} dispatched by another broker", res.job_id);
+  spdlog::info("storing the result of job {} dispatched by another broker", res.job_id);
   Finish(std::move(*record));
 }
 
@@ -298,9 +378,7 @@ void Dispatcher::HandleDisconnect(const std::string& identity, protocol::Message
   auto& d = std::get<protocol::Disconnect>(m);
   spdlog::info("worker {} disconnected: {}", identity, d.reason);
   auto jobs = table_.Remove(identity);
-  if (LoseJobs(identity, jobs, "the worker disconnected: " + d.reason) > 0 && options_.metrics) {
-    options_.metrics->WorkerLost();
-  }
+  LoseWorker(identity, jobs, "the worker disconnected: " + d.reason);
   PublishWorkers();
 }
 
@@ -315,95 +393,109 @@ void Dispatcher::Tick() {
   }
   for (auto& [id, jobs] : table_.Expire(Clock::now())) {
     spdlog::warn("worker {} missed {} heartbeats: declared dead", id, options_.liveness);
-    if (options_.metrics) options_.metrics->WorkerLost();
-    LoseJobs(id, jobs, "the worker stopped answering heartbeats");
+    LoseWorker(id, jobs, "the worker stopped answering heartbeats", /*expired=*/true);
   }
-  FailQueuedWithoutRuntime();
+  PublishWorkers();
+  if (auto st = stores_.schedule->PublishTenants(options_.tenant_shares); !st.ok()) {
+    if (options_.metrics) options_.metrics->RedisError();
+  }
+  RenewLeases();
+  // Take over only once workers have had a liveness window to register
+  // here: adopted jobs need their workers known.
+  if (Clock::now() - started_at_ > options_.heartbeat_interval * options_.liveness) {
+    TakeOver(!took_over_self_);
+    took_over_self_ = true;
+  }
   FailOverdue();
   // Retry terminal records Redis refused earlier.
   std::vector<JobRecord> retry;
   retry.swap(unsaved_);
-  for (auto& r : retry) Save(std::move(r));
-  PublishWorkers();
+  for (auto& r : retry) Finish(std::move(r));
 }
 
-void Dispatcher::DispatchQueued() {
-  bool any_free = false;
-  for (const auto& [id, w] : table_.workers()) {
-    any_free = any_free || (!w.draining && WorkerTable::Busy(w) < w.reg.slots);
+void Dispatcher::RenewLeases() {
+  std::vector<InFlightRef> refs;
+  refs.reserve(in_flight_.size());
+  for (const auto& [id, f] : in_flight_) refs.push_back({id, f.spec.tenant, f.worker});
+  const int64_t dead_after =
+      static_cast<int64_t>(options_.heartbeat_interval.count()) * options_.liveness;
+  auto t0 = Clock::now();
+  auto tick = stores_.schedule->Tick(refs, common::NowMs(), dead_after);
+  if (options_.metrics) options_.metrics->RedisCall("tick", SecondsSince(t0));
+  if (!tick.ok()) {
+    if (options_.metrics) options_.metrics->RedisError();
+    spdlog::warn("could not renew leases: {}", tick.status().ToString());
+    return;
   }
-  if (!any_free) return;  // nothing can move: skip the walk over the queue
-  for (auto it = queue_.begin(); it != queue_.end();) {
-    auto worker = table_.Pick(it->language);
-    if (!worker) {
-      ++it;
+  for (const auto& id : tick->not_owned) {
+    // Ended elsewhere (its result reached another broker) or taken over.
+    auto it = in_flight_.find(id);
+    if (it == in_flight_.end()) continue;
+    table_.Release(it->second.worker, id);
+    in_flight_.erase(it);
+  }
+  size_t queued = 0;
+  for (const auto& t : tick->tenants) queued += t.queued;
+  {
+    std::lock_guard lock(mu_);
+    queued_total_ = queued;
+  }
+  if (queued > 0) pump_due_ = true;
+  if (options_.metrics) options_.metrics->SetSchedule(*tick);
+}
+
+void Dispatcher::TakeOver(bool include_self) {
+  const int64_t dead_after =
+      static_cast<int64_t>(options_.heartbeat_interval.count()) * options_.liveness;
+  auto claimed = stores_.schedule->Claim(common::NowMs() - dead_after, include_self);
+  if (!claimed.ok()) {
+    if (options_.metrics) options_.metrics->RedisError();
+    return;
+  }
+  for (const auto& [id, worker] : *claimed) {
+    if (in_flight_.count(id)) continue;
+    auto spec = stores_.jobs->LoadSpec(id);
+    auto record = stores_.jobs->Load(id);
+    if (!spec.ok() || !record.ok() || IsTerminal(record->status)) continue;
+    if (record->status != JobStatus::kRunning) continue;
+    spdlog::warn("took over job {} on worker {} from a broker that stopped", id, worker);
+    if (options_.metrics) options_.metrics->TakenOver();
+    if (!table_.Known(worker)) {
+      in_flight_.emplace(id, InFlight{std::move(*spec), std::move(*record), worker});
+      LoseWorker(worker, {id}, "its worker is not connected");
       continue;
     }
-    JobSpec spec = std::move(*it);
-    it = queue_.erase(it);
-    {
-      std::lock_guard lock(mu_);
-      --queued_total_;
-    }
-    protocol::Execute execute = spec.ToExecute();
-    // Output is streamed for every job: a subscriber may arrive at any time.
-    execute.stream_output = true;
-    if (auto s = options_.tenant_secrets.find(spec.tenant); s != options_.tenant_secrets.end()) {
-      execute.secrets = s->second;
-    }
-    protocol::Message exec = std::move(execute);
-    if (!Send(*worker, exec)) {
-      // The worker vanished between Pick and Send: put the job back in front.
-      it = queue_.insert(queue_.begin(), std::move(spec));
-      {
-        std::lock_guard lock(mu_);
-        ++queued_total_;
-      }
-      auto jobs = table_.Remove(*worker);
-      if (LoseJobs(*worker, jobs, "the worker is unreachable") > 0 && options_.metrics) {
-        options_.metrics->WorkerLost();
-      }
-      it = queue_.begin();
-      continue;
-    }
-    table_.Assign(*worker, spec.id);
-    JobRecord record = JobRecord::Queued(spec);
-    record.status = JobStatus::kRunning;
-    record.worker = table_.workers().at(*worker).reg.worker_id;
-    record.started_ms = common::NowMs();
-    record.queued_ms = static_cast<double>(record.started_ms - spec.created_ms);
-    if (auto st = store_->Update(record); !st.ok()) {
-      // Not fatal: the terminal record is what matters and is retried.
-      if (options_.metrics) options_.metrics->RedisError();
-      spdlog::warn("could not mark {} running: {}", spec.id, st.ToString());
-    }
-    std::string id = spec.id;
-    in_flight_.emplace(id, InFlight{std::move(spec), std::move(record), *worker});
+    table_.Assign(worker, id);
+    in_flight_.emplace(id, InFlight{std::move(*spec), std::move(*record), worker});
   }
 }
 
-void Dispatcher::FailQueuedWithoutRuntime() {
-  const int64_t now = common::NowMs();
-  for (auto it = queue_.begin(); it != queue_.end();) {
-    bool offered = false;
-    for (const auto& [id, w] : table_.workers()) {
-      const auto& rts = w.reg.runtimes;
-      offered = offered || std::find(rts.begin(), rts.end(), it->language) != rts.end();
-    }
-    if (offered || now - it->created_ms < options_.runtime_wait.count()) {
-      ++it;
-      continue;
-    }
-    JobRecord r = JobRecord::Ended(*it, JobStatus::kError, Code::kRuntimeUnavailable,
-                                   "no live worker offers " + it->language);
-    r.finished_ms = now;
-    it = queue_.erase(it);
-    {
-      std::lock_guard lock(mu_);
-      --queued_total_;
-    }
-    Finish(std::move(r));
+void Dispatcher::Pump() {
+  pump_due_ = false;
+  auto t0 = Clock::now();
+  auto started = stores_.schedule->Pump(Candidates(), common::NowMs());
+  if (options_.metrics) options_.metrics->RedisCall("pump", SecondsSince(t0));
+  if (!started.ok()) {
+    if (options_.metrics) options_.metrics->RedisError();
+    pump_due_ = true;
+    return;
   }
+  StartAll(*started);
+  // A full budget means more may be startable at once.
+  if (started->size() >= stores_.schedule->settings().budget) pump_due_ = true;
+}
+
+void Dispatcher::Requeue(const std::string& job_id) {
+  auto started = stores_.schedule->Requeue(job_id, Candidates(), common::NowMs());
+  if (!started.ok()) {
+    // The lease expires and the job stays `running` in Redis until
+    // FailOverdue on the broker that owns it: log loudly.
+    if (options_.metrics) options_.metrics->RedisError();
+    spdlog::error("could not requeue {}: {}", job_id, started.status().ToString());
+    return;
+  }
+  StartAll(*started);
+  pump_due_ = true;
 }
 
 void Dispatcher::FailOverdue() {
@@ -428,8 +520,8 @@ void Dispatcher::FailOverdue() {
   }
 }
 
-size_t Dispatcher::LoseJobs(const std::string& worker, const std::vector<std::string>& job_ids,
-                            const std::string& why) {
+void Dispatcher::LoseWorker(const std::string& worker, const std::vector<std::string>& job_ids,
+                            const std::string& why, bool expired) {
   size_t lost = 0;
   for (const auto& id : job_ids) {
     auto it = in_flight_.find(id);
@@ -444,24 +536,55 @@ size_t Dispatcher::LoseJobs(const std::string& worker, const std::vector<std::st
     Finish(std::move(r));
     ++lost;
   }
-  if (lost > 0 && options_.metrics) options_.metrics->JobsWorkerLost(lost);
-  return lost;
+  if (options_.metrics && (expired || lost > 0)) {
+    options_.metrics->WorkerLost();
+    if (lost > 0) options_.metrics->JobsWorkerLost(lost);
+  }
+  // Its sessions' state is gone; their queued executions can never run.
+  auto queued = stores_.sessions->LoseWorker(worker);
+  if (!queued.ok()) {
+    if (options_.metrics) options_.metrics->RedisError();
+    spdlog::error("could not mark the sessions of {} lost: {}", worker,
+                  queued.status().ToString());
+    return;
+  }
+  for (const auto& id : *queued) {
+    auto spec = stores_.jobs->LoadSpec(id);
+    if (!spec.ok()) continue;
+    JobRecord r = JobRecord::Ended(*spec, JobStatus::kError, Code::kSessionLost,
+                                   "the worker holding session " + spec->session_id +
+                                       " was lost before this execution started");
+    r.finished_ms = common::NowMs();
+    (void)EndJob(std::move(r), FinishExpect::kQueued);
+  }
 }
 
 void Dispatcher::Finish(JobRecord record) {
-  if (options_.metrics) options_.metrics->Finished(record);
-  Save(std::move(record));
-}
-
-void Dispatcher::Save(JobRecord record) {
-  if (auto st = store_->Update(record); !st.ok()) {
+  auto t0 = Clock::now();
+  auto out =
+      stores_.schedule->Finish(record, FinishExpect::kAny, Candidates(), common::NowMs());
+  if (options_.metrics) options_.metrics->RedisCall("finish", SecondsSince(t0));
+  if (!out.ok()) {
     if (options_.metrics) options_.metrics->RedisError();
-    spdlog::error("could not store the result of {}: {} (retrying)", record.id, st.ToString());
+    spdlog::error("could not store the result of {}: {} (retrying)", record.id,
+                  out.status().ToString());
+    // Waiters get it now; Redis gets it on a later tick.
     waiters_->Notify(record);
     unsaved_.push_back(std::move(record));
     return;
   }
-  waiters_->Notify(record);
+  if (out->kind == FinishOutcome::Kind::kStored) {
+    Counted(record);
+    waiters_->Notify(record);
+  } else if (out->kind == FinishOutcome::Kind::kEnded) {
+    spdlog::info("job {} had already ended ({}); its later end is dropped", record.id,
+                 out->status);
+  }
+  StartAll(out->started);
+}
+
+void Dispatcher::Counted(const JobRecord& record) {
+  if (options_.metrics) options_.metrics->Finished(record);
 }
 
 bool Dispatcher::Send(const std::string& identity, const protocol::Message& m) {
@@ -489,12 +612,11 @@ void Dispatcher::PublishWorkers() {
                                static_cast<uint32_t>(WorkerTable::Busy(w)), w.draining,
                                w.registered_at_ms, w.last_seen_ms, w.reg.metrics_endpoint});
   }
+  auto candidates = table_.Candidates(options_.worker_slot_cap);
+  if (options_.metrics) options_.metrics->SetWorkers(views.size(), slots, busy);
   std::lock_guard lock(mu_);
-  if (options_.metrics) {
-    options_.metrics->SetWorkers(views.size(), slots, busy);
-    options_.metrics->SetQueueLength(queued_total_);
-  }
   worker_views_ = std::move(views);
+  candidates_ = std::move(candidates);
 }
 
 }  // namespace kiln::broker

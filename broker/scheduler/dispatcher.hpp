@@ -1,26 +1,31 @@
 // Dispatcher: the broker's worker-facing event loop. It owns the ZeroMQ
-// ROUTER that workers connect to, the WorkerTable, the queue of jobs waiting
-// for a worker slot and the jobs in flight.
+// ROUTER that workers connect to, the WorkerTable and the jobs this broker
+// has in flight; the queue and the slots live in Redis (ScheduleStore), shared
+// with every other broker.
 //
-//   ASSIGN_OR_RETURN(auto d, Dispatcher::Create(options, &zmq_ctx, &store, &waiters));
+//   ASSIGN_OR_RETURN(auto d, Dispatcher::Create(options, &zmq_ctx, &stores, &waiters));
 //   std::jthread loop([&](std::stop_token st) { d->Run(st); });
-//   RETURN_IF_ERROR(d->Submit(spec));   // from any thread, after the job is in Redis
+//   // An HTTP thread, after ScheduleStore::Submit started a job on a worker:
+//   d->Start(std::move(spec), worker, epoch);
 //
 // Messages are handled by one table (type -> handler); each handler validates,
-// then acts. Terminal records are written to Redis before waiters are told,
-// so whatever a client reads back is stored. A worker that goes silent for
+// then acts. A terminal record goes through End(): one script stores it,
+// releases its slots and starts queued jobs, before waiters are told, so
+// whatever a client reads back is stored. A worker that goes silent for
 // heartbeat_interval x liveness is dead: its running jobs end WORKER_LOST
-// (they are not re-run: code may have side effects).
-// Run() belongs to one thread; Submit(), Cancel(), QueueDepth() and Workers() are
-// thread-safe (they post to the loop through an eventfd-signalled inbox).
+// (they are not re-run: code may have side effects) and its sessions are
+// lost. Every tick renews this broker's leases and registration in Redis and
+// takes over the jobs of brokers that stopped renewing theirs.
+// Run() belongs to one thread; every other method is thread-safe (they post
+// to the loop through an eventfd-signalled inbox, or read a snapshot).
 #pragma once
 
 #include <chrono>
 #include <deque>
-#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stop_token>
 #include <string>
 #include <vector>
@@ -30,6 +35,8 @@
 #include "broker/scheduler/job_waiters.hpp"
 #include "broker/scheduler/worker_table.hpp"
 #include "broker/store/job_store.hpp"
+#include "broker/store/schedule_store.hpp"
+#include "broker/store/session_store.hpp"
 #include "common/protocol/messages.hpp"
 #include "common/status.hpp"
 #include "common/unique_fd.hpp"
@@ -43,11 +50,21 @@ struct DispatcherOptions {
   std::string endpoint;  // e.g. tcp://127.0.0.1:5555 (port 0 or * for ephemeral)
   std::chrono::milliseconds heartbeat_interval{1000};
   uint32_t liveness = 3;
-  size_t max_queue = 10000;
-  std::chrono::milliseconds runtime_wait{30000};  // queued with no worker offering the runtime
+  uint32_t worker_slot_cap = 0;  // per-worker limit below the worker's own slots (0: none)
+  // How often queued jobs are retried while any wait (slots can free up on
+  // other brokers, leases expire, workers arrive).
+  std::chrono::milliseconds pump_interval{100};
   // Per tenant: literal secrets the worker masks in what jobs return.
   std::map<std::string, std::vector<std::string>> tenant_secrets;
+  // Per tenant: slot limit and weight, published to Redis every tick.
+  std::vector<ScheduleStore::TenantShare> tenant_shares;
   BrokerMetrics* metrics = nullptr;  // optional; outlives the Dispatcher
+};
+
+struct DispatcherStores {
+  JobStore* jobs;
+  ScheduleStore* schedule;
+  SessionStore* sessions;
 };
 
 // A copy of one worker's state for GET /v1/workers.
@@ -67,7 +84,8 @@ struct WorkerView {
 class Dispatcher {
  public:
   static common::StatusOr<std::unique_ptr<Dispatcher>> Create(DispatcherOptions options,
-                                                              zmq::context_t* ctx, JobStore* store,
+                                                              zmq::context_t* ctx,
+                                                              DispatcherStores stores,
                                                               JobWaiters* waiters);
   ~Dispatcher();
   Dispatcher(const Dispatcher&) = delete;
@@ -76,12 +94,25 @@ class Dispatcher {
   // The endpoint actually bound (resolves an ephemeral port).
   const std::string& endpoint() const { return bound_endpoint_; }
 
-  // Thread-safe. QUEUE_FULL when max_queue jobs already wait.
-  common::Status Submit(JobSpec spec);
-  // Thread-safe. Cancels a job this broker holds: a queued one ends
-  // `cancelled` at once; a running one is told to its worker, whose Result
-  // (reason cancelled) ends it. Unknown or finished jobs are ignored.
+  // A job ScheduleStore started on `worker` (its leases are taken): send it.
+  void Start(JobSpec spec, std::string worker, std::optional<uint64_t> session_epoch);
+  // Jobs a script started, as returned by ScheduleStore.
+  void StartAll(const std::vector<StartedJob>& started);
+  // A job was queued: look for a slot soon.
+  void Poke();
+  // Cancels a job this broker has in flight (its worker is told; the
+  // worker's Result ends it). Unknown or finished jobs are ignored.
   void Cancel(const std::string& job_id);
+  // Ends a job that has not run (cancelled, lost session, ...): stores the
+  // terminal record if the job is still in `expect` state, counts it, wakes
+  // its waiters, and starts whatever its slot lets run.
+  common::StatusOr<FinishOutcome> EndJob(JobRecord record, FinishExpect expect);
+
+  // Workers that may be sent jobs (for ScheduleStore::Submit).
+  std::vector<WorkerSlots> Candidates() const;
+  // Runtimes offered by live workers.
+  std::vector<std::string> Runtimes() const;
+  // Jobs waiting in every tenant's queue, as of the last tick.
   size_t QueueDepth() const;
   std::vector<WorkerView> Workers() const;
 
@@ -94,13 +125,19 @@ class Dispatcher {
     JobRecord record;
     std::string worker;
   };
+  struct StartRequest {
+    JobSpec spec;
+    std::string worker;
+    std::optional<uint64_t> session_epoch;
+  };
   using Handler = void (Dispatcher::*)(const std::string& identity,
                                        common::protocol::Message& message);
 
   Dispatcher(DispatcherOptions options, zmq::socket_t router, common::UniqueFd wake,
-             JobStore* store, JobWaiters* waiters);
+             DispatcherStores stores, JobWaiters* waiters);
 
   void DrainInbox();
+  void SendStart(StartRequest req);
   void CancelNow(const std::string& job_id);
   void Wake();
   void ReceiveAll();
@@ -113,41 +150,49 @@ class Dispatcher {
   void HandleUnexpected(const std::string& identity, common::protocol::Message& m);
 
   void Tick();
-  void DispatchQueued();
-  void FailQueuedWithoutRuntime();
+  void Pump();
+  void RenewLeases();
+  void TakeOver(bool include_self);
+  void Requeue(const std::string& job_id);
   void FailOverdue();
-  // Ends in-flight jobs of a lost worker with WORKER_LOST; returns how many.
-  size_t LoseJobs(const std::string& worker, const std::vector<std::string>& job_ids,
-                  const std::string& why);
-  // Every terminal record passes here once: counts it, then Save()s it.
+  // A worker is gone: its jobs here end WORKER_LOST, its sessions are lost.
+  // `expired`: it missed its heartbeats (counted as lost even without jobs).
+  void LoseWorker(const std::string& worker, const std::vector<std::string>& job_ids,
+                  const std::string& why, bool expired = false);
+  // Every terminal record of a job that ran passes here: one script stores
+  // it, releases its slots and starts queued jobs; kept for a retry when
+  // Redis refuses it.
   void Finish(JobRecord record);
-  // Writes a terminal record and wakes its waiters; keeps it for a retry
-  // when Redis refuses it.
-  void Save(JobRecord record);
+  void Counted(const JobRecord& record);
   bool Send(const std::string& identity, const common::protocol::Message& m);
   void PublishWorkers();
 
   DispatcherOptions options_;
   zmq::socket_t router_;
   common::UniqueFd wake_;  // eventfd
-  JobStore* store_;
+  DispatcherStores stores_;
   JobWaiters* waiters_;
   std::string bound_endpoint_;
   std::map<common::protocol::MessageType, Handler> handlers_;
 
   // Loop-owned state.
   WorkerTable table_;
-  std::deque<JobSpec> queue_;
   std::map<std::string, InFlight> in_flight_;
   std::vector<JobRecord> unsaved_;  // terminal records Redis refused; retried each tick
+  Clock::time_point started_at_;
   Clock::time_point next_tick_;
+  Clock::time_point next_pump_;
+  bool pump_due_ = false;
+  bool took_over_self_ = false;
 
   // Shared with other threads.
   mutable std::mutex mu_;
-  std::deque<JobSpec> inbox_;
+  std::deque<StartRequest> inbox_;
   std::deque<std::string> cancels_;
-  size_t queued_total_ = 0;  // inbox_ + queue_, for QUEUE_FULL
+  bool poked_ = false;
+  size_t queued_total_ = 0;  // every tenant's queue, from the last tick
   std::vector<WorkerView> worker_views_;
+  std::vector<WorkerSlots> candidates_;
 };
 
 }  // namespace kiln::broker

@@ -33,4 +33,9 @@ void JobWaiters::Notify(const JobRecord& record) {
   }
 }
 
+bool JobWaiters::Waiting(const std::string& id) {
+  std::lock_guard lock(mu_);
+  return waiting_.count(id) != 0;
+}
+
 }  // namespace kiln::broker

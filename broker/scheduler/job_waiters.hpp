@@ -4,7 +4,8 @@
 //   auto w = waiters.Add(id);                       // before the job is dispatched
 //   std::optional<JobRecord> r = waiters.Wait(w, deadline);
 //
-// The dispatcher calls Notify() after it has stored the terminal record.
+// The dispatcher calls Notify() after it has stored the terminal record; the
+// EventBus does when another broker has.
 // Thread-safe.
 #pragma once
 
@@ -33,6 +34,8 @@ class JobWaiters {
   // Waits until Notify(id) or the deadline; always removes the waiter.
   std::optional<JobRecord> Wait(const Handle& h, std::chrono::steady_clock::time_point deadline);
   void Notify(const JobRecord& record);
+  // Whether anyone waits for the job.
+  bool Waiting(const std::string& id);
 
  private:
   std::mutex mu_;

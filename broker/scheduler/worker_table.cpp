@@ -17,6 +17,7 @@ std::vector<std::string> WorkerTable::OnRegister(const std::string& identity,
   w.reg = reg;
   w.running.clear();
   w.draining = false;
+  w.refusing = false;
   w.last_seen = now;
   w.registered_at_ms = now_ms;
   w.last_seen_ms = now_ms;
@@ -31,6 +32,7 @@ bool WorkerTable::OnHeartbeat(const std::string& identity, const common::protoco
   w.last_seen = now;
   w.last_seen_ms = now_ms;
   w.draining = hb.draining;
+  w.refusing = false;
   w.external_busy =
       hb.running > w.running.size() ? static_cast<uint32_t>(hb.running - w.running.size()) : 0;
   return true;
@@ -66,23 +68,16 @@ std::vector<std::pair<std::string, std::vector<std::string>>> WorkerTable::Expir
   return dead;
 }
 
-std::optional<std::string> WorkerTable::Pick(const std::string& runtime) const {
-  const WorkerInfo* best = nullptr;
+std::vector<WorkerSlots> WorkerTable::Candidates(uint32_t slot_cap) const {
+  std::vector<WorkerSlots> out;
   for (const auto& [id, w] : workers_) {
-    if (w.draining || Busy(w) >= w.reg.slots) continue;
-    const auto& rts = w.reg.runtimes;
-    if (std::find(rts.begin(), rts.end(), runtime) == rts.end()) continue;
-    if (best == nullptr) {
-      best = &w;
-      continue;
-    }
-    // Compare running/slots without division: a/b < c/d <=> a*d < c*b.
-    uint64_t lhs = Busy(w) * best->reg.slots;
-    uint64_t rhs = Busy(*best) * w.reg.slots;
-    if (lhs < rhs || (lhs == rhs && Busy(w) < Busy(*best))) best = &w;
+    if (w.draining || w.refusing) continue;
+    std::string runtimes = ",";
+    for (const auto& r : w.reg.runtimes) runtimes += r + ",";
+    uint32_t slots = slot_cap > 0 ? std::min(slot_cap, w.reg.slots) : w.reg.slots;
+    out.push_back({w.reg.worker_id, slots, std::move(runtimes)});
   }
-  if (best == nullptr) return std::nullopt;
-  return best->identity;
+  return out;
 }
 
 void WorkerTable::Assign(const std::string& identity, const std::string& job_id) {
@@ -93,9 +88,7 @@ void WorkerTable::Assign(const std::string& identity, const std::string& job_id)
 void WorkerTable::MarkFull(const std::string& identity) {
   auto it = workers_.find(identity);
   if (it == workers_.end()) return;
-  WorkerInfo& w = it->second;
-  w.external_busy =
-      w.reg.slots > w.running.size() ? static_cast<uint32_t>(w.reg.slots - w.running.size()) : 0;
+  it->second.refusing = true;
 }
 
 void WorkerTable::Release(const std::string& identity, const std::string& job_id) {

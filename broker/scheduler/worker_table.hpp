@@ -1,14 +1,13 @@
 // WorkerTable: the broker's view of its connected workers, without I/O.
 //
 //   table.OnRegister(identity, reg, now);           // Register message
-//   if (auto w = table.Pick("python")) table.Assign(*w, job_id);
+//   auto workers = table.Candidates(0);             // who may get jobs (ScheduleStore)
 //   for (auto& dead : table.Expire(now)) { ... }    // liveness check
 //
 // Liveness follows ZeroMQ's Paranoid Pirate pattern: a worker that sent
-// nothing for interval x liveness is dead. Pick() chooses, among live workers
-// that offer the runtime, have a free slot and are not draining, the one with
-// the lowest load (busy / slots), ties broken by fewest busy; busy counts
-// this broker's jobs plus other brokers' (from the worker's heartbeats).
+// nothing for interval x liveness is dead. Which worker runs a job is decided
+// in Redis from the slot leases of every broker (ScheduleStore); this table
+// says which workers are alive, not draining and not refusing work.
 // Belongs to the dispatcher's thread; Snapshot() copies are for other threads.
 #pragma once
 
@@ -20,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "broker/store/schedule_store.hpp"
 #include "common/protocol/messages.hpp"
 
 namespace kiln::broker {
@@ -34,6 +34,7 @@ struct WorkerInfo {
   // worker serves every broker).
   uint32_t external_busy = 0;
   bool draining = false;
+  bool refusing = false;  // refused a job for want of a slot; cleared by its next heartbeat
   Clock::time_point last_seen;
   int64_t registered_at_ms = 0;
   int64_t last_seen_ms = 0;  // wall clock, for display
@@ -58,11 +59,13 @@ class WorkerTable {
   // Removes workers silent for longer than dead_after; returns (identity, jobs).
   std::vector<std::pair<std::string, std::vector<std::string>>> Expire(Clock::time_point now);
 
-  std::optional<std::string> Pick(const std::string& runtime) const;
+  // Live workers that may be sent jobs: not draining, not refusing. Their
+  // slot limit is the smaller of their own slots and `slot_cap` (0: none).
+  std::vector<WorkerSlots> Candidates(uint32_t slot_cap) const;
   void Assign(const std::string& identity, const std::string& job_id);
   void Release(const std::string& identity, const std::string& job_id);
-  // The worker refused a job for want of a slot: treat it as full until its
-  // next heartbeat says otherwise.
+  // The worker refused a job for want of a slot: send it nothing until its
+  // next heartbeat.
   void MarkFull(const std::string& identity);
   // Slots of the worker in use, by this broker's jobs and others'.
   static size_t Busy(const WorkerInfo& w) { return w.running.size() + w.external_busy; }

@@ -1,5 +1,7 @@
 #include "broker/store/job_store.hpp"
 
+#include "broker/store/schedule_scripts.hpp"
+
 namespace kiln::broker {
 namespace {
 
@@ -8,39 +10,6 @@ std::string Dump(const nlohmann::json& j) {
 }
 
 }  // namespace
-
-common::Status JobStore::Create(const JobSpec& spec, const JobRecord& record) {
-  const std::string key = JobKey(spec.id);
-  auto conn = pool_->Acquire();
-  auto r =
-      conn->Pipeline({{"HSET", key, "spec", Dump(spec.ToJson()), "record", Dump(record.ToJson()),
-                       "status", JobStatusName(record.status), "tenant", spec.tenant},
-                      {"EXPIRE", key, ttl_s_}});
-  return r.ok() ? common::Status::Ok() : r.status().WithContext("storing job " + spec.id);
-}
-
-common::StatusOr<std::string> JobStore::CreateIdempotent(const JobSpec& spec,
-                                                         const JobRecord& record,
-                                                         const std::string& key) {
-  // KEYS: idem, job. ARGV: id, ttl, spec, record, status, tenant.
-  static constexpr const char* kScript = R"lua(
-local earlier = redis.call('GET', KEYS[1])
-if earlier then return earlier end
-redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
-redis.call('HSET', KEYS[2], 'spec', ARGV[3], 'record', ARGV[4], 'status', ARGV[5], 'tenant', ARGV[6])
-redis.call('EXPIRE', KEYS[2], ARGV[2])
-return ''
-)lua";
-  const std::string idem = "{kiln}:idem:" + spec.tenant + ":" + key;
-  const std::string job = JobKey(spec.id);
-  const std::string spec_json = Dump(spec.ToJson());
-  const std::string record_json = Dump(record.ToJson());
-  auto conn = pool_->Acquire();
-  auto r = conn->Command({"EVAL", kScript, "2", idem, job, spec.id, ttl_s_, spec_json, record_json,
-                          JobStatusName(record.status), spec.tenant});
-  if (!r.ok()) return r.status().WithContext("storing job " + spec.id);
-  return r->str;
-}
 
 common::Status JobStore::Update(const JobRecord& record) {
   const std::string key = JobKey(record.id);
@@ -53,11 +22,32 @@ common::Status JobStore::Update(const JobRecord& record) {
 
 common::StatusOr<JobRecord> JobStore::Load(const std::string& id) {
   auto conn = pool_->Acquire();
-  ASSIGN_OR_RETURN(RedisReply r, conn->Command({"HGET", JobKey(id), "record"}));
+  ASSIGN_OR_RETURN(RedisReply r, conn->Eval(scripts::Load(), {id}));
   if (r.is_nil()) return common::NotFound("no execution with id " + id);
-  auto j = nlohmann::json::parse(r.str, nullptr, false);
+  if (r.elements.size() != 7) return common::Internal("redis: unexpected reply loading " + id);
+  auto j = nlohmann::json::parse(r.elements[0].str, nullptr, false);
   if (j.is_discarded()) return common::Internal("stored record of " + id + " is not JSON");
-  return JobRecord::FromJson(j);
+  ASSIGN_OR_RETURN(JobRecord record, JobRecord::FromJson(j));
+  if (IsTerminal(record.status)) return record;
+  // The stored record is the one written at submission; the scheduling
+  // scripts keep the live fields beside it.
+  auto status = ParseJobStatus(r.elements[1].str);
+  if (status.ok()) record.status = *status;
+  if (record.status == JobStatus::kRunning) {
+    record.worker = r.elements[2].str;
+    record.started_ms = std::strtoll(r.elements[3].str.c_str(), nullptr, 10);
+    if (record.started_ms > 0) {
+      record.queued_ms = static_cast<double>(record.started_ms - record.created_ms);
+    }
+  }
+  if (!r.elements[4].str.empty()) {
+    record.session_epoch = std::strtoull(r.elements[4].str.c_str(), nullptr, 10);
+  }
+  if (record.status == JobStatus::kQueued) {
+    if (r.elements[5].integer > 0) record.queue_position = r.elements[5].integer;
+    record.wait_reason = r.elements[6].str;
+  }
+  return record;
 }
 
 common::StatusOr<JobSpec> JobStore::LoadSpec(const std::string& id) {

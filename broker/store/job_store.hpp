@@ -1,18 +1,17 @@
-// JobStore: the job ledger in Redis. Every Redis key the broker uses is named
-// here (and in docs/architecture.md, "Redis keys"); nothing else builds keys.
+// JobStore: reading the job ledger in Redis, and the output streams. Jobs
+// are written by ScheduleStore (created with their slots, ended with their
+// release); only broker/store/ builds keys (docs/architecture.md, "Redis keys").
 //
 //   JobStore store(pool, /*ttl_s=*/86400);
-//   RETURN_IF_ERROR(store.Create(spec, JobRecord::Queued(spec)));  // before the id is given out
+//   ASSIGN_OR_RETURN(JobRecord rec, store.Load(id));  // with live status, worker, queue position
 //
 // Keys (one hash tag, {kiln}, so multi-key scripts stay atomic on a cluster):
 //   {kiln}:job:<id>   hash  spec (JobSpec JSON), record (JobRecord JSON),
 //                           status, tenant; expires job_ttl_s after its last write
-//   {kiln}:idem:<tenant>:<key>  string  the job id a client's Idempotency-Key
-//                           created; expires with the job (job_ttl_s)
 //   {kiln}:out:<id>   stream  the job's output chunks (fields stream, seq,
 //                           data), for live and late subscribers (SSE);
 //                           capped at kMaxChunksKept entries, expires with the job
-// Round trips: Create 1 (with or without an idempotency key), Update 1, Load 1,
+// Round trips: Update 1, Load 1 (a script: record + live fields),
 // AppendChunk 1 per output chunk, ReadChunks 1 per poll of a subscriber.
 // Thread-safe (each call leases its own connection from the pool).
 #pragma once
@@ -32,12 +31,6 @@ class JobStore {
 
   static std::string JobKey(const std::string& id) { return "{kiln}:job:" + id; }
 
-  common::Status Create(const JobSpec& spec, const JobRecord& record);
-  // Like Create, but only if no job was created with the same tenant and
-  // idempotency key: atomically (one script). Returns the id of the earlier
-  // job, or an empty string when this one was created.
-  common::StatusOr<std::string> CreateIdempotent(const JobSpec& spec, const JobRecord& record,
-                                                 const std::string& key);
   // Writes a non-terminal or terminal record (status + record JSON).
   common::Status Update(const JobRecord& record);
   // NOT_FOUND when the job is unknown or expired.

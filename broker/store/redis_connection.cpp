@@ -1,6 +1,8 @@
 #include "broker/store/redis_connection.hpp"
 
 #include <hiredis/hiredis.h>
+#include <openssl/sha.h>
+#include <poll.h>
 #include <sys/time.h>
 
 #include <charconv>
@@ -41,6 +43,16 @@ RedisReply Convert(const redisReply* r) {
 }
 
 }  // namespace
+
+RedisScript::RedisScript(std::string source) : text(std::move(source)) {
+  unsigned char digest[SHA_DIGEST_LENGTH];
+  SHA1(reinterpret_cast<const unsigned char*>(text.data()), text.size(), digest);
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (unsigned char b : digest) {
+    sha1.push_back(kHex[b >> 4]);
+    sha1.push_back(kHex[b & 15]);
+  }
+}
 
 common::StatusOr<RedisEndpoint> RedisEndpoint::Parse(const std::string& url) {
   RedisEndpoint ep;
@@ -175,6 +187,55 @@ common::StatusOr<std::vector<RedisReply>> RedisConnection::Pipeline(
   }
   if (!first_error.ok()) return first_error;
   return replies;
+}
+
+common::StatusOr<RedisReply> RedisConnection::Eval(const RedisScript& script,
+                                                   const std::vector<std::string>& args) {
+  std::vector<std::string_view> argv;
+  argv.reserve(args.size() + 3);
+  argv.push_back("EVALSHA");
+  argv.push_back(script.sha1);
+  argv.push_back("0");
+  for (const auto& a : args) argv.push_back(a);
+  auto r = Command(argv);
+  if (r.ok() || r.status().message().find("NOSCRIPT") == std::string::npos) return r;
+  argv[0] = "EVAL";
+  argv[1] = script.text;
+  return Command(argv);
+}
+
+common::Status RedisConnection::Subscribe(const std::vector<std::string>& channels) {
+  RETURN_IF_ERROR(EnsureConnected());
+  std::vector<std::string_view> argv = {"SUBSCRIBE"};
+  for (const auto& c : channels) argv.push_back(c);
+  RETURN_IF_ERROR(Append(argv));
+  for (size_t i = 0; i < channels.size(); ++i) {
+    ASSIGN_OR_RETURN(RedisReply r, ReadReply());
+    if (r.type == RedisReply::Type::kError) return common::Internal("redis: " + r.str);
+  }
+  return common::Status::Ok();
+}
+
+common::StatusOr<std::optional<RedisReply>> RedisConnection::Receive(int timeout_ms) {
+  RETURN_IF_ERROR(EnsureConnected());
+  void* raw = nullptr;
+  // A reply may already sit in hiredis's buffer; only wait on the socket if not.
+  if (redisGetReplyFromReader(ctx_, &raw) != REDIS_OK) {
+    std::string err = ctx_->errstr;
+    Drop();
+    return common::Unavailable("redis: " + err);
+  }
+  if (raw == nullptr) {
+    pollfd pfd{ctx_->fd, POLLIN, 0};
+    int n = ::poll(&pfd, 1, timeout_ms);
+    if (n == 0) return std::optional<RedisReply>();
+    if (n < 0) return std::optional<RedisReply>();  // EINTR: the caller loops
+    ASSIGN_OR_RETURN(RedisReply r, ReadReply());
+    return std::optional<RedisReply>(std::move(r));
+  }
+  RedisReply r = Convert(static_cast<redisReply*>(raw));
+  freeReplyObject(raw);
+  return std::optional<RedisReply>(std::move(r));
 }
 
 common::StatusOr<std::unique_ptr<RedisPool>> RedisPool::Create(const std::string& url,

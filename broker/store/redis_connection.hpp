@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,6 +35,14 @@ struct RedisReply {
   std::vector<RedisReply> elements;
 
   bool is_nil() const { return type == Type::kNil; }
+};
+
+// A Lua script and its SHA-1: Eval() sends EVALSHA and falls back to EVAL
+// once per connection when Redis has not seen the script (NOSCRIPT).
+struct RedisScript {
+  explicit RedisScript(std::string source);
+  std::string text;
+  std::string sha1;  // hex
 };
 
 struct RedisEndpoint {
@@ -57,6 +66,15 @@ class RedisConnection {
   common::StatusOr<RedisReply> Command(const std::vector<std::string_view>& argv);
   common::StatusOr<std::vector<RedisReply>> Pipeline(
       const std::vector<std::vector<std::string>>& commands);
+  // Runs a script with no declared keys (every key shares the {kiln} hash
+  // tag); args are its ARGV.
+  common::StatusOr<RedisReply> Eval(const RedisScript& script,
+                                    const std::vector<std::string>& args);
+
+  // Pub/sub: after Subscribe(), Receive() returns the next pushed message, or
+  // nullopt when none arrives within timeout_ms.
+  common::Status Subscribe(const std::vector<std::string>& channels);
+  common::StatusOr<std::optional<RedisReply>> Receive(int timeout_ms);
 
  private:
   explicit RedisConnection(RedisEndpoint ep) : endpoint_(std::move(ep)) {}

@@ -16,48 +16,39 @@ common::protocol::Register Reg(const std::string& id, uint32_t slots,
   return r;
 }
 
-TEST(WorkerTable, PicksLeastLoadedWorkerOfferingTheRuntime) {
+std::vector<std::string> Ids(const std::vector<WorkerSlots>& c) {
+  std::vector<std::string> out;
+  for (const auto& w : c) out.push_back(w.id);
+  return out;
+}
+
+TEST(WorkerTable, CandidatesCarrySlotsAndRuntimes) {
   WorkerTable t(seconds(3));
   auto now = Clock::now();
   t.OnRegister("a", Reg("a", 2), now, 0);
-  t.OnRegister("b", Reg("b", 4), now, 0);
   t.OnRegister("c", Reg("c", 8, {"javascript"}), now, 0);
-  EXPECT_EQ(t.Pick("javascript"), "c");
-  t.Assign("a", "j1");               // a: 1/2
-  EXPECT_EQ(t.Pick("python"), "b");  // b: 0/4
-  t.Assign("b", "j2");
-  t.Assign("b", "j3");  // b: 2/4 == a's 1/2: fewer running wins
-  EXPECT_EQ(t.Pick("python"), "a");
-  t.Assign("a", "j4");  // a full
-  t.Assign("b", "j5");
-  t.Assign("b", "j6");  // b full
-  EXPECT_EQ(t.Pick("python"), std::nullopt);
-  t.Release("a", "j1");
-  EXPECT_EQ(t.Pick("python"), "a");
-  EXPECT_EQ(t.Pick("ruby"), std::nullopt);
+  auto c = t.Candidates(0);
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[0].id, "a");
+  EXPECT_EQ(c[0].slots, 2u);
+  EXPECT_EQ(c[0].runtimes, ",python,shell,");
+  EXPECT_EQ(c[1].runtimes, ",javascript,");
+  // A configured per-worker cap lowers big workers only.
+  c = t.Candidates(4);
+  EXPECT_EQ(c[0].slots, 2u);
+  EXPECT_EQ(c[1].slots, 4u);
 }
 
-TEST(WorkerTable, OtherBrokersJobsCountAgainstSlots) {
+TEST(WorkerTable, RefusingWorkerGetsNothingUntilItsNextHeartbeat) {
   WorkerTable t(seconds(3));
   auto now = Clock::now();
   t.OnRegister("a", Reg("a", 2), now, 0);
   t.OnRegister("b", Reg("b", 2), now, 0);
-  common::protocol::Heartbeat hb;
-  hb.running = 2;  // both of a's slots hold another broker's jobs
-  t.OnHeartbeat("a", hb, now, 0);
-  EXPECT_EQ(t.Pick("python"), "b");
-  t.Assign("b", "j1");
-  t.Assign("b", "j2");
-  EXPECT_EQ(t.Pick("python"), std::nullopt);
-  hb.running = 1;
-  t.OnHeartbeat("a", hb, now, 0);
-  EXPECT_EQ(t.Pick("python"), "a");
-  // A refusal marks the worker full until its next heartbeat.
   t.MarkFull("a");
-  EXPECT_EQ(t.Pick("python"), std::nullopt);
-  hb.running = 0;
+  EXPECT_EQ(Ids(t.Candidates(0)), std::vector<std::string>{"b"});
+  common::protocol::Heartbeat hb;
   t.OnHeartbeat("a", hb, now, 0);
-  EXPECT_EQ(t.Pick("python"), "a");
+  EXPECT_EQ(Ids(t.Candidates(0)), (std::vector<std::string>{"a", "b"}));
 }
 
 TEST(WorkerTable, DrainingWorkersGetNoJobs) {
@@ -67,7 +58,10 @@ TEST(WorkerTable, DrainingWorkersGetNoJobs) {
   common::protocol::Heartbeat hb;
   hb.draining = true;
   EXPECT_TRUE(t.OnHeartbeat("a", hb, now, 0));
-  EXPECT_EQ(t.Pick("python"), std::nullopt);
+  EXPECT_TRUE(t.Candidates(0).empty());
+  hb.draining = false;
+  EXPECT_TRUE(t.OnHeartbeat("a", hb, now, 0));
+  EXPECT_EQ(t.Candidates(0).size(), 1u);
 }
 
 TEST(WorkerTable, SilentWorkersExpireWithTheirJobs) {
@@ -94,7 +88,7 @@ TEST(WorkerTable, ReRegistrationReturnsLostJobs) {
   t.Assign("a", "j1");
   auto lost = t.OnRegister("a", Reg("a", 2), now, 0);
   EXPECT_EQ(lost, std::vector<std::string>{"j1"});
-  EXPECT_EQ(t.Pick("python"), "a");
+  EXPECT_EQ(Ids(t.Candidates(0)), std::vector<std::string>{"a"});
   EXPECT_EQ(t.Remove("a"), std::vector<std::string>{});
 }
 

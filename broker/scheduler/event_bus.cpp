@@ -1,0 +1,48 @@
+#include "broker/scheduler/event_bus.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <thread>
+
+#include "broker/store/schedule_store.hpp"
+
+namespace kiln::broker {
+
+void EventBus::Run(std::stop_token stop) {
+  while (!stop.stop_requested()) {
+    auto conn = RedisConnection::Lazy(endpoint_);
+    if (auto st = conn->Subscribe({ScheduleStore::kEventsChannel}); !st.ok()) {
+      spdlog::debug("event bus: {} (retrying)", st.ToString());
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      continue;
+    }
+    while (!stop.stop_requested()) {
+      auto msg = conn->Receive(200);
+      if (!msg.ok()) {
+        spdlog::debug("event bus: {} (reconnecting)", msg.status().ToString());
+        break;
+      }
+      // ["message", channel, payload]
+      if (*msg && (*msg)->elements.size() == 3 && (*msg)->elements[0].str == "message") {
+        Handle((*msg)->elements[2].str);
+      }
+    }
+  }
+}
+
+void EventBus::Handle(const std::string& payload) {
+  auto space = payload.find(' ');
+  if (space == std::string::npos) return;
+  std::string_view verb(payload.data(), space);
+  std::string id = payload.substr(space + 1);
+  if (verb == "cancel") {
+    cancel_(id);
+  } else if (verb == "done" && waiters_->Waiting(id)) {
+    // Ended on another broker (or this one: then the waiter is already
+    // answered and Waiting() was false).
+    auto record = jobs_->Load(id);
+    if (record.ok() && IsTerminal(record->status)) waiters_->Notify(*record);
+  }
+}
+
+}  // namespace kiln::broker

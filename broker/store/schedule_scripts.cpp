@@ -1,0 +1,541 @@
+// The Lua scripts behind ScheduleStore and SessionStore. Each runs
+// atomically in Redis, so slots, queues and sessions stay consistent however
+// many brokers call them at once. Keys are documented in docs/architecture.md
+// ("Redis keys"); they all carry the {kiln} hash tag.
+#include "broker/store/schedule_scripts.hpp"
+
+namespace kiln::broker::scripts {
+namespace {
+
+// Shared helpers, prepended to every scheduling script.
+//
+// A scheduling context (ctx) comes last in ARGV, after each script's own
+// fixed arguments: now_ms, lease_ms, broker id, global limit (0: none),
+// sessions per worker, queue entries scanned per tenant, jobs to start at
+// most, worker count, then per worker: id, slots, ",runtime,runtime,".
+constexpr const char* kPrelude = R"lua(
+local P = '{kiln}:'
+local TERMINAL = {succeeded = true, failed = true, timed_out = true, memory_exceeded = true,
+                  cancelled = true, rejected = true, error = true}
+local function jobkey(id) return P .. 'job:' .. id end
+
+local function read_ctx(i)
+  local c = {now = tonumber(ARGV[i]), now_s = ARGV[i], lease_ms = tonumber(ARGV[i + 1]), broker = ARGV[i + 2],
+             global_limit = tonumber(ARGV[i + 3]), wsess_cap = tonumber(ARGV[i + 4]),
+             scan = tonumber(ARGV[i + 5]), budget = tonumber(ARGV[i + 6]), workers = {}}
+  local n = tonumber(ARGV[i + 7])
+  for k = 0, n - 1 do
+    local j = i + 8 + 3 * k
+    c.workers[#c.workers + 1] = {id = ARGV[j], slots = tonumber(ARGV[j + 1]), runtimes = ARGV[j + 2]}
+  end
+  return c
+end
+
+-- Leases are sorted-set members scored by their expiry: expired ones are
+-- dropped before counting, so a dead holder's slots come back by themselves.
+local function count_live(key, now)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+  return redis.call('ZCARD', key)
+end
+
+-- A tenant's slot limit (0: none) and weight, published by the brokers.
+local function tenant_conf(t)
+  local v = redis.call('HGET', P .. 'tenants', t)
+  if v then
+    local limit, weight = string.match(v, '^(%d+) (%d+)')
+    if limit then return tonumber(limit), math.max(tonumber(weight), 1) end
+  end
+  return 0, 1
+end
+
+-- The least-loaded worker that may run a job now, or nil and why it waits.
+local function pick_worker(ctx, tenant, language, pinned, new_session)
+  if ctx.global_limit > 0 and count_live(P .. 'lease:global', ctx.now) >= ctx.global_limit then
+    return nil, 'global'
+  end
+  local tlimit = tenant_conf(tenant)
+  if tlimit > 0 and count_live(P .. 'lease:t:' .. tenant, ctx.now) >= tlimit then
+    return nil, 'tenant'
+  end
+  local best, best_load, best_busy, offered = nil, 0, 0, false
+  for _, w in ipairs(ctx.workers) do
+    if (pinned == '' or w.id == pinned) and string.find(w.runtimes, ',' .. language .. ',', 1, true) then
+      offered = true
+      local busy = count_live(P .. 'lease:w:' .. w.id, ctx.now)
+      if busy < w.slots and (not new_session or
+          redis.call('SCARD', P .. 'sessions:w:' .. w.id) < ctx.wsess_cap) then
+        local load = busy / w.slots
+        if best == nil or load < best_load or (load == best_load and busy < best_busy) then
+          best, best_load, best_busy = w.id, load, busy
+        end
+      end
+    end
+  end
+  if best then return best end
+  if not offered then
+    if pinned ~= '' then return nil, 'session_worker' end
+    return nil, 'runtime'
+  end
+  return nil, 'worker'
+end
+
+-- Takes the three leases and marks the job running on `worker`, owned by
+-- this broker; binds a new session to the worker. Returns the session epoch.
+local function start_job(ctx, id, tenant, worker, sid)
+  local exp = ctx.now + ctx.lease_ms
+  redis.call('ZADD', P .. 'lease:global', exp, id)
+  redis.call('ZADD', P .. 'lease:t:' .. tenant, exp, id)
+  redis.call('ZADD', P .. 'lease:w:' .. worker, exp, id)
+  redis.call('HSET', P .. 'inflight:' .. ctx.broker, id, worker)
+  local epoch = ''
+  if sid ~= '' then
+    local sk = P .. 'session:' .. sid
+    if (redis.call('HGET', sk, 'worker') or '') == '' then
+      redis.call('HSET', sk, 'worker', worker)
+      redis.call('SADD', P .. 'sessions:w:' .. worker, sid)
+    end
+    epoch = redis.call('HGET', sk, 'epoch') or ''
+  end
+  redis.call('HSET', jobkey(id), 'status', 'running', 'worker', worker, 'broker', ctx.broker,
+             'started_ms', ctx.now_s, 'epoch', epoch)
+  redis.call('HDEL', jobkey(id), 'wait_reason')
+  return epoch
+end
+
+-- Puts a job in its tenant's queue; a tenant that becomes active starts at
+-- the current virtual time, so an idle tenant banks no credit.
+local function enqueue(tenant, id, score)
+  redis.call('ZADD', P .. 'q:' .. tenant, score, id)
+  local v = redis.call('GET', P .. 'vtime') or '0'
+  redis.call('ZADD', P .. 'active', 'NX', v, tenant)
+end
+
+-- Starts up to ctx.budget queued jobs. Tenants are served by stride
+-- scheduling (weighted round-robin): the active tenant with the lowest pass
+-- goes first and its pass grows by 1e6 / weight per started job. Within a
+-- tenant the queue is ordered by priority, then submission; the first
+-- ctx.scan entries are tried so one job waiting for a busy session worker
+-- does not hold up the others. Returns id, worker, spec, epoch per job.
+local function pop(ctx)
+  local out = {}
+  local started = 0
+  while started < ctx.budget do
+    local active = redis.call('ZRANGE', P .. 'active', 0, -1, 'WITHSCORES')
+    if #active == 0 then break end
+    local placed = false
+    for a = 1, #active, 2 do
+      local tenant, pass = active[a], active[a + 1]
+      local qk = P .. 'q:' .. tenant
+      local ids = redis.call('ZRANGE', qk, 0, ctx.scan - 1)
+      if #ids == 0 then
+        redis.call('ZREM', P .. 'active', tenant)
+      else
+        for _, id in ipairs(ids) do
+          local f = redis.call('HMGET', jobkey(id), 'language', 'session', 'spec')
+          if not f[1] then
+            redis.call('ZREM', qk, id)  -- its record expired
+          else
+            local sid = f[2] or ''
+            local pinned = ''
+            if sid ~= '' then pinned = redis.call('HGET', P .. 'session:' .. sid, 'worker') or '' end
+            local w, why = pick_worker(ctx, tenant, f[1], pinned, sid ~= '' and pinned == '')
+            if w then
+              redis.call('ZREM', qk, id)
+              local epoch = start_job(ctx, id, tenant, w, sid)
+              local _, weight = tenant_conf(tenant)
+              redis.call('SET', P .. 'vtime', pass)
+              redis.call('ZINCRBY', P .. 'active', 1000000 / weight, tenant)
+              if redis.call('ZCARD', qk) == 0 then redis.call('ZREM', P .. 'active', tenant) end
+              out[#out + 1] = id
+              out[#out + 1] = w
+              out[#out + 1] = f[3]
+              out[#out + 1] = epoch
+              started = started + 1
+              placed = true
+              break
+            elseif why == 'global' then
+              return out
+            elseif why == 'tenant' then
+              break
+            end
+            redis.call('HSET', jobkey(id), 'wait_reason', why)
+          end
+        end
+      end
+      if placed then break end
+    end
+    if not placed then break end
+  end
+  return out
+end
+
+-- After a session's current execution ends: the next waiting one (if any)
+-- joins its tenant's queue, else the session idles and its TTL runs.
+local function session_after(sid, id, tenant, now, ttl_ms)
+  local sk = P .. 'session:' .. sid
+  if redis.call('EXISTS', sk) == 0 then return end
+  if redis.call('HGET', sk, 'head') ~= id then
+    redis.call('LREM', P .. 'sq:' .. sid, 0, id)
+    return
+  end
+  redis.call('HSET', sk, 'last_used_ms', now)
+  redis.call('HINCRBY', sk, 'executions', 1)
+  local nxt = redis.call('LPOP', P .. 'sq:' .. sid)
+  if nxt then
+    redis.call('HSET', sk, 'head', nxt)
+    enqueue(tenant, nxt, redis.call('HGET', jobkey(nxt), 'score'))
+  else
+    redis.call('HSET', sk, 'head', '')
+    if redis.call('HGET', sk, 'state') == 'busy' then redis.call('HSET', sk, 'state', 'idle') end
+    redis.call('PEXPIRE', sk, ttl_ms)
+  end
+end
+)lua";
+
+// ARGV: id, tenant, language, session, priority (0-9), job ttl s, spec,
+// record, idempotency key, tenant queue cap, tenant session cap, session ttl
+// ms, conversation, created ms, then ctx.
+// Returns {'replay', id} | {'error', code, message} |
+//         {'dispatched', worker, epoch} | {'queued', position, reason, epoch}.
+constexpr const char* kSubmit = R"lua(
+local id, tenant, language, sid = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local priority, ttl, spec, record, idem = tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local max_queue, sess_cap, sess_ttl = tonumber(ARGV[10]), tonumber(ARGV[11]), ARGV[12]
+local conversation, created = ARGV[13], ARGV[14]
+local ctx = read_ctx(15)
+local idem_key = P .. 'idem:' .. tenant .. ':' .. idem
+if idem ~= '' then
+  local earlier = redis.call('GET', idem_key)
+  if earlier then return {'replay', earlier} end
+end
+local sk = P .. 'session:' .. sid
+local session_busy, epoch, new_session = false, '', false
+if sid ~= '' then
+  local s = redis.call('HMGET', sk, 'tenant', 'language', 'state', 'head', 'epoch')
+  if s[1] then
+    if s[1] ~= tenant then return {'error', 'SESSION_FORBIDDEN', 'session ' .. sid .. ' belongs to another tenant'} end
+    if s[2] ~= language then
+      return {'error', 'SESSION_LANGUAGE_MISMATCH', 'session ' .. sid .. ' runs ' .. s[2] .. ', not ' .. language}
+    end
+    if s[3] == 'lost' then
+      return {'error', 'SESSION_LOST', 'the worker holding session ' .. sid .. ' was lost; its state is gone'}
+    end
+    session_busy = (s[4] or '') ~= ''
+    epoch = s[5] or ''
+  else
+    local tk = P .. 'sessions:t:' .. tenant
+    if redis.call('ZCARD', tk) >= sess_cap then
+      -- Drop expired sessions from the index before refusing.
+      for _, old in ipairs(redis.call('ZRANGE', tk, 0, -1)) do
+        if redis.call('EXISTS', P .. 'session:' .. old) == 0 then redis.call('ZREM', tk, old) end
+      end
+      if redis.call('ZCARD', tk) >= sess_cap then
+        return {'error', 'SESSION_BUSY_LIMIT', 'tenant has ' .. sess_cap .. ' live sessions (the limit); delete one or let it expire'}
+      end
+    end
+    new_session = true
+  end
+end
+local qk = P .. 'q:' .. tenant
+if redis.call('ZCARD', qk) >= max_queue then
+  return {'error', 'QUEUE_FULL', 'tenant queue holds ' .. max_queue .. ' jobs (the limit); retry later'}
+end
+if new_session then
+  epoch = '1'
+  redis.call('HSET', sk, 'tenant', tenant, 'language', language, 'state', 'idle', 'head', '',
+             'worker', '', 'epoch', epoch, 'created_ms', created, 'last_used_ms', created,
+             'executions', 0, 'conversation', conversation)
+  redis.call('ZADD', P .. 'sessions:t:' .. tenant, created, sid)
+end
+local seq = redis.call('INCR', P .. 'seq')
+-- Priority first (9 before 0), then submission order; exact in a double.
+local score = string.format('%.0f', (9 - priority) * 1e13 + seq)
+local jk = jobkey(id)
+redis.call('HSET', jk, 'spec', spec, 'record', record, 'status', 'queued', 'tenant', tenant,
+           'language', language, 'session', sid, 'score', score, 'created_ms', created)
+redis.call('EXPIRE', jk, ttl)
+if idem ~= '' then redis.call('SET', idem_key, id, 'EX', ttl) end
+if sid ~= '' then
+  redis.call('PERSIST', sk)
+  if session_busy then
+    -- One execution per session at a time, in submission order.
+    local n = redis.call('RPUSH', P .. 'sq:' .. sid, id)
+    redis.call('HSET', jk, 'wait_reason', 'session')
+    return {'queued', n + 1, 'session', epoch}
+  end
+  redis.call('HSET', sk, 'head', id, 'state', 'busy')
+end
+if redis.call('ZCARD', qk) == 0 then
+  local pinned = ''
+  if sid ~= '' then pinned = redis.call('HGET', sk, 'worker') or '' end
+  local w, why = pick_worker(ctx, tenant, language, pinned, sid ~= '' and pinned == '')
+  if w then
+    return {'dispatched', w, start_job(ctx, id, tenant, w, sid)}
+  end
+  redis.call('HSET', jk, 'wait_reason', why)
+  enqueue(tenant, id, score)
+  return {'queued', 1, why, epoch}
+end
+enqueue(tenant, id, score)
+redis.call('HSET', jk, 'wait_reason', 'fifo')
+return {'queued', redis.call('ZRANK', qk, id) + 1, 'fifo', epoch}
+)lua";
+
+// ARGV: id, status, record, job ttl s, expect ('any' or 'queued'), session
+// ttl ms, then ctx. Stores a terminal record unless the job has already
+// ended (one terminal state, whoever writes first), releases its leases and
+// queue places, moves its session on, announces it, then starts queued jobs.
+// Returns {'stored' | 'ended' | 'missing' | 'state', {pop output}, status}.
+constexpr const char* kFinish = R"lua(
+local id, status, record, ttl, expect, sess_ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local ctx = read_ctx(7)
+local jk = jobkey(id)
+local cur = redis.call('HMGET', jk, 'status', 'tenant', 'worker', 'broker', 'session')
+if not cur[1] then return {'missing', pop(ctx), ''} end
+if TERMINAL[cur[1]] then return {'ended', pop(ctx), cur[1]} end
+if expect == 'queued' and cur[1] ~= 'queued' then return {'state', {}, cur[1]} end
+local tenant, worker, owner, sid = cur[2], cur[3] or '', cur[4] or '', cur[5] or ''
+redis.call('HSET', jk, 'record', record, 'status', status, 'finished_ms', ctx.now_s)
+redis.call('HDEL', jk, 'wait_reason')
+redis.call('EXPIRE', jk, ttl)
+local qk = P .. 'q:' .. tenant
+if redis.call('ZREM', qk, id) == 1 and redis.call('ZCARD', qk) == 0 then
+  redis.call('ZREM', P .. 'active', tenant)
+end
+redis.call('ZREM', P .. 'lease:global', id)
+redis.call('ZREM', P .. 'lease:t:' .. tenant, id)
+if worker ~= '' then redis.call('ZREM', P .. 'lease:w:' .. worker, id) end
+if owner ~= '' then redis.call('HDEL', P .. 'inflight:' .. owner, id) end
+if sid ~= '' then session_after(sid, id, tenant, ctx.now_s, sess_ttl) end
+redis.call('PUBLISH', P .. 'events', 'done ' .. id)
+return {'stored', pop(ctx), status}
+)lua";
+
+// ARGV: id, then ctx. A worker refused a running job (no free slot, or
+// draining): give its leases back and put it in its old place in the queue.
+// Returns the pop output.
+constexpr const char* kRequeue = R"lua(
+local id = ARGV[1]
+local ctx = read_ctx(2)
+local jk = jobkey(id)
+local f = redis.call('HMGET', jk, 'status', 'tenant', 'worker', 'broker', 'session', 'score')
+if f[1] ~= 'running' then return pop(ctx) end
+local tenant, worker, owner, sid = f[2], f[3] or '', f[4] or '', f[5] or ''
+redis.call('ZREM', P .. 'lease:global', id)
+redis.call('ZREM', P .. 'lease:t:' .. tenant, id)
+redis.call('ZREM', P .. 'lease:w:' .. worker, id)
+redis.call('HDEL', P .. 'inflight:' .. owner, id)
+redis.call('HSET', jk, 'status', 'queued', 'wait_reason', 'refused')
+redis.call('HDEL', jk, 'worker', 'broker', 'started_ms', 'epoch')
+if sid ~= '' then
+  local sk = P .. 'session:' .. sid
+  -- A session that never ran anywhere may bind to another worker.
+  if redis.call('HGET', sk, 'executions') == '0' and redis.call('HGET', sk, 'worker') == worker then
+    redis.call('HSET', sk, 'worker', '')
+    redis.call('SREM', P .. 'sessions:w:' .. worker, sid)
+  end
+end
+enqueue(tenant, id, f[6])
+return pop(ctx)
+)lua";
+
+// ARGV: ctx. Starts queued jobs that can run now.
+constexpr const char* kPump = R"lua(
+return pop(read_ctx(1))
+)lua";
+
+// ARGV: broker, now, lease ms, broker dead-after ms, n, then n (id, tenant,
+// worker) of the jobs this broker has in flight. Renews the broker's
+// registration and its jobs' leases (re-adding one that expired), and
+// reports the jobs it no longer owns (ended elsewhere, or taken over).
+// Returns {{ids no longer owned}, global leases, live brokers,
+//          {tenant, queued, leases, ...}, live sessions}.
+constexpr const char* kTick = R"lua(
+local broker, now, lease_ms, dead_after = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local n = tonumber(ARGV[5])
+redis.call('ZADD', P .. 'brokers', now, broker)
+local gone = {}
+for k = 0, n - 1 do
+  local id, tenant, worker = ARGV[6 + 3 * k], ARGV[7 + 3 * k], ARGV[8 + 3 * k]
+  local f = redis.call('HMGET', jobkey(id), 'status', 'broker')
+  if f[1] == 'running' and f[2] == broker then
+    local exp = now + lease_ms
+    redis.call('ZADD', P .. 'lease:global', exp, id)
+    redis.call('ZADD', P .. 'lease:t:' .. tenant, exp, id)
+    redis.call('ZADD', P .. 'lease:w:' .. worker, exp, id)
+  else
+    gone[#gone + 1] = id
+  end
+end
+local stats = {}
+local sessions = 0
+for _, t in ipairs(redis.call('HKEYS', P .. 'tenants')) do
+  stats[#stats + 1] = t
+  stats[#stats + 1] = redis.call('ZCARD', P .. 'q:' .. t)
+  stats[#stats + 1] = count_live(P .. 'lease:t:' .. t, now)
+  sessions = sessions + redis.call('ZCARD', P .. 'sessions:t:' .. t)
+end
+local brokers = redis.call('ZCOUNT', P .. 'brokers', now - dead_after, '+inf')
+return {gone, count_live(P .. 'lease:global', now), brokers, stats, sessions}
+)lua";
+
+// ARGV: self, dead_before ms, include_self ('1' on start-up). Takes over
+// the in-flight bookkeeping of brokers silent since dead_before (and this
+// broker's own from before a restart). Returns id, worker pairs.
+constexpr const char* kClaim = R"lua(
+local self, dead_before, include_self = ARGV[1], ARGV[2], ARGV[3]
+local victims = {}
+for _, b in ipairs(redis.call('ZRANGEBYSCORE', P .. 'brokers', '-inf', dead_before)) do
+  if b ~= self and redis.call('ZREM', P .. 'brokers', b) == 1 then victims[#victims + 1] = b end
+end
+if include_self == '1' then victims[#victims + 1] = self end
+local out = {}
+for _, b in ipairs(victims) do
+  local m = redis.call('HGETALL', P .. 'inflight:' .. b)
+  for i = 1, #m, 2 do
+    if b ~= self then
+      redis.call('HSET', P .. 'inflight:' .. self, m[i], m[i + 1])
+      redis.call('HSET', jobkey(m[i]), 'broker', self)
+    end
+    out[#out + 1] = m[i]
+    out[#out + 1] = m[i + 1]
+  end
+  if b ~= self then redis.call('DEL', P .. 'inflight:' .. b) end
+end
+return out
+)lua";
+
+// ARGV: worker, session ttl ms. The worker died: its sessions are lost
+// (later calls get SESSION_LOST until they expire). Returns the ids of the
+// sessions' jobs that are still queued (the caller ends them SESSION_LOST).
+constexpr const char* kLoseWorker = R"lua(
+local worker, ttl = ARGV[1], ARGV[2]
+local wk = P .. 'sessions:w:' .. worker
+local out = {}
+for _, sid in ipairs(redis.call('SMEMBERS', wk)) do
+  local sk = P .. 'session:' .. sid
+  if redis.call('EXISTS', sk) == 1 then
+    local head = redis.call('HGET', sk, 'head') or ''
+    if head ~= '' and redis.call('HGET', jobkey(head), 'status') == 'queued' then out[#out + 1] = head end
+    for _, id in ipairs(redis.call('LRANGE', P .. 'sq:' .. sid, 0, -1)) do out[#out + 1] = id end
+    redis.call('DEL', P .. 'sq:' .. sid)
+    redis.call('HSET', sk, 'state', 'lost', 'head', '')
+    redis.call('PEXPIRE', sk, ttl)
+  end
+end
+redis.call('DEL', wk)
+return out
+)lua";
+
+// ARGV: id. The record as clients see it: the stored record, the live
+// fields that changed since (running, worker, start, epoch) and, while
+// queued, its place in line and why it waits.
+// Returns nil | {record, status, worker, started_ms, epoch, position, reason}.
+constexpr const char* kLoad = R"lua(
+local id = ARGV[1]
+local f = redis.call('HMGET', jobkey(id), 'record', 'status', 'worker', 'started_ms', 'epoch',
+                     'tenant', 'session', 'wait_reason')
+if not f[1] then return nil end
+local position = -1
+if f[2] == 'queued' then
+  local r = redis.call('ZRANK', P .. 'q:' .. f[6], id)
+  if r then
+    position = r + 1
+  elseif (f[7] or '') ~= '' then
+    local p = redis.call('LPOS', P .. 'sq:' .. f[7], id)
+    if p then position = p + 2 end
+  end
+end
+return {f[1], f[2], f[3] or '', f[4] or '', f[5] or '', position, f[8] or ''}
+)lua";
+
+// ARGV: tenant, conversation ('' for all). The tenant's live sessions;
+// expired ones leave the index. Returns per session {id, field, value, ...}.
+constexpr const char* kListSessions = R"lua(
+local tenant, conversation = ARGV[1], ARGV[2]
+local tk = P .. 'sessions:t:' .. tenant
+local out = {}
+for _, sid in ipairs(redis.call('ZRANGE', tk, 0, -1)) do
+  local sk = P .. 'session:' .. sid
+  if redis.call('EXISTS', sk) == 0 then
+    redis.call('ZREM', tk, sid)
+  elseif conversation == '' or redis.call('HGET', sk, 'conversation') == conversation then
+    local e = {sid}
+    for _, v in ipairs(redis.call('HGETALL', sk)) do e[#e + 1] = v end
+    out[#out + 1] = e
+  end
+end
+return out
+)lua";
+
+// ARGV: tenant, session. Deletes a session of the tenant. Returns
+// {'missing'} | {'forbidden'} |
+// {'deleted', worker, running job or '', {queued job ids}}.
+constexpr const char* kDeleteSession = R"lua(
+local tenant, sid = ARGV[1], ARGV[2]
+local sk = P .. 'session:' .. sid
+local s = redis.call('HMGET', sk, 'tenant', 'worker', 'head')
+if not s[1] then return {'missing'} end
+if s[1] ~= tenant then return {'forbidden'} end
+local worker, head = s[2] or '', s[3] or ''
+local queued = redis.call('LRANGE', P .. 'sq:' .. sid, 0, -1)
+local running = ''
+if head ~= '' then
+  if redis.call('HGET', jobkey(head), 'status') == 'queued' then
+    queued[#queued + 1] = head
+  else
+    running = head
+  end
+end
+redis.call('DEL', sk, P .. 'sq:' .. sid)
+redis.call('ZREM', P .. 'sessions:t:' .. tenant, sid)
+if worker ~= '' then redis.call('SREM', P .. 'sessions:w:' .. worker, sid) end
+return {'deleted', worker, running, queued}
+)lua";
+
+std::string WithPrelude(const char* body) { return std::string(kPrelude) + body; }
+
+}  // namespace
+
+const RedisScript& Submit() {
+  static const RedisScript s(WithPrelude(kSubmit));
+  return s;
+}
+const RedisScript& Finish() {
+  static const RedisScript s(WithPrelude(kFinish));
+  return s;
+}
+const RedisScript& Requeue() {
+  static const RedisScript s(WithPrelude(kRequeue));
+  return s;
+}
+const RedisScript& Pump() {
+  static const RedisScript s(WithPrelude(kPump));
+  return s;
+}
+const RedisScript& Tick() {
+  static const RedisScript s(WithPrelude(kTick));
+  return s;
+}
+const RedisScript& Claim() {
+  static const RedisScript s(WithPrelude(kClaim));
+  return s;
+}
+const RedisScript& LoseWorker() {
+  static const RedisScript s(WithPrelude(kLoseWorker));
+  return s;
+}
+const RedisScript& Load() {
+  static const RedisScript s(WithPrelude(kLoad));
+  return s;
+}
+const RedisScript& ListSessions() {
+  static const RedisScript s(WithPrelude(kListSessions));
+  return s;
+}
+const RedisScript& DeleteSession() {
+  static const RedisScript s(WithPrelude(kDeleteSession));
+  return s;
+}
+
+}  // namespace kiln::broker::scripts

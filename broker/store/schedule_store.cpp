@@ -1,0 +1,229 @@
+#include "broker/store/schedule_store.hpp"
+
+#include "broker/store/schedule_scripts.hpp"
+
+namespace kiln::broker {
+namespace {
+
+using common::Code;
+using common::Status;
+
+std::string Dump(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+Status Malformed(const char* script) {
+  return common::Internal(std::string("redis: unexpected reply from the ") + script + " script");
+}
+
+std::optional<uint64_t> Epoch(const RedisReply& r) {
+  if (r.str.empty()) return std::nullopt;
+  return std::strtoull(r.str.c_str(), nullptr, 10);
+}
+
+// The pop output of a script: id, worker, spec, epoch per started job.
+common::StatusOr<std::vector<StartedJob>> ParseStarted(const RedisReply& r, const char* script) {
+  std::vector<StartedJob> out;
+  if (r.type != RedisReply::Type::kArray || r.elements.size() % 4 != 0) return Malformed(script);
+  for (size_t i = 0; i < r.elements.size(); i += 4) {
+    out.push_back({r.elements[i].str, r.elements[i + 1].str, r.elements[i + 2].str,
+                   Epoch(r.elements[i + 3])});
+  }
+  return out;
+}
+
+Code CodeFromName(const std::string& name) {
+  for (Code c : {Code::kQueueFull, Code::kSessionForbidden, Code::kSessionLanguageMismatch,
+                 Code::kSessionLost, Code::kSessionBusyLimit}) {
+    if (name == common::CodeName(c)) return c;
+  }
+  return Code::kInternal;
+}
+
+}  // namespace
+
+void ScheduleStore::AppendContext(std::vector<std::string>* args,
+                                  const std::vector<WorkerSlots>& workers, int64_t now_ms) const {
+  args->push_back(std::to_string(now_ms));
+  args->push_back(std::to_string(settings_.lease_ms));
+  args->push_back(settings_.broker_id);
+  args->push_back(std::to_string(settings_.global_slots));
+  args->push_back(std::to_string(settings_.sessions_per_worker));
+  args->push_back(std::to_string(settings_.scan));
+  args->push_back(std::to_string(settings_.budget));
+  args->push_back(std::to_string(workers.size()));
+  for (const auto& w : workers) {
+    args->push_back(w.id);
+    args->push_back(std::to_string(w.slots));
+    args->push_back(w.runtimes);
+  }
+}
+
+Status ScheduleStore::PublishTenants(const std::vector<TenantShare>& tenants) {
+  if (tenants.empty()) return Status::Ok();
+  std::vector<std::string> cmd = {"HSET", "{kiln}:tenants"};
+  for (const auto& t : tenants) {
+    cmd.push_back(t.name);
+    cmd.push_back(std::to_string(t.slots) + " " + std::to_string(t.weight));
+  }
+  auto conn = pool_->Acquire();
+  auto r = conn->Pipeline({cmd});
+  return r.ok() ? Status::Ok() : r.status().WithContext("publishing tenant limits");
+}
+
+common::StatusOr<SubmitOutcome> ScheduleStore::Submit(const JobSpec& spec,
+                                                      const JobRecord& queued,
+                                                      const std::string& idempotency_key,
+                                                      const TenantQuota& quota,
+                                                      const std::vector<WorkerSlots>& workers,
+                                                      int64_t now_ms) {
+  std::vector<std::string> args = {spec.id,
+                                   spec.tenant,
+                                   spec.language,
+                                   spec.session_id,
+                                   std::to_string(spec.priority),
+                                   std::to_string(settings_.job_ttl_s),
+                                   Dump(spec.ToJson()),
+                                   Dump(queued.ToJson()),
+                                   idempotency_key,
+                                   std::to_string(quota.max_queue),
+                                   std::to_string(quota.max_sessions),
+                                   std::to_string(settings_.session_ttl_ms),
+                                   spec.conversation_id,
+                                   std::to_string(spec.created_ms)};
+  AppendContext(&args, workers, now_ms);
+  auto conn = pool_->Acquire();
+  auto reply = conn->Eval(scripts::Submit(), args);
+  if (!reply.ok()) return reply.status().WithContext("storing job " + spec.id);
+  const RedisReply& r = *reply;
+  if (r.type != RedisReply::Type::kArray || r.elements.empty()) return Malformed("submit");
+  const auto& e = r.elements;
+  const std::string& kind = e[0].str;
+  SubmitOutcome out;
+  if (kind == "replay" && e.size() == 2) {
+    out.kind = SubmitOutcome::Kind::kReplay;
+    out.replay_id = e[1].str;
+  } else if (kind == "error" && e.size() == 3) {
+    return Status(CodeFromName(e[1].str), e[2].str);
+  } else if (kind == "dispatched" && e.size() == 3) {
+    out.kind = SubmitOutcome::Kind::kStarted;
+    out.worker = e[1].str;
+    out.session_epoch = Epoch(e[2]);
+  } else if (kind == "queued" && e.size() == 4) {
+    out.kind = SubmitOutcome::Kind::kQueued;
+    out.position = static_cast<uint64_t>(e[1].integer);
+    out.wait_reason = e[2].str;
+    out.session_epoch = Epoch(e[3]);
+  } else {
+    return Malformed("submit");
+  }
+  return out;
+}
+
+common::StatusOr<FinishOutcome> ScheduleStore::Finish(const JobRecord& terminal,
+                                                      FinishExpect expect,
+                                                      const std::vector<WorkerSlots>& workers,
+                                                      int64_t now_ms) {
+  std::vector<std::string> args = {terminal.id,
+                                   JobStatusName(terminal.status),
+                                   Dump(terminal.ToJson()),
+                                   std::to_string(settings_.job_ttl_s),
+                                   expect == FinishExpect::kQueued ? "queued" : "any",
+                                   std::to_string(settings_.session_ttl_ms)};
+  AppendContext(&args, workers, now_ms);
+  auto conn = pool_->Acquire();
+  auto reply = conn->Eval(scripts::Finish(), args);
+  if (!reply.ok()) return reply.status().WithContext("storing the end of " + terminal.id);
+  const RedisReply& r = *reply;
+  if (r.type != RedisReply::Type::kArray || r.elements.size() != 3) return Malformed("finish");
+  FinishOutcome out;
+  const std::string& kind = r.elements[0].str;
+  if (kind == "stored") {
+    out.kind = FinishOutcome::Kind::kStored;
+  } else if (kind == "ended") {
+    out.kind = FinishOutcome::Kind::kEnded;
+  } else if (kind == "missing") {
+    out.kind = FinishOutcome::Kind::kMissing;
+  } else if (kind == "state") {
+    out.kind = FinishOutcome::Kind::kNotQueued;
+  } else {
+    return Malformed("finish");
+  }
+  out.status = r.elements[2].str;
+  ASSIGN_OR_RETURN(out.started, ParseStarted(r.elements[1], "finish"));
+  return out;
+}
+
+common::StatusOr<std::vector<StartedJob>> ScheduleStore::Requeue(
+    const std::string& job_id, const std::vector<WorkerSlots>& workers, int64_t now_ms) {
+  std::vector<std::string> args = {job_id};
+  AppendContext(&args, workers, now_ms);
+  auto conn = pool_->Acquire();
+  auto reply = conn->Eval(scripts::Requeue(), args);
+  if (!reply.ok()) return reply.status().WithContext("requeueing " + job_id);
+  const RedisReply& r = *reply;
+  return ParseStarted(r, "requeue");
+}
+
+common::StatusOr<std::vector<StartedJob>> ScheduleStore::Pump(
+    const std::vector<WorkerSlots>& workers, int64_t now_ms) {
+  std::vector<std::string> args;
+  AppendContext(&args, workers, now_ms);
+  auto conn = pool_->Acquire();
+  auto reply = conn->Eval(scripts::Pump(), args);
+  if (!reply.ok()) return reply.status().WithContext("starting queued jobs");
+  const RedisReply& r = *reply;
+  return ParseStarted(r, "pump");
+}
+
+common::StatusOr<TickOutcome> ScheduleStore::Tick(const std::vector<InFlightRef>& in_flight,
+                                                  int64_t now_ms, int64_t broker_dead_after_ms) {
+  std::vector<std::string> args = {settings_.broker_id, std::to_string(now_ms),
+                                   std::to_string(settings_.lease_ms),
+                                   std::to_string(broker_dead_after_ms),
+                                   std::to_string(in_flight.size())};
+  for (const auto& f : in_flight) {
+    args.push_back(f.id);
+    args.push_back(f.tenant);
+    args.push_back(f.worker);
+  }
+  auto conn = pool_->Acquire();
+  auto reply = conn->Eval(scripts::Tick(), args);
+  if (!reply.ok()) return reply.status().WithContext("renewing leases");
+  const RedisReply& r = *reply;
+  if (r.type != RedisReply::Type::kArray || r.elements.size() != 5) return Malformed("tick");
+  TickOutcome out;
+  for (const auto& id : r.elements[0].elements) out.not_owned.push_back(id.str);
+  out.global_leases = static_cast<uint64_t>(r.elements[1].integer);
+  out.brokers_live = static_cast<uint64_t>(r.elements[2].integer);
+  const auto& stats = r.elements[3].elements;
+  for (size_t i = 0; i + 2 < stats.size(); i += 3) {
+    out.tenants.push_back({stats[i].str, static_cast<uint64_t>(stats[i + 1].integer),
+                           static_cast<uint64_t>(stats[i + 2].integer)});
+  }
+  out.sessions = static_cast<uint64_t>(r.elements[4].integer);
+  return out;
+}
+
+common::StatusOr<std::vector<std::pair<std::string, std::string>>> ScheduleStore::Claim(
+    int64_t dead_before_ms, bool include_self) {
+  auto conn = pool_->Acquire();
+  auto reply = conn->Eval(scripts::Claim(), {settings_.broker_id,
+                                                 std::to_string(dead_before_ms),
+                                                 include_self ? "1" : "0"});
+  if (!reply.ok()) return reply.status().WithContext("taking over dead brokers' jobs");
+  const RedisReply& r = *reply;
+  std::vector<std::pair<std::string, std::string>> out;
+  for (size_t i = 0; i + 1 < r.elements.size(); i += 2) {
+    out.emplace_back(r.elements[i].str, r.elements[i + 1].str);
+  }
+  return out;
+}
+
+Status ScheduleStore::PublishCancel(const std::string& job_id) {
+  auto conn = pool_->Acquire();
+  auto r = conn->Command({"PUBLISH", kEventsChannel, "cancel " + job_id});
+  return r.ok() ? Status::Ok() : r.status().WithContext("cancelling " + job_id);
+}
+
+}  // namespace kiln::broker

@@ -1,0 +1,157 @@
+// ScheduleStore: the scheduling state every broker shares through Redis —
+// slot leases (global, per tenant, per worker), fair tenant queues, session
+// affinity, the broker registry and each broker's jobs in flight. Each call
+// is one Lua script (schedule_scripts.cpp), so limits hold however many
+// brokers run it at once.
+//
+//   ScheduleStore sched(pool, settings);
+//   auto out = sched.Submit(spec, JobRecord::Queued(spec), idem_key, quota, workers, NowMs());
+//   if (out->kind == SubmitOutcome::Kind::kStarted) dispatcher.Start(...);
+//   ...
+//   auto fin = sched.Finish(record, FinishExpect::kAny, workers, NowMs());  // + starts queued jobs
+//
+// Round trips: one per call. A job costs two: Submit (stores it, takes its
+// leases and marks it running, or queues it) and Finish (stores the terminal
+// record, releases the leases, starts what was waiting). Thread-safe (each
+// call leases its own connection).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "broker/job/job.hpp"
+#include "broker/store/redis_connection.hpp"
+#include "common/status.hpp"
+
+namespace kiln::broker {
+
+// A live worker a job may be sent to, as the calling broker sees it.
+struct WorkerSlots {
+  std::string id;
+  uint32_t slots = 0;     // the per-worker limit
+  std::string runtimes;   // ",python,shell," (commas at both ends)
+};
+
+struct ScheduleSettings {
+  std::string broker_id;
+  uint64_t global_slots = 0;        // 0: no global limit beyond the workers' slots
+  uint64_t lease_ms = 15000;        // a slot lease lives this long unless renewed
+  uint64_t job_ttl_s = 86400;
+  uint64_t session_ttl_ms = 600000;  // idle sessions expire after this
+  uint32_t sessions_per_worker = 64;
+  uint32_t scan = 8;     // queue entries tried per tenant per pass
+  uint32_t budget = 16;  // jobs one script starts at most
+};
+
+struct TenantQuota {
+  uint64_t max_queue = 1000;
+  uint32_t max_sessions = 100;
+};
+
+// A job a script started: send it to `worker`.
+struct StartedJob {
+  std::string job_id;
+  std::string worker;
+  std::string spec_json;
+  std::optional<uint64_t> session_epoch;
+};
+
+struct SubmitOutcome {
+  enum class Kind { kStarted, kQueued, kReplay };
+  Kind kind = Kind::kQueued;
+  std::string worker;     // kStarted
+  std::string replay_id;  // kReplay: the job an earlier request with the key created
+  uint64_t position = 0;  // kQueued: 1 is next
+  std::string wait_reason;
+  std::optional<uint64_t> session_epoch;
+};
+
+enum class FinishExpect { kAny, kQueued };
+
+struct FinishOutcome {
+  enum class Kind {
+    kStored,     // this call ended the job
+    kEnded,      // it had already ended: nothing written
+    kMissing,    // no such job (expired)
+    kNotQueued,  // FinishExpect::kQueued, but it is running now
+  };
+  Kind kind = Kind::kStored;
+  std::string status;  // the job's status after the call
+  std::vector<StartedJob> started;
+};
+
+// A job this broker has in flight, for lease renewal.
+struct InFlightRef {
+  std::string id;
+  std::string tenant;
+  std::string worker;
+};
+
+struct TickOutcome {
+  std::vector<std::string> not_owned;  // in flight here, but ended or taken over elsewhere
+  uint64_t global_leases = 0;
+  uint64_t brokers_live = 0;
+  struct Tenant {
+    std::string name;
+    uint64_t queued = 0;
+    uint64_t leases = 0;
+  };
+  std::vector<Tenant> tenants;
+  uint64_t sessions = 0;
+};
+
+class ScheduleStore {
+ public:
+  ScheduleStore(RedisPool* pool, ScheduleSettings settings)
+      : pool_(pool), settings_(std::move(settings)) {}
+
+  const ScheduleSettings& settings() const { return settings_; }
+
+  // Publishes tenants' slot limits and weights for every broker's scripts.
+  struct TenantShare {
+    std::string name;
+    uint64_t slots = 0;  // 0: no tenant limit
+    uint32_t weight = 1;
+  };
+  common::Status PublishTenants(const std::vector<TenantShare>& tenants);
+
+  // Stores a new job and starts it if a slot is free, else queues it.
+  // Errors: QUEUE_FULL, SESSION_FORBIDDEN, SESSION_LANGUAGE_MISMATCH,
+  // SESSION_LOST, SESSION_BUSY_LIMIT (nothing stored), UNAVAILABLE.
+  common::StatusOr<SubmitOutcome> Submit(const JobSpec& spec, const JobRecord& queued,
+                                         const std::string& idempotency_key,
+                                         const TenantQuota& quota,
+                                         const std::vector<WorkerSlots>& workers, int64_t now_ms);
+  common::StatusOr<FinishOutcome> Finish(const JobRecord& terminal, FinishExpect expect,
+                                         const std::vector<WorkerSlots>& workers, int64_t now_ms);
+  // A worker refused a started job: back to its place in the queue.
+  common::StatusOr<std::vector<StartedJob>> Requeue(const std::string& job_id,
+                                                    const std::vector<WorkerSlots>& workers,
+                                                    int64_t now_ms);
+  // Starts queued jobs that can run now.
+  common::StatusOr<std::vector<StartedJob>> Pump(const std::vector<WorkerSlots>& workers,
+                                                 int64_t now_ms);
+  // Renews this broker's registration and its jobs' leases; reads the gauges.
+  common::StatusOr<TickOutcome> Tick(const std::vector<InFlightRef>& in_flight, int64_t now_ms,
+                                     int64_t broker_dead_after_ms);
+  // Takes over the jobs in flight of brokers silent since dead_before_ms (and
+  // this broker's own from before a restart, when include_self). Returns
+  // (job id, worker) pairs.
+  common::StatusOr<std::vector<std::pair<std::string, std::string>>> Claim(int64_t dead_before_ms,
+                                                                           bool include_self);
+  // Tells every broker to cancel a running job (the one that owns it acts).
+  common::Status PublishCancel(const std::string& job_id);
+
+  static constexpr const char* kEventsChannel = "{kiln}:events";
+
+ private:
+  void AppendContext(std::vector<std::string>* args, const std::vector<WorkerSlots>& workers,
+                     int64_t now_ms) const;
+
+  RedisPool* pool_;
+  ScheduleSettings settings_;
+};
+
+}  // namespace kiln::broker

@@ -1,0 +1,525 @@
+// The scheduling scripts (ScheduleStore, SessionStore, JobStore::Load)
+// against a real redis-server: slot leases, fair queues, priorities,
+// idempotency, sessions, broker takeover. No broker process, no sockets of
+// ours: each test calls the store the way the broker does.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <thread>
+
+#include "broker/store/job_store.hpp"
+#include "broker/store/schedule_store.hpp"
+#include "broker/store/session_store.hpp"
+#include "common/clock.hpp"
+#include "tests/support/process.hpp"
+
+namespace kiln::broker {
+namespace {
+
+using kiln::testing::CanConnect;
+using kiln::testing::ChildProcess;
+using kiln::testing::FreePort;
+using kiln::testing::MakeTempDir;
+using kiln::testing::RemoveTree;
+using kiln::testing::WaitFor;
+
+class ScheduleStoreTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = MakeTempDir("kiln-sched");
+    port_ = FreePort();
+    redis_ = new ChildProcess(ChildProcess::Start(
+        {"/usr/bin/redis-server", "--port", std::to_string(port_), "--bind", "127.0.0.1", "--dir",
+         dir_, "--save", "", "--appendonly", "no"},
+        dir_ + "/redis.log"));
+    ASSERT_TRUE(WaitFor([] { return CanConnect(port_); }, std::chrono::seconds(10)));
+  }
+  static void TearDownTestSuite() {
+    delete redis_;
+    RemoveTree(dir_);
+  }
+
+  void SetUp() override {
+    auto pool = RedisPool::Create("redis://127.0.0.1:" + std::to_string(port_), 4);
+    ASSERT_TRUE(pool.ok());
+    pool_ = std::move(*pool);
+    auto c = pool_->Acquire();
+    ASSERT_TRUE(c->Command({"FLUSHALL"}).ok());
+    settings_.broker_id = "b1";
+    settings_.lease_ms = 60000;
+    settings_.session_ttl_ms = 60000;
+    jobs_ = std::make_unique<JobStore>(pool_.get(), 3600);
+    sessions_ = std::make_unique<SessionStore>(pool_.get(), 60000);
+    Reset();
+  }
+
+  void Reset() { sched_ = std::make_unique<ScheduleStore>(pool_.get(), settings_); }
+
+  static WorkerSlots Worker(const std::string& id, uint32_t slots,
+                            const std::string& runtimes = ",python,shell,") {
+    return {id, slots, runtimes};
+  }
+
+  JobSpec Spec(const std::string& tenant, const std::string& session = "",
+               const std::string& language = "python", uint32_t priority = 0) {
+    JobSpec s;
+    s.id = "ex_" + std::to_string(++counter_);
+    s.tenant = tenant;
+    s.language = language;
+    s.code = "print(1)";
+    s.session_id = session;
+    s.priority = priority;
+    s.limits = {1000, 64, 1000, 1000, 8};
+    s.created_ms = common::NowMs();
+    return s;
+  }
+
+  SubmitOutcome Submit(const JobSpec& spec, const std::vector<WorkerSlots>& workers,
+                       const std::string& idem = "", TenantQuota quota = {}) {
+    auto out = sched_->Submit(spec, JobRecord::Queued(spec), idem, quota, workers, common::NowMs());
+    EXPECT_TRUE(out.ok()) << out.status().ToString();
+    return out.ok() ? *out : SubmitOutcome{};
+  }
+
+  common::Status SubmitError(const JobSpec& spec, const std::vector<WorkerSlots>& workers,
+                             TenantQuota quota = {}) {
+    auto out = sched_->Submit(spec, JobRecord::Queued(spec), "", quota, workers, common::NowMs());
+    return out.ok() ? common::Status::Ok() : out.status();
+  }
+
+  FinishOutcome End(const std::string& id, const std::vector<WorkerSlots>& workers,
+                    FinishExpect expect = FinishExpect::kAny,
+                    JobStatus status = JobStatus::kSucceeded) {
+    auto rec = jobs_->Load(id);
+    EXPECT_TRUE(rec.ok()) << rec.status().ToString();
+    JobRecord r = rec.ok() ? *rec : JobRecord{};
+    r.id = id;
+    r.status = status;
+    auto out = sched_->Finish(r, expect, workers, common::NowMs());
+    EXPECT_TRUE(out.ok()) << out.status().ToString();
+    return out.ok() ? *out : FinishOutcome{};
+  }
+
+  long long Zcard(const std::string& key) {
+    auto c = pool_->Acquire();
+    auto r = c->Command({"ZCARD", key});
+    return r.ok() ? r->integer : -1;
+  }
+
+  static int port_;
+  static std::string dir_;
+  static ChildProcess* redis_;
+  std::unique_ptr<RedisPool> pool_;
+  ScheduleSettings settings_;
+  std::unique_ptr<ScheduleStore> sched_;
+  std::unique_ptr<JobStore> jobs_;
+  std::unique_ptr<SessionStore> sessions_;
+  int counter_ = 0;
+};
+
+int ScheduleStoreTest::port_ = 0;
+std::string ScheduleStoreTest::dir_;
+ChildProcess* ScheduleStoreTest::redis_ = nullptr;
+
+TEST_F(ScheduleStoreTest, StartsOnTheLeastLoadedWorkerOfferingTheRuntime) {
+  std::vector<WorkerSlots> w = {Worker("a", 2), Worker("b", 4), Worker("c", 8, ",javascript,")};
+  EXPECT_EQ(Submit(Spec("t", "", "javascript"), w).worker, "c");
+  auto first = Submit(Spec("t"), w);  // a and b idle: tie on load, fewest busy
+  ASSERT_EQ(first.kind, SubmitOutcome::Kind::kStarted);
+  auto second = Submit(Spec("t"), w);
+  // One of them holds a job now; the other is less loaded.
+  EXPECT_NE(second.worker, first.worker);
+  auto third = Submit(Spec("t"), w);  // a 1/2, b 1/4 -> b
+  EXPECT_EQ(third.worker, "b");
+  auto rec = jobs_->Load("ex_2");
+  ASSERT_TRUE(rec.ok());
+  EXPECT_EQ(rec->status, JobStatus::kRunning);
+  EXPECT_EQ(rec->worker, first.worker);
+  EXPECT_GT(rec->started_ms, 0);
+  EXPECT_EQ(Zcard("{kiln}:lease:global"), 4);
+  EXPECT_EQ(Zcard("{kiln}:lease:t:t"), 4);
+}
+
+TEST_F(ScheduleStoreTest, RuntimeNobodyOffersWaitsWithItsReason) {
+  auto out = Submit(Spec("t", "", "javascript"), {Worker("a", 2)});
+  EXPECT_EQ(out.kind, SubmitOutcome::Kind::kQueued);
+  EXPECT_EQ(out.wait_reason, "runtime");
+  auto rec = jobs_->Load("ex_1");
+  ASSERT_TRUE(rec.ok());
+  EXPECT_EQ(rec->status, JobStatus::kQueued);
+  EXPECT_EQ(rec->queue_position, 1u);
+  EXPECT_EQ(rec->wait_reason, "runtime");
+  // A worker offering it arrives: the pump starts it.
+  auto started = sched_->Pump({Worker("j", 1, ",javascript,")}, common::NowMs());
+  ASSERT_TRUE(started.ok());
+  ASSERT_EQ(started->size(), 1u);
+  EXPECT_EQ((*started)[0].job_id, "ex_1");
+  EXPECT_EQ((*started)[0].worker, "j");
+}
+
+TEST_F(ScheduleStoreTest, GlobalLimitQueuesAndAFinishStartsTheNext) {
+  settings_.global_slots = 2;
+  Reset();
+  std::vector<WorkerSlots> w = {Worker("a", 8)};
+  EXPECT_EQ(Submit(Spec("t"), w).kind, SubmitOutcome::Kind::kStarted);
+  EXPECT_EQ(Submit(Spec("t"), w).kind, SubmitOutcome::Kind::kStarted);
+  auto third = Submit(Spec("t"), w);
+  EXPECT_EQ(third.kind, SubmitOutcome::Kind::kQueued);
+  EXPECT_EQ(third.wait_reason, "global");
+  auto fourth = Submit(Spec("u"), w);  // another tenant waits as well
+  EXPECT_EQ(fourth.kind, SubmitOutcome::Kind::kQueued);
+  auto fin = End("ex_1", w);
+  EXPECT_EQ(fin.kind, FinishOutcome::Kind::kStored);
+  ASSERT_EQ(fin.started.size(), 1u);  // exactly one slot freed
+  EXPECT_EQ(Zcard("{kiln}:lease:global"), 2);
+  // The job's own end is announced once: a second end is refused.
+  EXPECT_EQ(End("ex_1", w).kind, FinishOutcome::Kind::kEnded);
+}
+
+TEST_F(ScheduleStoreTest, TenantLimitHoldsOneTenantButNotAnother) {
+  ASSERT_TRUE(sched_->PublishTenants({{"small", 1, 1}, {"big", 0, 1}}).ok());
+  std::vector<WorkerSlots> w = {Worker("a", 8)};
+  EXPECT_EQ(Submit(Spec("small"), w).kind, SubmitOutcome::Kind::kStarted);
+  auto second = Submit(Spec("small"), w);
+  EXPECT_EQ(second.kind, SubmitOutcome::Kind::kQueued);
+  EXPECT_EQ(second.wait_reason, "tenant");
+  EXPECT_EQ(Submit(Spec("big"), w).kind, SubmitOutcome::Kind::kStarted);
+  EXPECT_EQ(Submit(Spec("big"), w).kind, SubmitOutcome::Kind::kStarted);
+  // The big tenant's end does not start the small tenant's job...
+  EXPECT_TRUE(End("ex_3", w).started.empty());
+  // ...the small tenant's own end does.
+  auto fin = End("ex_1", w);
+  ASSERT_EQ(fin.started.size(), 1u);
+  EXPECT_EQ(fin.started[0].job_id, "ex_2");
+}
+
+TEST_F(ScheduleStoreTest, WorkerSlotsAreALimit) {
+  std::vector<WorkerSlots> w = {Worker("a", 1)};
+  EXPECT_EQ(Submit(Spec("t"), w).kind, SubmitOutcome::Kind::kStarted);
+  auto second = Submit(Spec("t"), w);
+  EXPECT_EQ(second.kind, SubmitOutcome::Kind::kQueued);
+  EXPECT_EQ(second.wait_reason, "worker");
+  EXPECT_EQ(Zcard("{kiln}:lease:w:a"), 1);
+}
+
+TEST_F(ScheduleStoreTest, WeightedRoundRobinAcrossTenants) {
+  // One slot; a flood from `a` (weight 1) queued before `b` (weight 2).
+  ASSERT_TRUE(sched_->PublishTenants({{"a", 0, 1}, {"b", 0, 2}}).ok());
+  std::vector<WorkerSlots> w = {Worker("x", 1)};
+  auto running = Submit(Spec("a"), w);
+  ASSERT_EQ(running.kind, SubmitOutcome::Kind::kStarted);
+  std::map<std::string, std::string> tenant_of;
+  for (const char* t : {"a", "b"}) {
+    for (int i = 0; i < 12; ++i) {
+      auto s = Spec(t);
+      tenant_of[s.id] = t;
+      Submit(s, w);
+    }
+  }
+  std::string current = "ex_1";
+  std::string order;
+  for (int i = 0; i < 12; ++i) {
+    auto fin = End(current, w);
+    ASSERT_EQ(fin.started.size(), 1u);
+    current = fin.started[0].job_id;
+    order += tenant_of[current];
+  }
+  // b is served twice per a, although all of a's jobs were queued first.
+  EXPECT_EQ(std::count(order.begin(), order.end(), 'b'), 8) << order;
+  EXPECT_EQ(std::count(order.begin(), order.end(), 'a'), 4) << order;
+  EXPECT_EQ(order.find("aa"), std::string::npos) << order;
+}
+
+TEST_F(ScheduleStoreTest, HigherPriorityRunsFirstWithinATenant) {
+  std::vector<WorkerSlots> w = {Worker("x", 1)};
+  Submit(Spec("t"), w);              // ex_1 runs
+  Submit(Spec("t"), w);              // ex_2, priority 0
+  Submit(Spec("t", "", "python", 9), w);  // ex_3, priority 9
+  auto rec = jobs_->Load("ex_3");
+  ASSERT_TRUE(rec.ok());
+  EXPECT_EQ(rec->queue_position, 1u);
+  auto fin = End("ex_1", w);
+  ASSERT_EQ(fin.started.size(), 1u);
+  EXPECT_EQ(fin.started[0].job_id, "ex_3");
+}
+
+TEST_F(ScheduleStoreTest, QueueFullIsRefusedAndNothingStored) {
+  std::vector<WorkerSlots> w = {Worker("x", 1)};
+  Submit(Spec("t"), w);
+  TenantQuota quota{1, 10};
+  Submit(Spec("t"), w, "", quota);
+  auto full = Spec("t");
+  auto st = SubmitError(full, w, quota);
+  EXPECT_EQ(st.code(), common::Code::kQueueFull);
+  EXPECT_EQ(jobs_->Load(full.id).status().code(), common::Code::kNotFound);
+}
+
+TEST_F(ScheduleStoreTest, IdempotencyKeyReturnsTheFirstJob) {
+  std::vector<WorkerSlots> w = {Worker("x", 4)};
+  auto first = Spec("t");
+  EXPECT_EQ(Submit(first, w, "key-1").kind, SubmitOutcome::Kind::kStarted);
+  auto again = Submit(Spec("t"), w, "key-1");
+  EXPECT_EQ(again.kind, SubmitOutcome::Kind::kReplay);
+  EXPECT_EQ(again.replay_id, first.id);
+  // The key is per tenant.
+  EXPECT_EQ(Submit(Spec("u"), w, "key-1").kind, SubmitOutcome::Kind::kStarted);
+  EXPECT_EQ(Zcard("{kiln}:lease:global"), 2);
+}
+
+TEST_F(ScheduleStoreTest, SessionRunsOneAtATimeInOrderOnItsWorker) {
+  std::vector<WorkerSlots> w = {Worker("a", 4), Worker("b", 4)};
+  auto first = Submit(Spec("t", "s1"), w);
+  ASSERT_EQ(first.kind, SubmitOutcome::Kind::kStarted);
+  EXPECT_EQ(first.session_epoch, 1u);
+  const std::string home = first.worker;
+  // Load the other worker so least-loaded would pick it.
+  Submit(Spec("t"), w);
+  Submit(Spec("t"), w);
+  auto second = Submit(Spec("t", "s1"), w);
+  EXPECT_EQ(second.kind, SubmitOutcome::Kind::kQueued);
+  EXPECT_EQ(second.wait_reason, "session");
+  auto third = Submit(Spec("t", "s1"), w);
+  EXPECT_EQ(third.position, 3u);
+  auto fin = End("ex_1", w);
+  ASSERT_EQ(fin.started.size(), 1u);
+  EXPECT_EQ(fin.started[0].job_id, "ex_4");
+  EXPECT_EQ(fin.started[0].worker, home);
+  EXPECT_EQ(fin.started[0].session_epoch, 1u);
+  fin = End("ex_4", w);
+  ASSERT_EQ(fin.started.size(), 1u);
+  EXPECT_EQ(fin.started[0].job_id, "ex_5");
+  EXPECT_TRUE(End("ex_5", w).started.empty());
+  auto list = sessions_->List("t", "");
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].worker, home);
+  EXPECT_EQ((*list)[0].state, "idle");
+  EXPECT_EQ((*list)[0].executions, 3u);
+}
+
+TEST_F(ScheduleStoreTest, SessionWaitsForItsBusyWorkerWithoutBlockingItsTenant) {
+  std::vector<WorkerSlots> w = {Worker("a", 1), Worker("b", 1)};
+  auto s = Submit(Spec("t", "s1"), w);  // ex_1 binds s1
+  ASSERT_EQ(s.kind, SubmitOutcome::Kind::kStarted);
+  End("ex_1", w);
+  // Fill s1's worker with a plain job, then queue a session job and a plain one.
+  std::vector<WorkerSlots> home = {Worker(s.worker, 1)};
+  ASSERT_EQ(Submit(Spec("t"), home).kind, SubmitOutcome::Kind::kStarted);  // ex_2
+  auto sess = Submit(Spec("t", "s1"), w);                                     // ex_3
+  EXPECT_EQ(sess.kind, SubmitOutcome::Kind::kQueued);
+  EXPECT_EQ(sess.wait_reason, "worker");
+  // A plain job behind it in the same tenant still starts on the other worker.
+  auto started = sched_->Pump(w, common::NowMs());
+  ASSERT_TRUE(started.ok());
+  EXPECT_TRUE(started->empty());  // nothing else queued yet
+  auto plain = Submit(Spec("t"), w);  // ex_4: queue not empty -> fifo
+  EXPECT_EQ(plain.kind, SubmitOutcome::Kind::kQueued);
+  started = sched_->Pump(w, common::NowMs());
+  ASSERT_TRUE(started.ok());
+  ASSERT_EQ(started->size(), 1u);
+  EXPECT_EQ((*started)[0].job_id, "ex_4");
+  EXPECT_NE((*started)[0].worker, s.worker);
+}
+
+TEST_F(ScheduleStoreTest, SessionOwnershipAndLanguageAreChecked) {
+  std::vector<WorkerSlots> w = {Worker("a", 4)};
+  Submit(Spec("t", "s1"), w);
+  EXPECT_EQ(SubmitError(Spec("other", "s1"), w).code(), common::Code::kSessionForbidden);
+  EXPECT_EQ(SubmitError(Spec("t", "s1", "shell"), w).code(),
+            common::Code::kSessionLanguageMismatch);
+  auto theirs = sessions_->Delete("other", "s1");
+  EXPECT_EQ(theirs.status().code(), common::Code::kSessionNotFound);
+  // Per-tenant session cap.
+  TenantQuota quota{100, 1};
+  EXPECT_EQ(SubmitError(Spec("t", "s2"), w, quota).code(), common::Code::kSessionBusyLimit);
+}
+
+TEST_F(ScheduleStoreTest, LostWorkerLosesItsSessions) {
+  std::vector<WorkerSlots> w = {Worker("a", 4)};
+  Submit(Spec("t", "s1"), w);  // ex_1 running on a
+  Submit(Spec("t", "s1"), w);  // ex_2 waits for the session
+  auto queued = sessions_->LoseWorker("a");
+  ASSERT_TRUE(queued.ok());
+  ASSERT_EQ(queued->size(), 1u);
+  EXPECT_EQ((*queued)[0], "ex_2");
+  EXPECT_EQ(SubmitError(Spec("t", "s1"), w).code(), common::Code::kSessionLost);
+  auto list = sessions_->List("t", "");
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].state, "lost");
+}
+
+TEST_F(ScheduleStoreTest, DeleteSessionReturnsItsJobs) {
+  std::vector<WorkerSlots> w = {Worker("a", 4)};
+  auto s = Spec("t", "s1");
+  s.conversation_id = "conv-1";
+  Submit(s, w);                // ex_1 running
+  Submit(Spec("t", "s1"), w);  // ex_2 waiting
+  Submit(Spec("t", "s9"), w);  // another session, no conversation
+  auto conv = sessions_->List("t", "conv-1");
+  ASSERT_TRUE(conv.ok());
+  ASSERT_EQ(conv->size(), 1u);
+  EXPECT_EQ((*conv)[0].id, "s1");
+  auto d = sessions_->Delete("t", "s1");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->running_job, "ex_1");
+  ASSERT_EQ(d->queued_jobs.size(), 1u);
+  EXPECT_EQ(d->queued_jobs[0], "ex_2");
+  auto left = sessions_->List("t", "");
+  ASSERT_TRUE(left.ok());
+  ASSERT_EQ(left->size(), 1u);
+  EXPECT_EQ((*left)[0].id, "s9");
+  // The running job still ends normally (its session is gone).
+  EXPECT_EQ(End("ex_1", w).kind, FinishOutcome::Kind::kStored);
+}
+
+TEST_F(ScheduleStoreTest, ExpiredLeasesFreeTheirSlots) {
+  settings_.global_slots = 1;
+  settings_.lease_ms = 300;
+  Reset();
+  std::vector<WorkerSlots> w = {Worker("a", 4)};
+  EXPECT_EQ(Submit(Spec("t"), w).kind, SubmitOutcome::Kind::kStarted);
+  EXPECT_EQ(Submit(Spec("t"), w).kind, SubmitOutcome::Kind::kQueued);
+  // A renewed lease holds...
+  auto tick = sched_->Tick({{"ex_1", "t", "a"}}, common::NowMs(), 3000);
+  ASSERT_TRUE(tick.ok());
+  EXPECT_TRUE(tick->not_owned.empty());
+  EXPECT_EQ(tick->global_leases, 1u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  tick = sched_->Tick({{"ex_1", "t", "a"}}, common::NowMs(), 3000);
+  ASSERT_TRUE(tick.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto started = sched_->Pump(w, common::NowMs());
+  ASSERT_TRUE(started.ok());
+  EXPECT_TRUE(started->empty());
+  // ...one nobody renews comes back by itself (its broker died).
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  started = sched_->Pump(w, common::NowMs());
+  ASSERT_TRUE(started.ok());
+  ASSERT_EQ(started->size(), 1u);
+  EXPECT_EQ((*started)[0].job_id, "ex_2");
+}
+
+TEST_F(ScheduleStoreTest, TickReportsJobsEndedElsewhereAndTenantGauges) {
+  ASSERT_TRUE(sched_->PublishTenants({{"t", 0, 1}}).ok());
+  std::vector<WorkerSlots> w = {Worker("a", 1)};
+  Submit(Spec("t"), w);
+  Submit(Spec("t"), w);
+  auto tick = sched_->Tick({{"ex_1", "t", "a"}}, common::NowMs(), 3000);
+  ASSERT_TRUE(tick.ok());
+  ASSERT_EQ(tick->tenants.size(), 1u);
+  EXPECT_EQ(tick->tenants[0].queued, 1u);
+  EXPECT_EQ(tick->tenants[0].leases, 1u);
+  EXPECT_EQ(tick->brokers_live, 1u);
+  End("ex_1", w);  // another broker stored its result
+  tick = sched_->Tick({{"ex_1", "t", "a"}}, common::NowMs(), 3000);
+  ASSERT_TRUE(tick.ok());
+  ASSERT_EQ(tick->not_owned.size(), 1u);
+  EXPECT_EQ(tick->not_owned[0], "ex_1");
+}
+
+TEST_F(ScheduleStoreTest, ALiveBrokerTakesOverADeadOnesJobs) {
+  std::vector<WorkerSlots> w = {Worker("a", 4)};
+  Submit(Spec("t"), w);  // b1 owns ex_1
+  ASSERT_TRUE(sched_->Tick({{"ex_1", "t", "a"}}, common::NowMs() - 10000, 3000).ok());
+  settings_.broker_id = "b2";
+  Reset();
+  ASSERT_TRUE(sched_->Tick({}, common::NowMs(), 3000).ok());
+  auto claimed = sched_->Claim(common::NowMs() - 3000, false);
+  ASSERT_TRUE(claimed.ok());
+  ASSERT_EQ(claimed->size(), 1u);
+  EXPECT_EQ((*claimed)[0].first, "ex_1");
+  EXPECT_EQ((*claimed)[0].second, "a");
+  // Only once: a second claim finds nothing.
+  claimed = sched_->Claim(common::NowMs() - 3000, false);
+  ASSERT_TRUE(claimed.ok());
+  EXPECT_TRUE(claimed->empty());
+  // b2 now renews it.
+  auto tick = sched_->Tick({{"ex_1", "t", "a"}}, common::NowMs(), 3000);
+  ASSERT_TRUE(tick.ok());
+  EXPECT_TRUE(tick->not_owned.empty());
+}
+
+TEST_F(ScheduleStoreTest, CancelOfAQueuedJobLosesToItsStart) {
+  std::vector<WorkerSlots> w = {Worker("a", 1)};
+  Submit(Spec("t"), w);
+  Submit(Spec("t"), w);  // ex_2 queued
+  // ex_2 starts (a slot frees) before the cancel arrives.
+  auto fin = End("ex_1", w);
+  ASSERT_EQ(fin.started.size(), 1u);
+  EXPECT_EQ(End("ex_2", w, FinishExpect::kQueued, JobStatus::kCancelled).kind,
+            FinishOutcome::Kind::kNotQueued);
+  auto rec = jobs_->Load("ex_2");
+  ASSERT_TRUE(rec.ok());
+  EXPECT_EQ(rec->status, JobStatus::kRunning);
+}
+
+TEST_F(ScheduleStoreTest, RefusedJobGoesBackToItsPlace) {
+  std::vector<WorkerSlots> w = {Worker("a", 1), Worker("b", 1)};
+  auto first = Submit(Spec("t"), w);
+  ASSERT_EQ(first.kind, SubmitOutcome::Kind::kStarted);
+  // The worker refused it: requeue without that worker.
+  std::vector<WorkerSlots> others;
+  for (const auto& x : w) {
+    if (x.id != first.worker) others.push_back(x);
+  }
+  auto started = sched_->Requeue("ex_1", others, common::NowMs());
+  ASSERT_TRUE(started.ok());
+  ASSERT_EQ(started->size(), 1u);
+  EXPECT_EQ((*started)[0].job_id, "ex_1");
+  EXPECT_NE((*started)[0].worker, first.worker);
+  EXPECT_EQ(Zcard("{kiln}:lease:w:" + first.worker), 0);
+  EXPECT_EQ(Zcard("{kiln}:lease:global"), 1);
+}
+
+TEST_F(ScheduleStoreTest, ConcurrentSubmitsNeverExceedTheLimits) {
+  // Four "brokers" submitting and finishing at once against limits.
+  settings_.global_slots = 5;
+  Reset();
+  ASSERT_TRUE(sched_->PublishTenants({{"t0", 2, 1}, {"t1", 3, 1}}).ok());
+  std::vector<WorkerSlots> w = {Worker("a", 2), Worker("b", 2), Worker("c", 2)};
+  std::atomic<int> violations{0};
+  std::atomic<int> ended{0};
+  std::vector<std::thread> threads;
+  for (int b = 0; b < 4; ++b) {
+    threads.emplace_back([&, b] {
+      ScheduleSettings s = settings_;
+      s.broker_id = "b" + std::to_string(b);
+      ScheduleStore store(pool_.get(), s);
+      std::vector<std::string> mine;
+      for (int i = 0; i < 40; ++i) {
+        JobSpec spec;
+        spec.id = "c" + std::to_string(b) + "_" + std::to_string(i);
+        spec.tenant = "t" + std::to_string(i % 2);
+        spec.language = "python";
+        spec.created_ms = common::NowMs();
+        auto out = store.Submit(spec, JobRecord::Queued(spec), "", {}, w, common::NowMs());
+        if (out.ok() && out->kind == SubmitOutcome::Kind::kStarted) mine.push_back(spec.id);
+        if (Zcard("{kiln}:lease:global") > 5 || Zcard("{kiln}:lease:t:t0") > 2 ||
+            Zcard("{kiln}:lease:t:t1") > 3 || Zcard("{kiln}:lease:w:a") > 2) {
+          ++violations;
+        }
+        if (i % 2 == 1 && !mine.empty()) {
+          JobRecord r;
+          r.id = mine.back();
+          r.status = JobStatus::kSucceeded;
+          mine.pop_back();
+          auto fin = store.Finish(r, FinishExpect::kAny, w, common::NowMs());
+          if (fin.ok()) {
+            ++ended;
+            for (const auto& st : fin->started) mine.push_back(st.job_id);
+          }
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(violations.load(), 0);
+  EXPECT_GT(ended.load(), 0);
+  EXPECT_LE(Zcard("{kiln}:lease:global"), 5);
+}
+
+}  // namespace
+}  // namespace kiln::broker

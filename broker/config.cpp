@@ -132,6 +132,15 @@ common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
   RETURN_IF_ERROR(over(d.cpu_ms, m.cpu_ms, "cpu_ms"));
   RETURN_IF_ERROR(over(d.max_output_bytes, m.max_output_bytes, "max_output_bytes"));
   RETURN_IF_ERROR(over(d.max_pids, m.max_pids, "max_pids"));
+  // A dead broker's leases must outlive the time another broker needs to
+  // notice (liveness) and take its jobs over (a tick or two).
+  const uint64_t takeover_ms =
+      static_cast<uint64_t>(c.heartbeat_interval_ms) * (c.heartbeat_liveness + 2);
+  if (c.scheduling.slot_lease_ms < takeover_ms) {
+    return common::InvalidRequest(file + ": scheduling.slot_lease_ms must be at least " +
+                                  std::to_string(takeover_ms) +
+                                  " (heartbeat_interval_ms x (heartbeat_liveness + 2))");
+  }
   if (c.tenants.empty()) {
     return common::InvalidRequest(file + ": tenants: at least one tenant is required");
   }

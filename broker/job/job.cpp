@@ -176,7 +176,8 @@ void JobRecord::ApplyResult(const protocol::Result& res, int64_t now_ms) {
   files = res.files;
   redactions = res.redactions;
   end_reason = protocol::EndReasonName(res.reason);
-  if (!session_id.empty()) session_epoch = res.session_epoch;
+  // The worker reports an epoch once it runs sessions; until then the broker's stands.
+  if (!session_id.empty() && res.session_epoch != 0) session_epoch = res.session_epoch;
   queue_position.reset();
   wait_reason.clear();
   auto fail = [&](JobStatus s, Code code, std::string message) {

@@ -452,6 +452,7 @@ void Dispatcher::TakeOver(bool include_self) {
     if (options_.metrics) options_.metrics->RedisError();
     return;
   }
+  if (claimed->empty()) return;
   for (const auto& [id, worker] : *claimed) {
     if (in_flight_.count(id)) continue;
     auto spec = stores_.jobs->LoadSpec(id);
@@ -468,6 +469,8 @@ void Dispatcher::TakeOver(bool include_self) {
     table_.Assign(worker, id);
     in_flight_.emplace(id, InFlight{std::move(*spec), std::move(*record), worker});
   }
+  // Renew the adopted leases now, before they run out.
+  RenewLeases();
 }
 
 void Dispatcher::Pump() {

@@ -32,6 +32,9 @@ struct ClusterOptions {
   std::string extra_sandbox_yaml;             // appended under `sandbox:` (indented by the caller)
   std::vector<std::string> worker_env;        // extra "K=V" in the workers' environment
   std::vector<std::string> tenant_a_secrets;  // registered secrets of tenant-a (kToken)
+  std::string tenant_a_fields;                // e.g. ", slots: 2, weight: 1" inside tenant-a's map
+  std::string tenant_b_fields;
+  std::string extra_tenants_yaml;             // more "  - {name: ..., tokens: [...]}" lines
 };
 
 struct HttpReply {

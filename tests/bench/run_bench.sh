@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Reproducible Kiln benchmark: builds (Release, <repo>/build-bench), starts its own
-# redis-server, one kiln-broker and two kiln-workers on loopback, runs kiln-bench
-# for each language plus a python concurrency sweep, prints every figure with its
-# exact command line, and stops everything it started (by pid) on exit.
+# redis-server, N kiln-brokers (default 1) and two kiln-workers on loopback (each
+# worker connects to every broker; clients spread over every broker), runs
+# kiln-bench for each language plus a python concurrency sweep, prints every
+# figure with its exact command line, and stops everything it started (by pid).
 #
-#   sudo tests/bench/run_bench.sh [--jobs N] [--slots N] [--warm N] [--no-build]
+#   sudo tests/bench/run_bench.sh [--jobs N] [--slots N] [--warm N] [--brokers N] [--no-build]
 #
 # Must run as root: the workers create namespaces and cgroups. Figures on a small
 # shared VM are noisy: compare medians and ratios, not single runs.
@@ -14,23 +15,26 @@ set -euo pipefail
 JOBS=200
 SLOTS=4
 WARM=1
+BROKERS=1
 BUILD=1
 usage() {
   sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
   echo "flags: --jobs N (measured jobs per run, default $JOBS), --slots N (per worker, default $SLOTS),"
-  echo "       --warm N (warm sandboxes per runtime per worker, default $WARM), --no-build"
+  echo "       --warm N (warm sandboxes per runtime per worker, default $WARM),"
+  echo "       --brokers N (brokers sharing the Redis, default $BROKERS), --no-build"
 }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --jobs) JOBS="$2"; shift 2 ;;
     --slots) SLOTS="$2"; shift 2 ;;
     --warm) WARM="$2"; shift 2 ;;
+    --brokers) BROKERS="$2"; shift 2 ;;
     --no-build) BUILD=0; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "run_bench.sh: unknown flag $1" >&2; usage >&2; exit 2 ;;
   esac
 done
-for v in JOBS SLOTS WARM; do
+for v in JOBS SLOTS WARM BROKERS; do
   [[ "${!v}" =~ ^[0-9]+$ ]] || { echo "run_bench.sh: --${v,,} needs a number" >&2; exit 2; }
 done
 [[ $(id -u) -eq 0 ]] || { echo "run_bench.sh: must run as root (workers create namespaces and cgroups)" >&2; exit 2; }
@@ -104,33 +108,42 @@ wait_for() {  # wait_for SECONDS WHAT CMD...: polls CMD every 0.1 s
 }
 
 REDIS_PORT=$(free_port)
-HTTP_PORT=$(free_port)
-ZMQ_PORT=$(free_port)
-URL="http://127.0.0.1:$HTTP_PORT"
 TOKEN="bench-token-$SUFFIX"
 ADMIN="bench-admin-$SUFFIX"
+HTTP_PORTS=()
+ZMQ_PORTS=()
+for ((b = 0; b < BROKERS; b++)); do
+  HTTP_PORTS+=("$(free_port)")
+  ZMQ_PORTS+=("$(free_port)")
+done
 
-echo "== cluster in $TMP: redis :$REDIS_PORT, broker http :$HTTP_PORT zmq :$ZMQ_PORT," \
-  "2 workers x $SLOTS slots, warm $WARM per runtime"
+echo "== cluster in $TMP: redis :$REDIS_PORT, $BROKERS broker(s) http :${HTTP_PORTS[*]}" \
+  "zmq :${ZMQ_PORTS[*]}, 2 workers x $SLOTS slots, warm $WARM per runtime"
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$TMP" --save "" --appendonly no \
   --daemonize no >"$TMP/redis.log" 2>&1 &
 PIDS+=($!)
 wait_for 10 redis-server redis-cli -p "$REDIS_PORT" ping
 
-cat >"$TMP/broker.yaml" <<EOF
+URL_ARGS=()
+BROKER_ENDPOINTS=""
+for ((b = 0; b < BROKERS; b++)); do
+  cat >"$TMP/broker$b.yaml" <<EOF
 broker:
-  id: bench-broker
-  http: {listen: "127.0.0.1:$HTTP_PORT", threads: 64}
-  workers: {endpoint: "tcp://127.0.0.1:$ZMQ_PORT"}
+  id: bench-broker-$b
+  http: {listen: "127.0.0.1:${HTTP_PORTS[b]}", threads: 64}
+  workers: {endpoint: "tcp://127.0.0.1:${ZMQ_PORTS[b]}"}
   redis: {url: "redis://127.0.0.1:$REDIS_PORT"}
 tenants:
   - {name: bench, tokens: ["$TOKEN"]}
 admin_tokens: ["$ADMIN"]
 log: {level: warn}
 EOF
-"$BIN/kiln-broker" --config "$TMP/broker.yaml" >"$TMP/broker.log" 2>&1 &
-PIDS+=($!)
-wait_for 15 "kiln-broker" curl -sf "$URL/v1/health"
+  "$BIN/kiln-broker" --config "$TMP/broker$b.yaml" >"$TMP/broker$b.log" 2>&1 &
+  PIDS+=($!)
+  wait_for 15 "kiln-broker $b" curl -sf "http://127.0.0.1:${HTTP_PORTS[b]}/v1/health"
+  URL_ARGS+=(--url "http://127.0.0.1:${HTTP_PORTS[b]}")
+  BROKER_ENDPOINTS+="${BROKER_ENDPOINTS:+, }\"tcp://127.0.0.1:${ZMQ_PORTS[b]}\""
+done
 
 WORKER_IDS=()
 for i in 0 1; do
@@ -139,7 +152,7 @@ for i in 0 1; do
   cat >"$TMP/worker$i.yaml" <<EOF
 worker:
   id: $id
-  brokers: ["tcp://127.0.0.1:$ZMQ_PORT"]
+  brokers: [$BROKER_ENDPOINTS]
   slots: $SLOTS
   warm_per_runtime: $WARM
   drain_timeout_ms: 5000
@@ -153,10 +166,13 @@ EOF
   "$BIN/kiln-worker" --config "$TMP/worker$i.yaml" >"$TMP/worker$i.log" 2>&1 &
   PIDS+=($!)
 done
-workers_listed() {
-  local body
-  body=$(curl -sf -H "Authorization: Bearer $ADMIN" "$URL/v1/workers") || return 1
-  for id in "${WORKER_IDS[@]}"; do [[ "$body" == *"\"$id\""* ]] || return 1; done
+workers_listed() {  # on every broker
+  local body port
+  for port in "${HTTP_PORTS[@]}"; do
+    body=$(curl -sf -H "Authorization: Bearer $ADMIN" "http://127.0.0.1:$port/v1/workers") ||
+      return 1
+    for id in "${WORKER_IDS[@]}"; do [[ "$body" == *"\"$id\""* ]] || return 1; done
+  done
 }
 wait_for 30 "both workers in GET /v1/workers" workers_listed
 echo "== workers registered: ${WORKER_IDS[*]}"
@@ -166,7 +182,7 @@ FAILED_RUNS=()
 RESULTS=()
 run() {  # run NAME ARGS...: one kiln-bench run, printed with its command line
   local name=$1; shift
-  local cmd=("$BIN/kiln-bench" --url "$URL" --token "$TOKEN" "$@")
+  local cmd=("$BIN/kiln-bench" "${URL_ARGS[@]}" --token "$TOKEN" "$@")
   echo
   echo "\$ ${cmd[*]}"
   if ! "${cmd[@]}" --json-file "$TMP/$name.json"; then FAILED_RUNS+=("$name"); fi

@@ -1,0 +1,185 @@
+#include "broker/store/audit_store.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/audit/sha256.hpp"
+
+namespace kiln::broker {
+namespace {
+
+// Shared by the scripts: the value of `name` in a stream entry's flat field list.
+constexpr const char* kFieldFunction = R"lua(
+local function field(fields, name)
+  for i = 1, #fields, 2 do
+    if fields[i] == name then return fields[i + 1] end
+  end
+  return ''
+end
+)lua";
+
+// KEYS: stream, head, anchor. ARGV: prev, entry, hash, max_entries, genesis.
+// Returns {1, id} once appended, {0, current head} when `prev` is stale.
+const std::string kAppendScript = std::string(kFieldFunction) + R"lua(
+local head = redis.call('GET', KEYS[2]) or ARGV[5]
+if head ~= ARGV[1] then return {0, head} end
+local id = redis.call('XADD', KEYS[1], '*', 'entry', ARGV[2], 'prev', ARGV[1], 'hash', ARGV[3])
+redis.call('SET', KEYS[2], ARGV[3])
+local max = tonumber(ARGV[4])
+if max > 0 and redis.call('XTRIM', KEYS[1], 'MAXLEN', '~', max) > 0 then
+  local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)[1]
+  redis.call('SET', KEYS[3], field(first[2], 'prev'))
+end
+return {1, id}
+)lua";
+
+// KEYS: stream, head, anchor. ARGV: keep, genesis. Returns the entries removed.
+const std::string kTrimScript = std::string(kFieldFunction) + R"lua(
+local removed = redis.call('XTRIM', KEYS[1], 'MAXLEN', ARGV[1])
+if removed > 0 then
+  local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)[1]
+  local anchor
+  if first then
+    anchor = field(first[2], 'prev')
+  else
+    anchor = redis.call('GET', KEYS[2]) or ARGV[2]
+  end
+  redis.call('SET', KEYS[3], anchor)
+end
+return removed
+)lua";
+
+// KEYS: stream, head, anchor. ARGV: first id for XRANGE ("-" or "(<id>"), count.
+// Returns {anchor or '', head or '', entries}: one snapshot, so a concurrent
+// append or trim cannot fall between the entries and the keys that describe them.
+constexpr const char* kReadScript = R"lua(
+return {redis.call('GET', KEYS[3]) or '', redis.call('GET', KEYS[2]) or '',
+        redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])}
+)lua";
+
+const std::string kGenesis(common::kAuditGenesis);
+
+// [[id, [field, value, ...]], ...] -> entries; a missing field stays empty (and fails
+// verification).
+common::StatusOr<std::vector<common::StoredAuditEntry>> ParseEntries(const RedisReply& r) {
+  std::vector<common::StoredAuditEntry> out;
+  if (r.type != RedisReply::Type::kArray) return out;
+  out.reserve(r.elements.size());
+  for (const RedisReply& e : r.elements) {
+    if (e.elements.size() != 2) return common::Internal("audit stream: malformed entry");
+    common::StoredAuditEntry s;
+    s.id = e.elements[0].str;
+    const auto& f = e.elements[1].elements;
+    for (size_t i = 0; i + 1 < f.size(); i += 2) {
+      if (f[i].str == "entry") {
+        s.entry = f[i + 1].str;
+      } else if (f[i].str == "prev") {
+        s.prev = f[i + 1].str;
+      } else if (f[i].str == "hash") {
+        s.hash = f[i + 1].str;
+      }
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace
+
+common::StatusOr<std::string> AuditStore::Append(const common::AuditEntry& entry) {
+  const std::string text = entry.Canonical();
+  std::lock_guard lock(append_mu_);
+  std::string prev = head_hint_.empty() ? kGenesis : head_hint_;
+  auto conn = pool_->Acquire();
+  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+    const std::string hash = common::AuditLinkHash(prev, text);
+    auto r = conn->Command({"EVAL", kAppendScript, "3", kStreamKey, kHeadKey, kAnchorKey, prev,
+                            text, hash, max_entries_, kGenesis});
+    if (!r.ok()) return r.status().WithContext("appending audit entry of " + entry.job_id);
+    if (r->type != RedisReply::Type::kArray || r->elements.size() != 2) {
+      return common::Internal("audit append: unexpected reply");
+    }
+    if (r->elements[0].integer == 1) {
+      head_hint_ = hash;
+      return r->elements[1].str;
+    }
+    prev = r->elements[1].str;  // another broker appended first: chain onto its entry
+  }
+  head_hint_.clear();
+  return common::Unavailable("audit append of " + entry.job_id + ": the chain head moved " +
+                             std::to_string(kMaxAttempts) + " times in a row");
+}
+
+common::StatusOr<AuditStore::Page> AuditStore::Read(const std::string& after_id, size_t count) {
+  const std::string n = std::to_string(std::max<size_t>(count, 1));
+  const std::string from = after_id.empty() ? "-" : "(" + after_id;
+  auto conn = pool_->Acquire();
+  ASSIGN_OR_RETURN(RedisReply r, conn->Command({"EVAL", kReadScript, "3", kStreamKey, kHeadKey,
+                                                kAnchorKey, from, n}));
+  if (r.type != RedisReply::Type::kArray || r.elements.size() != 3) {
+    return common::Internal("audit read: unexpected reply");
+  }
+  Page page;
+  page.anchor = r.elements[0].str.empty() ? kGenesis : r.elements[0].str;
+  page.head = r.elements[1].str.empty() ? kGenesis : r.elements[1].str;
+  ASSIGN_OR_RETURN(page.entries, ParseEntries(r.elements[2]));
+  return page;
+}
+
+common::StatusOr<uint64_t> AuditStore::Trim(uint64_t keep_last_n) {
+  const std::string keep = std::to_string(keep_last_n);
+  auto conn = pool_->Acquire();
+  auto r =
+      conn->Command({"EVAL", kTrimScript, "3", kStreamKey, kHeadKey, kAnchorKey, keep, kGenesis});
+  if (!r.ok()) return r.status().WithContext("trimming the audit stream");
+  return static_cast<uint64_t>(r->integer);
+}
+
+common::StatusOr<AuditStore::VerifyReport> AuditStore::Verify(size_t page_size) {
+  page_size = std::max<size_t>(page_size, 1);
+  ASSIGN_OR_RETURN(Page page, Read("", page_size));
+  common::AuditChainVerifier verifier(page.anchor);
+  // Pages are read until one is short: that page reached the end of the stream
+  // in its snapshot, whose head must then be the last hash (so deleting the
+  // newest entries is seen). Appends meanwhile only make the walk longer.
+  while (true) {
+    for (const auto& e : page.entries) {
+      if (!verifier.Add(e)) return VerifyReport{verifier.checked(), verifier.broken()};
+    }
+    if (page.entries.size() < page_size) break;
+    ASSIGN_OR_RETURN(page, Read(page.entries.back().id, page_size));
+  }
+  if (page.head != verifier.expected_prev()) {
+    return VerifyReport{verifier.checked(),
+                        common::ChainBreak{verifier.checked(), "",
+                                           "the chain's head is not the last entry's hash (the "
+                                           "newest entries were deleted)"}};
+  }
+  return VerifyReport{verifier.checked(), std::nullopt};
+}
+
+common::AuditEntry MakeAuditEntry(const JobSpec& spec, const JobRecord& record,
+                                  std::string approval) {
+  common::AuditEntry e;
+  e.time_ms = record.finished_ms;
+  e.tenant = spec.tenant;
+  e.session_id = spec.session_id;
+  e.runtime = spec.language;
+  e.job_id = spec.id;
+  e.code = spec.code;
+  e.code_sha256 = common::Sha256Hex(spec.code);
+  e.input_sha256 = common::Sha256Hex(spec.input_json);
+  e.output_sha256 =
+      common::OutputDigest(record.stdout_data, record.stderr_data, record.result_json);
+  e.stdout_head = common::Utf8Head(record.stdout_data, common::AuditEntry::kStdoutHeadChars);
+  e.exit_code = record.exit_code;
+  e.status = JobStatusName(record.status);
+  if (record.duration_ms) e.duration_ms = std::llround(*record.duration_ms);
+  e.approval = std::move(approval);
+  e.redactions = record.redactions;
+  e.worker = record.worker;
+  e.warnings = record.warnings;
+  return e;
+}
+
+}  // namespace kiln::broker

@@ -1,0 +1,363 @@
+// AuditStore against a real redis-server started on a free port for this suite.
+#include "broker/store/audit_store.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <set>
+#include <thread>
+
+#include "common/audit/sha256.hpp"
+#include "tests/support/process.hpp"
+
+namespace kiln::broker {
+namespace {
+
+using testing::ChildProcess;
+using ::testing::HasSubstr;
+
+class AuditStoreTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(testing::MakeTempDir("kiln-audit"));
+    port_ = testing::FreePort();
+    redis_ = new ChildProcess(ChildProcess::Start(
+        {"/usr/bin/redis-server", "--port", std::to_string(port_), "--bind", "127.0.0.1", "--dir",
+         *dir_, "--save", "", "--appendonly", "no", "--daemonize", "no"},
+        *dir_ + "/redis.log"));
+    ASSERT_TRUE(
+        testing::WaitFor([] { return testing::CanConnect(port_); }, std::chrono::seconds(10)))
+        << testing::ReadFile(*dir_ + "/redis.log");
+  }
+  static void TearDownTestSuite() {
+    delete redis_;
+    testing::RemoveTree(*dir_);
+    delete dir_;
+  }
+
+  void SetUp() override {
+    auto pool = RedisPool::Create(Url(), 8);
+    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+    pool_ = std::move(pool).value();
+    ASSERT_TRUE(Cmd({"FLUSHALL"}).ok());
+  }
+
+  static std::string Url() { return "redis://127.0.0.1:" + std::to_string(port_); }
+
+  common::StatusOr<RedisReply> Cmd(const std::vector<std::string_view>& argv) {
+    return pool_->Acquire()->Command(argv);
+  }
+
+  static common::AuditEntry Entry(const std::string& job, const std::string& status = "succeeded") {
+    common::AuditEntry e;
+    e.time_ms = 1700000000000;
+    e.tenant = "acme";
+    e.runtime = "python";
+    e.job_id = job;
+    e.code = "print('" + job + "')";
+    e.code_sha256 = common::Sha256Hex(e.code);
+    e.status = status;
+    e.approval = "auto";
+    return e;
+  }
+
+  std::vector<common::StoredAuditEntry> All(AuditStore& store) {
+    auto page = store.Read("", 1000000);
+    EXPECT_TRUE(page.ok()) << page.status().ToString();
+    return page.ok() ? page->entries : std::vector<common::StoredAuditEntry>{};
+  }
+
+  AuditStore::VerifyReport VerifyOk(AuditStore& store, size_t page_size = 500) {
+    auto r = store.Verify(page_size);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : AuditStore::VerifyReport{};
+  }
+
+  // Replaces the stream by `entries`, keeping their ids (XADD cannot edit in place).
+  void Rewrite(const std::vector<common::StoredAuditEntry>& entries) {
+    ASSERT_TRUE(Cmd({"DEL", AuditStore::kStreamKey}).ok());
+    for (const auto& e : entries) {
+      auto r = Cmd(
+          {"XADD", AuditStore::kStreamKey, e.id, "entry", e.entry, "prev", e.prev, "hash", e.hash});
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+    }
+  }
+
+  static inline std::string* dir_ = nullptr;
+  static inline int port_ = 0;
+  static inline ChildProcess* redis_ = nullptr;
+  std::unique_ptr<RedisPool> pool_;
+};
+
+TEST_F(AuditStoreTest, ConcurrentAppendsFromTwoBrokersFormOneChain) {
+  // Two stores with their own pools stand for two brokers; each is used by
+  // four threads at once.
+  auto other_pool = RedisPool::Create(Url(), 4);
+  ASSERT_TRUE(other_pool.ok());
+  AuditStore a(pool_.get(), 0);
+  AuditStore b(other_pool->get(), 0);
+  constexpr int kThreads = 8;
+  constexpr int kEach = 60;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      AuditStore& store = t % 2 == 0 ? a : b;
+      for (int i = 0; i < kEach; ++i) {
+        auto id = store.Append(Entry("job-" + std::to_string(t) + "-" + std::to_string(i)));
+        if (!id.ok() || id->empty()) ++failures;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+
+  AuditStore::VerifyReport report = VerifyOk(a, 37);  // several pages
+  EXPECT_EQ(report.broken, std::nullopt) << report.broken->reason;
+  EXPECT_EQ(report.checked, uint64_t{kThreads * kEach});
+  std::set<std::string> jobs;
+  for (const auto& e : All(a)) {
+    jobs.insert(nlohmann::json::parse(e.entry)["job_id"].get<std::string>());
+  }
+  EXPECT_EQ(jobs.size(), size_t{kThreads * kEach});
+  auto head = Cmd({"GET", AuditStore::kHeadKey});
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(head->str, All(a).back().hash);
+}
+
+TEST_F(AuditStoreTest, AppendRetriesOnAStaleHead) {
+  AuditStore a(pool_.get(), 0);
+  AuditStore b(pool_.get(), 0);
+  ASSERT_TRUE(a.Append(Entry("1")).ok());
+  ASSERT_TRUE(b.Append(Entry("2")).ok());  // b starts from genesis: one conflict
+  ASSERT_TRUE(a.Append(Entry("3")).ok());  // a remembers the head before b's entry
+  ASSERT_TRUE(b.Append(Entry("4")).ok());
+  auto entries = All(a);
+  ASSERT_EQ(entries.size(), 4u);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    EXPECT_EQ(nlohmann::json::parse(entries[i].entry)["job_id"], std::to_string(i + 1));
+  }
+  EXPECT_EQ(entries[0].prev, common::kAuditGenesis);
+  EXPECT_EQ(VerifyOk(a).broken, std::nullopt);
+}
+
+TEST_F(AuditStoreTest, StoredEntryIsTheCanonicalEntryWithItsLinks) {
+  AuditStore store(pool_.get(), 0);
+  const common::AuditEntry e = Entry("j1");
+  auto id = store.Append(e);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  auto page = store.Read("", 10);
+  ASSERT_TRUE(page.ok());
+  EXPECT_EQ(page->anchor, common::kAuditGenesis);
+  ASSERT_EQ(page->entries.size(), 1u);
+  const auto& s = page->entries[0];
+  EXPECT_EQ(s.id, *id);
+  EXPECT_EQ(s.entry, e.Canonical());
+  EXPECT_EQ(s.prev, common::kAuditGenesis);
+  EXPECT_EQ(s.hash, common::EntryHash(common::kAuditGenesis, e));
+  EXPECT_EQ(page->head, s.hash);
+}
+
+TEST_F(AuditStoreTest, ReadPagesThroughTheStreamInOrder) {
+  AuditStore store(pool_.get(), 0);
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(store.Append(Entry(std::to_string(i))).ok());
+  std::vector<std::string> jobs;
+  auto page = store.Read("", 7);
+  ASSERT_TRUE(page.ok());
+  while (!page->entries.empty()) {
+    EXPECT_LE(page->entries.size(), 7u);
+    for (const auto& e : page->entries) {
+      jobs.push_back(nlohmann::json::parse(e.entry)["job_id"].get<std::string>());
+    }
+    page = store.Read(page->entries.back().id, 7);
+    ASSERT_TRUE(page.ok());
+  }
+  ASSERT_EQ(jobs.size(), 20u);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(jobs[i], std::to_string(i));
+}
+
+TEST_F(AuditStoreTest, AnEditedEntryFailsVerificationAtItsIndex) {
+  AuditStore store(pool_.get(), 0);
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(store.Append(Entry(std::to_string(i))).ok());
+  ASSERT_EQ(VerifyOk(store).broken, std::nullopt);
+
+  auto entries = All(store);
+  Rewrite(entries);  // an unchanged rewrite still verifies: the test below is about the edit
+  ASSERT_EQ(VerifyOk(store).broken, std::nullopt);
+
+  auto edited = entries;
+  auto j = nlohmann::json::parse(edited[7].entry);
+  j["status"] = "failed";
+  edited[7].entry = common::AuditEntry::CanonicalJson(j);
+  Rewrite(edited);
+  AuditStore::VerifyReport r = VerifyOk(store, 5);
+  ASSERT_TRUE(r.broken.has_value());
+  EXPECT_EQ(r.broken->index, 7u);
+  EXPECT_EQ(r.broken->id, entries[7].id);
+  EXPECT_EQ(r.checked, 7u);
+  EXPECT_THAT(r.broken->reason, HasSubstr("hash does not match"));
+}
+
+TEST_F(AuditStoreTest, ADeletedEntryFailsVerificationWhereItWas) {
+  AuditStore store(pool_.get(), 0);
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(store.Append(Entry(std::to_string(i))).ok());
+  auto entries = All(store);
+  ASSERT_TRUE(Cmd({"XDEL", AuditStore::kStreamKey, entries[5].id}).ok());
+  AuditStore::VerifyReport r = VerifyOk(store);
+  ASSERT_TRUE(r.broken.has_value());
+  EXPECT_EQ(r.broken->index, 5u);
+  EXPECT_EQ(r.broken->id, entries[6].id);
+
+  // The oldest entry too: it is not mistaken for a trim.
+  ASSERT_TRUE(Cmd({"XDEL", AuditStore::kStreamKey, entries[0].id}).ok());
+  r = VerifyOk(store);
+  ASSERT_TRUE(r.broken.has_value());
+  EXPECT_EQ(r.broken->index, 0u);
+  EXPECT_THAT(r.broken->reason, HasSubstr("anchor"));
+}
+
+TEST_F(AuditStoreTest, DeletingTheNewestEntriesIsSeenThroughTheHead) {
+  AuditStore store(pool_.get(), 0);
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(store.Append(Entry(std::to_string(i))).ok());
+  auto entries = All(store);
+  ASSERT_TRUE(Cmd({"XDEL", AuditStore::kStreamKey, entries[19].id}).ok());
+  AuditStore::VerifyReport r = VerifyOk(store);
+  ASSERT_TRUE(r.broken.has_value());
+  EXPECT_EQ(r.broken->index, 19u);
+  EXPECT_EQ(r.checked, 19u);
+  EXPECT_THAT(r.broken->reason, HasSubstr("newest entries were deleted"));
+
+  // The whole stream gone: broken at 0.
+  ASSERT_TRUE(Cmd({"DEL", AuditStore::kStreamKey}).ok());
+  r = VerifyOk(store);
+  ASSERT_TRUE(r.broken.has_value());
+  EXPECT_EQ(r.broken->index, 0u);
+
+  // A later append chains onto the deleted entry, so the gap shows there instead.
+  ASSERT_TRUE(store.Append(Entry("later")).ok());
+  r = VerifyOk(store);
+  ASSERT_TRUE(r.broken.has_value());
+  EXPECT_EQ(r.broken->index, 0u);
+  EXPECT_THAT(r.broken->reason, HasSubstr("anchor"));
+}
+
+TEST_F(AuditStoreTest, AnEmptyTrailVerifies) {
+  AuditStore store(pool_.get(), 0);
+  AuditStore::VerifyReport r = VerifyOk(store);
+  EXPECT_EQ(r.broken, std::nullopt);
+  EXPECT_EQ(r.checked, 0u);
+}
+
+TEST_F(AuditStoreTest, VerifyFollowsAppendsThatLandDuringTheWalk) {
+  AuditStore store(pool_.get(), 0);
+  AuditStore writer(pool_.get(), 0);
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(store.Append(Entry(std::to_string(i))).ok());
+  std::atomic<bool> stop{false};
+  std::thread appender([&] {
+    for (int i = 0; !stop.load(); ++i) {
+      if (!writer.Append(Entry("bg-" + std::to_string(i))).ok()) break;
+    }
+  });
+  for (int i = 0; i < 20; ++i) {
+    AuditStore::VerifyReport r = VerifyOk(store, 7);
+    EXPECT_EQ(r.broken, std::nullopt) << r.broken->index << ": " << r.broken->reason;
+    EXPECT_GE(r.checked, 50u);
+  }
+  stop = true;
+  appender.join();
+}
+
+TEST_F(AuditStoreTest, TrimmingKeepsTheRestVerifiable) {
+  AuditStore store(pool_.get(), 0);
+  for (int i = 0; i < 30; ++i) ASSERT_TRUE(store.Append(Entry(std::to_string(i))).ok());
+  auto before = All(store);
+  auto removed = store.Trim(10);
+  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  EXPECT_EQ(*removed, 20u);
+  auto kept = All(store);
+  ASSERT_EQ(kept.size(), 10u);
+  EXPECT_EQ(kept[0].id, before[20].id);
+  AuditStore::VerifyReport r = VerifyOk(store);
+  EXPECT_EQ(r.broken, std::nullopt);
+  EXPECT_EQ(r.checked, 10u);
+
+  for (int i = 30; i < 35; ++i) ASSERT_TRUE(store.Append(Entry(std::to_string(i))).ok());
+  r = VerifyOk(store);
+  EXPECT_EQ(r.broken, std::nullopt);
+  EXPECT_EQ(r.checked, 15u);
+
+  // Deleting the first kept entry is caught by the anchor the trim recorded.
+  ASSERT_TRUE(Cmd({"XDEL", AuditStore::kStreamKey, kept[0].id}).ok());
+  r = VerifyOk(store);
+  ASSERT_TRUE(r.broken.has_value());
+  EXPECT_EQ(r.broken->index, 0u);
+}
+
+TEST_F(AuditStoreTest, TrimmingEverythingThenAppendingStillVerifies) {
+  AuditStore store(pool_.get(), 0);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(store.Append(Entry(std::to_string(i))).ok());
+  auto removed = store.Trim(0);
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(*removed, 5u);
+  EXPECT_EQ(VerifyOk(store).checked, 0u);
+  ASSERT_TRUE(store.Append(Entry("after")).ok());
+  AuditStore::VerifyReport r = VerifyOk(store);
+  EXPECT_EQ(r.broken, std::nullopt);
+  EXPECT_EQ(r.checked, 1u);
+}
+
+TEST_F(AuditStoreTest, RetentionTrimsOnAppendAndKeepsTheChainVerifiable) {
+  AuditStore store(pool_.get(), 50);
+  for (int i = 0; i < 400; ++i) ASSERT_TRUE(store.Append(Entry(std::to_string(i))).ok());
+  auto len = Cmd({"XLEN", AuditStore::kStreamKey});
+  ASSERT_TRUE(len.ok());
+  EXPECT_GE(len->integer, 50);
+  EXPECT_LT(len->integer, 400);
+  AuditStore::VerifyReport r = VerifyOk(store);
+  EXPECT_EQ(r.broken, std::nullopt);
+  EXPECT_EQ(r.checked, static_cast<uint64_t>(len->integer));
+  auto anchor = Cmd({"GET", AuditStore::kAnchorKey});
+  ASSERT_TRUE(anchor.ok());
+  EXPECT_NE(anchor->str, common::kAuditGenesis);
+}
+
+TEST(MakeAuditEntry, DigestsAndSummarisesTheJob) {
+  JobSpec spec;
+  spec.id = "j9";
+  spec.tenant = "acme";
+  spec.language = "shell";
+  spec.code = "yes | head -n 1000";
+  spec.session_id = "s1";
+  spec.input_json = R"({"a":1})";
+  JobRecord rec;
+  rec.status = JobStatus::kSucceeded;
+  rec.stdout_data = std::string(2000, 'y');
+  rec.stderr_data = "warn";
+  rec.exit_code = 0;
+  rec.duration_ms = 12.6;
+  rec.redactions = 3;
+  rec.worker = "w7";
+  rec.warnings = {"shell-network"};
+  rec.finished_ms = 1700000000123;
+  common::AuditEntry e = MakeAuditEntry(spec, rec, "admin:ann");
+  EXPECT_EQ(e.job_id, "j9");
+  EXPECT_EQ(e.tenant, "acme");
+  EXPECT_EQ(e.runtime, "shell");
+  EXPECT_EQ(e.session_id, "s1");
+  EXPECT_EQ(e.code, spec.code);
+  EXPECT_EQ(e.code_sha256, common::Sha256Hex(spec.code));
+  EXPECT_EQ(e.input_sha256, common::Sha256Hex(spec.input_json));
+  EXPECT_EQ(e.output_sha256, common::OutputDigest(rec.stdout_data, "warn", ""));
+  EXPECT_EQ(e.stdout_head, std::string(500, 'y'));
+  EXPECT_EQ(e.status, "succeeded");
+  EXPECT_EQ(e.exit_code, 0);
+  EXPECT_EQ(e.duration_ms, 13);
+  EXPECT_EQ(e.approval, "admin:ann");
+  EXPECT_EQ(e.redactions, 3u);
+  EXPECT_EQ(e.worker, "w7");
+  EXPECT_EQ(e.warnings, std::vector<std::string>{"shell-network"});
+  EXPECT_EQ(e.time_ms, 1700000000123);
+}
+
+}  // namespace
+}  // namespace kiln::broker

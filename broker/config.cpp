@@ -78,6 +78,8 @@ common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
     t.Get("name", &tc.name);
     t.Get("tokens", &tc.tokens);
     t.Get("secrets", &tc.secrets);
+    t.Get("enabled", &tc.enabled);
+    t.Get("auto_approve", &tc.auto_approve);
     t.Get("weight", &tc.weight, 0, 1000);
     t.Get("slots", &tc.slots, 0, 1'000'000);
     t.Get("max_queue", &tc.max_queue, 0, 10'000'000);
@@ -109,6 +111,21 @@ common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
   for (const auto& tok : c.admin_tokens) {
     if (tok.size() < 8) top.Fail("admin_tokens", "tokens must be at least 8 characters");
     if (!seen_tokens.insert(tok).second) top.Fail("admin_tokens", "token used twice");
+  }
+
+  YamlReader approval = top.Child("approval");
+  approval.Get("timeout_s", &c.approval_timeout_s, 10, 30ull * 86400);
+  if (st.ok()) st = approval.Finish();
+  YamlReader audit = top.Child("audit");
+  audit.Get("max_entries", &c.audit_max_entries, 0, 1'000'000'000);
+  if (st.ok()) st = audit.Finish();
+  if (st.ok()) {
+    auto policy = ParsePolicyConfig(top.Raw("policy"), "policy");
+    if (policy.ok()) {
+      c.policy = std::move(*policy);
+    } else {
+      st = policy.status();
+    }
   }
 
   YamlReader log = top.Child("log");

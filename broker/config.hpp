@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "broker/policy/policy_config.hpp"
 #include "common/protocol/messages.hpp"
 #include "common/status.hpp"
 
@@ -21,6 +22,11 @@ struct TenantConfig {
   std::vector<std::string> tokens;
   // Literal secrets masked with *** in everything this tenant's jobs return.
   std::vector<std::string> secrets;
+  // Two-level opt-in: without `enabled` every submit answers
+  // CODE_EXECUTION_DISABLED; without `auto_approve` every job waits for an
+  // admin's approval (awaiting_approval).
+  bool enabled = false;
+  bool auto_approve = false;
   // Scheduling overrides; 0 takes the `scheduling` default.
   uint32_t weight = 0;        // share of contended slots (weighted round-robin)
   uint64_t slots = 0;         // jobs running at once
@@ -65,6 +71,10 @@ struct BrokerConfig {
   uint64_t max_files_bytes = 10u << 20;
   uint64_t wait_grace_ms = 5000;  // wait:true answers after timeout + grace at the latest
   SchedulingConfig scheduling;
+  // Governance.
+  PolicyConfig policy;                 // `policy:` (docs/policy.md)
+  uint64_t approval_timeout_s = 3600;  // a job awaiting approval longer ends APPROVAL_EXPIRED
+  uint64_t audit_max_entries = 1000000;  // the audit stream keeps this many (0: all)
   // Auth.
   std::vector<TenantConfig> tenants;
   std::vector<std::string> admin_tokens;

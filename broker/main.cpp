@@ -8,8 +8,11 @@
 #include "broker/api/http_api.hpp"
 #include "broker/config.hpp"
 #include "broker/metrics/broker_metrics.hpp"
+#include "broker/policy/policy.hpp"
+#include "broker/scheduler/audit_writer.hpp"
 #include "broker/scheduler/dispatcher.hpp"
 #include "broker/scheduler/event_bus.hpp"
+#include "broker/store/audit_store.hpp"
 #include "broker/store/job_store.hpp"
 #include "broker/store/schedule_store.hpp"
 #include "broker/store/session_store.hpp"
@@ -68,6 +71,10 @@ int main(int argc, char** argv) {
   broker::SessionStore sessions(pool->get(), settings.session_ttl_ms);
   broker::DispatcherStores stores{&store, &schedule, &sessions};
 
+  auto policy = broker::PolicyEngine::Create(cfg->policy);
+  if (!policy.ok()) return Fail(policy.status().WithContext(config_file));
+  broker::AuditStore audit(pool->get(), cfg->audit_max_entries);
+
   zmq::context_t zmq_ctx(1);
   broker::JobWaiters waiters;
   broker::BrokerMetrics metrics;
@@ -87,10 +94,13 @@ int main(int argc, char** argv) {
   }
   metrics.SetLimits(sc.global_slots, tenant_limits);
   dopts.metrics = &metrics;
+  broker::AuditWriter audit_writer(&audit, &store, &metrics);
+  dopts.audit = &audit_writer;
   if (auto st = schedule.PublishTenants(dopts.tenant_shares); !st.ok()) return Fail(st);
   auto dispatcher = broker::Dispatcher::Create(dopts, &zmq_ctx, stores, &waiters);
   if (!dispatcher.ok()) return Fail(dispatcher.status());
-  auto api = broker::HttpApi::Create(*cfg, stores, dispatcher->get(), &waiters, &metrics);
+  auto api = broker::HttpApi::Create(*cfg, stores, dispatcher->get(), &waiters, &metrics,
+                                     broker::Governance{&*policy, &audit, &audit_writer});
   if (!api.ok()) return Fail(api.status());
   auto endpoint = broker::RedisEndpoint::Parse(cfg->redis_url);
   if (!endpoint.ok()) return Fail(endpoint.status());
@@ -101,6 +111,7 @@ int main(int argc, char** argv) {
                (*dispatcher)->endpoint(), cfg->redis_url);
   std::jthread loop([&](std::stop_token st) { (*dispatcher)->Run(st); });
   std::jthread events([&](std::stop_token st) { bus.Run(st); });
+  std::jthread auditing([&](std::stop_token st) { audit_writer.Run(st); });
   std::thread http([&] { (*api)->Serve(); });
 
   int sig = 0;
@@ -112,5 +123,7 @@ int main(int argc, char** argv) {
   events.join();
   loop.request_stop();
   loop.join();
+  auditing.request_stop();  // after the loop: it writes what the loop queued
+  auditing.join();
   return 0;
 }

@@ -32,6 +32,9 @@ struct WorkerConfig {
   uint64_t max_output_bytes = 16u << 20;
   uint64_t max_collect_bytes = 10u << 20;
   uint32_t drain_timeout_ms = 60'000;  // SIGTERM waits this long for running jobs
+  // A session execution past its timeout is interrupted; if it has not
+  // stopped this much later, the session's sandbox is destroyed.
+  uint32_t session_interrupt_grace_ms = 2000;
   std::string metrics_endpoint;        // reported to brokers; empty when none
   std::string metrics_listen;          // host:port of GET /metrics; empty: off
   sandbox::SandboxConfig sandbox;

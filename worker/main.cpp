@@ -92,6 +92,7 @@ int main(int argc, char** argv) {
   run_options.max_timeout_ms = cfg->max_timeout_ms;
   run_options.max_output_bytes = cfg->max_output_bytes;
   run_options.max_collect_bytes = cfg->max_collect_bytes;
+  run_options.interrupt_grace = std::chrono::milliseconds(cfg->session_interrupt_grace_ms);
   zmq::context_t ctx(1);
   {
     worker::Executor executor(run_options, cfg->slots, &pool, &events, metrics->get());

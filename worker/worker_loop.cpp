@@ -34,6 +34,7 @@ WorkerLoop::WorkerLoop(const WorkerConfig& config, zmq::context_t* ctx, Executor
       {protocol::MessageType::kHeartbeat, &WorkerLoop::OnHeartbeat},
       {protocol::MessageType::kExecute, &WorkerLoop::OnExecute},
       {protocol::MessageType::kCancel, &WorkerLoop::OnCancel},
+      {protocol::MessageType::kCloseSession, &WorkerLoop::OnCloseSession},
       {protocol::MessageType::kDisconnect, &WorkerLoop::OnDisconnect},
       {protocol::MessageType::kRegister, &WorkerLoop::OnUnexpected},
       {protocol::MessageType::kOutputChunk, &WorkerLoop::OnUnexpected},
@@ -123,6 +124,10 @@ void WorkerLoop::OnCancel(BrokerLink&, protocol::Message& m) {
   executor_->Cancel(std::get<protocol::Cancel>(m).job_id);
 }
 
+void WorkerLoop::OnCloseSession(BrokerLink&, protocol::Message& m) {
+  executor_->CloseSession(std::get<protocol::CloseSession>(m).session_id);
+}
+
 void WorkerLoop::OnDisconnect(BrokerLink& link, protocol::Message& m) {
   spdlog::info("broker at {} asked us to register again: {}", link.endpoint(),
                std::get<protocol::Disconnect>(m).reason);
@@ -162,6 +167,11 @@ void WorkerLoop::SendEvents() {
 
 void WorkerLoop::Tick() {
   auto now = Clock::now();
+  if (now >= next_session_expiry_) {
+    // Idle sessions past their TTL lose their sandboxes.
+    executor_->ExpireSessions();
+    next_session_expiry_ = now + std::chrono::seconds(1);
+  }
   for (auto& link : links_) {
     if (link->Silent(now)) {
       if (link->registered()) {

@@ -42,6 +42,7 @@ class WorkerLoop {
   void OnHeartbeat(BrokerLink& link, common::protocol::Message& m);
   void OnExecute(BrokerLink& link, common::protocol::Message& m);
   void OnCancel(BrokerLink& link, common::protocol::Message& m);
+  void OnCloseSession(BrokerLink& link, common::protocol::Message& m);
   void OnDisconnect(BrokerLink& link, common::protocol::Message& m);
   void OnUnexpected(BrokerLink& link, common::protocol::Message& m);
 
@@ -58,6 +59,7 @@ class WorkerLoop {
   std::deque<OutboundEvent> unsent_;
   static constexpr size_t kMaxUnsent = 100000;
   bool draining_ = false;
+  std::chrono::steady_clock::time_point next_session_expiry_{};
 };
 
 }  // namespace kiln::worker

@@ -36,6 +36,8 @@ const char* RouteName(const httplib::Request& req) {
   if (path == "/v1/health") return "health";
   if (path == "/v1/workers") return "workers";
   if (path == "/v1/capabilities") return "capabilities";
+  if (path == "/v1/approvals") return "approvals";
+  if (path == "/v1/audit" || path == "/v1/audit/verify") return "audit";
   if (path == "/v1/sessions") return "sessions";
   if (path.substr(0, 13) == "/v1/sessions/") return req.method == "DELETE" ? "session_delete" : "other";
   if (path == kExecutions) return req.method == "POST" ? "submit" : "other";
@@ -46,6 +48,7 @@ const char* RouteName(const httplib::Request& req) {
   std::string_view tail = rest.substr(slash);
   if (tail == "/events" && req.method == "GET") return "events";
   if (tail == "/cancel" && req.method == "POST") return "cancel";
+  if ((tail == "/approve" || tail == "/deny") && req.method == "POST") return "approval";
   return "other";
 }
 
@@ -70,8 +73,10 @@ common::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Create(const BrokerConfig& c
                                                            DispatcherStores stores,
                                                            Dispatcher* dispatcher,
                                                            JobWaiters* waiters,
-                                                           BrokerMetrics* metrics) {
-  std::unique_ptr<HttpApi> api(new HttpApi(config, stores, dispatcher, waiters, metrics));
+                                                           BrokerMetrics* metrics,
+                                                           Governance governance) {
+  std::unique_ptr<HttpApi> api(
+      new HttpApi(config, stores, dispatcher, waiters, metrics, governance));
   ASSIGN_OR_RETURN(api->redis_endpoint_, RedisEndpoint::Parse(config.redis_url));
   const std::string& listen = config.http_listen;
   auto colon = listen.rfind(':');
@@ -96,7 +101,7 @@ common::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Create(const BrokerConfig& c
 }
 
 HttpApi::HttpApi(const BrokerConfig& config, DispatcherStores stores, Dispatcher* dispatcher,
-                 JobWaiters* waiters, BrokerMetrics* metrics)
+                 JobWaiters* waiters, BrokerMetrics* metrics, Governance governance)
     : config_(config),
       store_(stores.jobs),
       schedule_(stores.schedule),
@@ -104,6 +109,7 @@ HttpApi::HttpApi(const BrokerConfig& config, DispatcherStores stores, Dispatcher
       dispatcher_(dispatcher),
       waiters_(waiters),
       metrics_(metrics),
+      governance_(governance),
       server_(std::make_unique<httplib::Server>()) {
   const size_t threads = config.http_threads;
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
@@ -131,6 +137,15 @@ void HttpApi::Routes() {
         [this](const httplib::Request& q, httplib::Response& r) { Events(q, r); });
   s.Post(R"(/v1/executions/([^/]+)/cancel)",
          [this](const httplib::Request& q, httplib::Response& r) { Cancel(q, r); });
+  s.Post(R"(/v1/executions/([^/]+)/approve)",
+         [this](const httplib::Request& q, httplib::Response& r) { Approve(q, r); });
+  s.Post(R"(/v1/executions/([^/]+)/deny)",
+         [this](const httplib::Request& q, httplib::Response& r) { Deny(q, r); });
+  s.Get("/v1/approvals",
+        [this](const httplib::Request& q, httplib::Response& r) { ListApprovals(q, r); });
+  s.Get("/v1/audit", [this](const httplib::Request& q, httplib::Response& r) { ReadAudit(q, r); });
+  s.Get("/v1/audit/verify",
+        [this](const httplib::Request& q, httplib::Response& r) { VerifyAudit(q, r); });
   s.Get("/v1/sessions",
         [this](const httplib::Request& q, httplib::Response& r) { ListSessions(q, r); });
   s.Delete(R"(/v1/sessions/([^/]+))",
@@ -178,8 +193,8 @@ common::StatusOr<HttpApi::Caller> HttpApi::Authenticate(const httplib::Request& 
     return Status(Code::kUnauthorized, "missing bearer token");
   }
   std::string token = h.substr(kBearer.size());
-  for (const auto& t : config_.admin_tokens) {
-    if (t == token) return Caller{"", true};
+  for (size_t i = 0; i < config_.admin_tokens.size(); ++i) {
+    if (config_.admin_tokens[i] == token) return Caller{"", true, i};
   }
   for (const auto& tenant : config_.tenants) {
     for (const auto& t : tenant.tokens) {
@@ -195,8 +210,23 @@ void HttpApi::Submit(const httplib::Request& req, httplib::Response& res) {
   if (caller->admin) {
     return ReplyError(res, Status(Code::kForbidden, "admin tokens cannot submit jobs"));
   }
+  const TenantConfig* tenant = FindTenant(config_, caller->tenant);
+  if (!tenant->enabled) {
+    return ReplyError(res, Status(Code::kCodeExecutionDisabled,
+                                  "code execution is not enabled for tenant " + tenant->name));
+  }
   auto spec = ParseSubmitRequest(req.body, caller->tenant, config_);
   if (!spec.ok()) return ReplyError(res, spec.status());
+  if (governance_.policy) {
+    PolicyVerdict verdict = governance_.policy->Evaluate(spec->language, spec->code);
+    if (metrics_) {
+      for (const auto& w : verdict.warnings) {
+        metrics_->PolicyHit(spec->tenant, spec->language, w, "warn");
+      }
+    }
+    if (verdict.blocked) return RejectBlocked(std::move(*spec), verdict, res);
+    spec->warnings = std::move(verdict.warnings);
+  }
   const bool wait = spec->wait;
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(spec->limits.timeout_ms + config_.wait_grace_ms);
@@ -215,8 +245,10 @@ void HttpApi::Submit(const httplib::Request& req, httplib::Response& res) {
     return ReplyError(res, Status(Code::kRuntimeUnavailable,
                                   "no live worker offers " + spec->language + "; retry later"));
   }
-  const TenantConfig* tenant = FindTenant(config_, caller->tenant);
   TenantQuota quota{TenantMaxQueue(config_, *tenant), TenantMaxSessions(config_, *tenant)};
+  quota.needs_approval = !tenant->auto_approve;
+  quota.approval_deadline_ms =
+      common::NowMs() + static_cast<int64_t>(config_.approval_timeout_s) * 1000;
   const std::string id = spec->id;
   const std::string language = spec->language;
   // Waiting starts before the job exists: it may end before Submit returns.
@@ -244,13 +276,16 @@ void HttpApi::Submit(const httplib::Request& req, httplib::Response& res) {
     res.set_header("Idempotent-Replay", "true");
     return ReplyWithJob(res, out->replay_id, wait, deadline);
   }
+  const char* status = "queued";
   if (out->kind == SubmitOutcome::Kind::kStarted) {
     dispatcher_->Start(std::move(*spec), out->worker, out->session_epoch);
+  } else if (out->kind == SubmitOutcome::Kind::kHeld) {
+    status = "awaiting_approval";
   } else {
     dispatcher_->Poke();
   }
   if (metrics_) metrics_->Submitted(caller->tenant, language);
-  if (!wait) return Reply(res, 202, {{"id", id}, {"status", "queued"}});
+  if (!wait) return Reply(res, 202, {{"id", id}, {"status", status}});
   auto record = AwaitEnd(std::move(handle), id, deadline);
   if (!record.ok()) return ReplyError(res, StoreError(record.status()));
   Reply(res, 200, record->ToJson());
@@ -338,6 +373,173 @@ void HttpApi::Cancel(const httplib::Request& req, httplib::Response& res) {
                                  : json{{"id", id}, {"status", JobStatusName(done->status)}});
 }
 
+void HttpApi::RejectBlocked(JobSpec spec, const PolicyVerdict& verdict,
+                            httplib::Response& res) {
+  const Status blocked = verdict.BlockStatus();
+  if (metrics_) {
+    metrics_->PolicyHit(spec.tenant, spec.language, verdict.blocked->rule, "block");
+  }
+  spec.warnings = verdict.warnings;
+  JobRecord record = JobRecord::Ended(spec, JobStatus::kRejected, blocked.code(),
+                                      blocked.message());
+  record.finished_ms = common::NowMs();
+  // Stored and audited like any job, so an operator sees what was refused.
+  if (auto st = store_->CreateEnded(spec, record); !st.ok()) {
+    return ReplyError(res, StoreError(st));
+  }
+  if (metrics_) metrics_->Finished(record);
+  if (governance_.audit_writer) governance_.audit_writer->Add(record, &spec, "none");
+  json body = ErrorJson(blocked);
+  body["id"] = spec.id;
+  body["rule"] = verdict.blocked->rule;
+  Reply(res, common::HttpStatusFor(blocked.code()), body);
+}
+
+void HttpApi::Approve(const httplib::Request& req, httplib::Response& res) {
+  auto caller = Authenticate(req);
+  if (!caller.ok()) return ReplyError(res, caller.status());
+  if (!caller->admin) return ReplyError(res, Status(Code::kForbidden, "admin token required"));
+  bool trust = false;
+  if (!req.body.empty()) {
+    json body = json::parse(req.body, nullptr, false);
+    if (body.is_discarded() || !body.is_object()) {
+      return ReplyError(res, common::InvalidRequest("body must be a JSON object"));
+    }
+    for (const auto& [key, value] : body.items()) {
+      if (key != "trust_session") return ReplyError(res, common::InvalidRequest("unknown field '" + key + "'"));
+      if (!value.is_boolean()) {
+        return ReplyError(res, common::InvalidRequest("trust_session: expected true or false"));
+      }
+      trust = value.get<bool>();
+    }
+  }
+  const std::string id = req.matches[1];
+  auto record = store_->Load(id);
+  if (!record.ok()) {
+    return ReplyError(res, record.status().code() == Code::kNotFound ? record.status()
+                                                                     : StoreError(record.status()));
+  }
+  auto out = dispatcher_->Approve(id, trust, "admin:" + std::to_string(caller->admin_index));
+  if (!out.ok()) return ReplyError(res, StoreError(out.status()));
+  switch (out->kind) {
+    case ApproveOutcome::Kind::kMissing:
+      return ReplyError(res, common::NotFound("no execution with id " + id));
+    case ApproveOutcome::Kind::kNotAwaiting:
+      return ReplyError(res, common::InvalidRequest("execution " + id +
+                                                    " is not awaiting approval (it is " +
+                                                    out->status + ")"));
+    case ApproveOutcome::Kind::kSessionGone: {
+      JobRecord ended = *record;
+      ended.status = JobStatus::kCancelled;
+      ended.error = JobError{"CANCELLED", "its session was deleted before approval", false, "", ""};
+      ended.finished_ms = common::NowMs();
+      (void)dispatcher_->EndJob(ended, FinishExpect::kAwaitingApproval);
+      return Reply(res, 200, {{"id", id}, {"status", "cancelled"}});
+    }
+    default:
+      break;
+  }
+  if (metrics_) metrics_->Approval(record->tenant, "approved");
+  Reply(res, 200,
+        {{"id", id},
+         {"status", out->kind == ApproveOutcome::Kind::kStarted ? "running" : "queued"},
+         {"trust_session", trust}});
+}
+
+void HttpApi::Deny(const httplib::Request& req, httplib::Response& res) {
+  auto caller = Authenticate(req);
+  if (!caller.ok()) return ReplyError(res, caller.status());
+  if (!caller->admin) return ReplyError(res, Status(Code::kForbidden, "admin token required"));
+  const std::string id = req.matches[1];
+  auto record = store_->Load(id);
+  if (!record.ok()) {
+    return ReplyError(res, record.status().code() == Code::kNotFound ? record.status()
+                                                                     : StoreError(record.status()));
+  }
+  if (record->status != JobStatus::kAwaitingApproval) {
+    return ReplyError(res, common::InvalidRequest("execution " + id + " is not awaiting approval (it is " +
+                                                  JobStatusName(record->status) + ")"));
+  }
+  JobRecord ended = *record;
+  ended.status = JobStatus::kRejected;
+  ended.error = JobError{"APPROVAL_DENIED",
+                         "denied by admin:" + std::to_string(caller->admin_index), false, "", ""};
+  ended.finished_ms = common::NowMs();
+  auto out = dispatcher_->EndJob(ended, FinishExpect::kAwaitingApproval);
+  if (!out.ok()) return ReplyError(res, StoreError(out.status()));
+  if (out->kind != FinishOutcome::Kind::kStored) {
+    return ReplyError(res, common::InvalidRequest("execution " + id +
+                                                  " is no longer awaiting approval (it is " +
+                                                  out->status + ")"));
+  }
+  if (metrics_) metrics_->Approval(record->tenant, "denied");
+  Reply(res, 200, ended.ToJson());
+}
+
+void HttpApi::ListApprovals(const httplib::Request& req, httplib::Response& res) {
+  auto caller = Authenticate(req);
+  if (!caller.ok()) return ReplyError(res, caller.status());
+  if (!caller->admin) return ReplyError(res, Status(Code::kForbidden, "admin token required"));
+  auto pending = schedule_->PendingApprovals(500);
+  if (!pending.ok()) return ReplyError(res, StoreError(pending.status()));
+  json list = json::array();
+  for (const auto& [id, deadline] : *pending) {
+    auto spec = store_->LoadSpec(id);
+    if (!spec.ok()) continue;
+    list.push_back({{"id", id},
+                    {"tenant", spec->tenant},
+                    {"language", spec->language},
+                    {"session_id", spec->session_id.empty() ? json(nullptr) : json(spec->session_id)},
+                    {"code", spec->code},
+                    {"warnings", spec->warnings},
+                    {"created_at", spec->created_ms},
+                    {"expires_at", deadline}});
+  }
+  Reply(res, 200, {{"approvals", list}});
+}
+
+void HttpApi::ReadAudit(const httplib::Request& req, httplib::Response& res) {
+  auto caller = Authenticate(req);
+  if (!caller.ok()) return ReplyError(res, caller.status());
+  if (!caller->admin) return ReplyError(res, Status(Code::kForbidden, "admin token required"));
+  if (!governance_.audit) return ReplyError(res, common::NotFound("the audit trail is off"));
+  size_t count = 500;
+  if (req.has_param("count")) {
+    auto c = req.get_param_value("count");
+    auto [p, ec] = std::from_chars(c.data(), c.data() + c.size(), count);
+    if (ec != std::errc() || p != c.data() + c.size() || count == 0 || count > 10000) {
+      return ReplyError(res, common::InvalidRequest("count: 1-10000"));
+    }
+  }
+  auto page = governance_.audit->Read(req.get_param_value("after"), count);
+  if (!page.ok()) {
+    return ReplyError(res, page.status().code() == Code::kInvalidRequest ? page.status()
+                                                                         : StoreError(page.status()));
+  }
+  json entries = json::array();
+  for (const auto& e : page->entries) entries.push_back(e.ToExportJson());
+  Reply(res, 200, {{"entries", entries},
+                   {"anchor", page->anchor},
+                   {"head", page->head},
+                   {"next", page->entries.empty() ? json(nullptr) : json(page->entries.back().id)}});
+}
+
+void HttpApi::VerifyAudit(const httplib::Request& req, httplib::Response& res) {
+  auto caller = Authenticate(req);
+  if (!caller.ok()) return ReplyError(res, caller.status());
+  if (!caller->admin) return ReplyError(res, Status(Code::kForbidden, "admin token required"));
+  if (!governance_.audit) return ReplyError(res, common::NotFound("the audit trail is off"));
+  auto report = governance_.audit->Verify();
+  if (!report.ok()) return ReplyError(res, StoreError(report.status()));
+  json body = {{"ok", !report->broken}, {"checked", report->checked}, {"broken", nullptr}};
+  if (report->broken) {
+    body["broken"] = {{"index", report->broken->index},
+                      {"id", report->broken->id},
+                      {"reason", report->broken->reason}};
+  }
+  Reply(res, 200, body);
+}
+
 void HttpApi::ListSessions(const httplib::Request& req, httplib::Response& res) {
   auto caller = Authenticate(req);
   if (!caller.ok()) return ReplyError(res, caller.status());
@@ -384,6 +586,8 @@ void HttpApi::DeleteSession(const httplib::Request& req, httplib::Response& res)
     (void)schedule_->PublishCancel(deleted->running_job);
     cancelled.push_back(deleted->running_job);
   }
+  // Its sandbox goes now (once a running execution has ended).
+  if (!deleted->worker.empty()) dispatcher_->CloseSession(deleted->worker, sid);
   Reply(res, 200, {{"id", sid}, {"state", "deleted"}, {"cancelled", cancelled}});
 }
 
@@ -392,7 +596,8 @@ void HttpApi::Capabilities(const httplib::Request& req, httplib::Response& res) 
   if (!caller.ok()) return ReplyError(res, caller.status());
   Reply(res, 200,
         {{"tenant", caller->admin ? json(nullptr) : json(caller->tenant)},
-         {"code_execution", !caller->admin},
+         {"code_execution", !caller->admin && FindTenant(config_, caller->tenant)->enabled},
+         {"auto_approve", !caller->admin && FindTenant(config_, caller->tenant)->auto_approve},
          {"runtimes", dispatcher_->Runtimes()}});
 }
 

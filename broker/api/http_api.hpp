@@ -6,6 +6,8 @@
 // Routes: POST /v1/executions (with Idempotency-Key), GET /v1/executions/{id},
 // GET /v1/executions/{id}/events (SSE), POST /v1/executions/{id}/cancel,
 // GET /v1/sessions, DELETE /v1/sessions/{id}, GET /v1/capabilities,
+// POST /v1/executions/{id}/approve|deny, GET /v1/approvals, GET /v1/audit,
+// GET /v1/audit/verify (admin),
 // GET /v1/workers (admin), GET /v1/health, GET /metrics (Prometheus, no
 // auth; counted in `metrics`, which may be null). An event stream holds one HTTP
 // thread and one Redis connection while it is open. Every error answers with the API's error object
@@ -20,7 +22,10 @@
 #include <string>
 
 #include "broker/config.hpp"
+#include "broker/policy/policy.hpp"
+#include "broker/scheduler/audit_writer.hpp"
 #include "broker/scheduler/dispatcher.hpp"
+#include "broker/store/audit_store.hpp"
 #include "broker/scheduler/job_waiters.hpp"
 #include "broker/store/job_store.hpp"
 #include "common/status.hpp"
@@ -35,13 +40,21 @@ namespace kiln::broker {
 
 class BrokerMetrics;
 
+// Policy and audit, optional (tests of other parts leave them out).
+struct Governance {
+  const PolicyEngine* policy = nullptr;
+  AuditStore* audit = nullptr;
+  AuditWriter* audit_writer = nullptr;
+};
+
 class HttpApi {
  public:
   static common::StatusOr<std::unique_ptr<HttpApi>> Create(const BrokerConfig& config,
                                                            DispatcherStores stores,
                                                            Dispatcher* dispatcher,
                                                            JobWaiters* waiters,
-                                                           BrokerMetrics* metrics = nullptr);
+                                                           BrokerMetrics* metrics = nullptr,
+                                                           Governance governance = {});
   ~HttpApi();
   HttpApi(const HttpApi&) = delete;
   HttpApi& operator=(const HttpApi&) = delete;
@@ -54,10 +67,11 @@ class HttpApi {
   struct Caller {
     std::string tenant;  // empty for admin tokens
     bool admin = false;
+    size_t admin_index = 0;  // which admin token: "admin:<n>" in the audit trail
   };
 
   HttpApi(const BrokerConfig& config, DispatcherStores stores, Dispatcher* dispatcher,
-          JobWaiters* waiters, BrokerMetrics* metrics);
+          JobWaiters* waiters, BrokerMetrics* metrics, Governance governance);
   void Routes();
   common::StatusOr<Caller> Authenticate(const httplib::Request& req) const;
   void Submit(const httplib::Request& req, httplib::Response& res);
@@ -78,6 +92,13 @@ class HttpApi {
   // re-reading Redis every second in case a notice was lost.
   common::StatusOr<JobRecord> AwaitEnd(JobWaiters::Handle handle, const std::string& id,
                                        std::chrono::steady_clock::time_point deadline);
+  // Policy said block: the job is stored rejected (and audited), never run.
+  void RejectBlocked(JobSpec spec, const PolicyVerdict& verdict, httplib::Response& res);
+  void Approve(const httplib::Request& req, httplib::Response& res);
+  void Deny(const httplib::Request& req, httplib::Response& res);
+  void ListApprovals(const httplib::Request& req, httplib::Response& res);
+  void ReadAudit(const httplib::Request& req, httplib::Response& res);
+  void VerifyAudit(const httplib::Request& req, httplib::Response& res);
   void ListSessions(const httplib::Request& req, httplib::Response& res);
   void DeleteSession(const httplib::Request& req, httplib::Response& res);
   void Capabilities(const httplib::Request& req, httplib::Response& res);
@@ -94,6 +115,7 @@ class HttpApi {
   Dispatcher* dispatcher_;
   JobWaiters* waiters_;
   BrokerMetrics* metrics_;
+  Governance governance_;
   std::unique_ptr<httplib::Server> server_;
   RedisEndpoint redis_endpoint_;  // event streams open their own connections
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();

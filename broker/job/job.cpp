@@ -93,6 +93,7 @@ json JobSpec::ToJson() const {
           {"session_id", session_id},
           {"conversation_id", conversation_id},
           {"priority", priority},
+          {"warnings", warnings},
           {"input_json", input_json},
           {"env", env},
           {"files", FilesJson(files)},
@@ -112,6 +113,7 @@ common::StatusOr<JobSpec> JobSpec::FromJson(const json& j) {
     s.session_id = j.at("session_id").get<std::string>();
     s.conversation_id = j.value("conversation_id", "");
     s.priority = j.value("priority", 0u);
+    s.warnings = j.value("warnings", std::vector<std::string>{});
     s.input_json = j.at("input_json").get<std::string>();
     s.env = j.at("env").get<std::map<std::string, std::string>>();
     ASSIGN_OR_RETURN(s.files, FilesFromJson(j.at("files")));
@@ -151,6 +153,7 @@ JobRecord JobRecord::Queued(const JobSpec& spec) {
   r.session_id = spec.session_id;
   r.tenant = spec.tenant;
   r.created_ms = spec.created_ms;
+  r.warnings = spec.warnings;
   return r;
 }
 

@@ -117,6 +117,24 @@ BrokerMetrics::BrokerMetrics() : registry_(std::make_shared<prometheus::Registry
                        .Help("Redis calls that failed")
                        .Register(r)
                        .Add({});
+  approvals_ = &prometheus::BuildCounter()
+                    .Name("kiln_approvals_total")
+                    .Help("Jobs that needed approval, by outcome (approved, denied, expired)")
+                    .Register(r);
+  policy_hits_ = &prometheus::BuildCounter()
+                      .Name("kiln_policy_matches_total")
+                      .Help("Policy rules that matched submitted code, by action (block, warn)")
+                      .Register(r);
+  approvals_pending_ = &prometheus::BuildGauge()
+                            .Name("kiln_approvals_pending")
+                            .Help("Jobs awaiting an admin's approval (cluster-wide)")
+                            .Register(r)
+                            .Add({});
+  audit_errors_ = &prometheus::BuildCounter()
+                       .Name("kiln_audit_errors_total")
+                       .Help("Audit entries that could not be written")
+                       .Register(r)
+                       .Add({});
   common::RegisterBuildInfo(r);
 }
 
@@ -153,6 +171,7 @@ void BrokerMetrics::SetSchedule(const TickOutcome& tick) {
   global_slots_busy_->Set(static_cast<double>(tick.global_leases));
   brokers_live_->Set(static_cast<double>(tick.brokers_live));
   sessions_live_->Set(static_cast<double>(tick.sessions));
+  approvals_pending_->Set(static_cast<double>(tick.approvals_pending));
 }
 
 void BrokerMetrics::SetLimits(uint64_t global_slots,
@@ -173,6 +192,18 @@ void BrokerMetrics::RedisCall(const std::string& op, double seconds) {
 void BrokerMetrics::Requeued() { requeued_->Increment(); }
 
 void BrokerMetrics::TakenOver() { taken_over_->Increment(); }
+
+void BrokerMetrics::Approval(const std::string& tenant, const std::string& outcome) {
+  approvals_->Add({{"tenant", tenant}, {"outcome", outcome}}).Increment();
+}
+
+void BrokerMetrics::PolicyHit(const std::string& tenant, const std::string& language,
+                              const std::string& rule, const std::string& action) {
+  policy_hits_->Add({{"tenant", tenant}, {"language", language}, {"rule", rule}, {"action", action}})
+      .Increment();
+}
+
+void BrokerMetrics::AuditError() { audit_errors_->Increment(); }
 
 void BrokerMetrics::SetWorkers(size_t live, uint64_t slots, uint64_t slots_busy) {
   workers_live_->Set(static_cast<double>(live));

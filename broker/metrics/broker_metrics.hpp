@@ -52,6 +52,12 @@ class BrokerMetrics {
   void Requeued();
   // A running job adopted from a broker that stopped.
   void TakenOver();
+  // Governance. `outcome`: approved, denied, expired (a job's approval);
+  // `action`: block or warn (a policy rule matched).
+  void Approval(const std::string& tenant, const std::string& outcome);
+  void PolicyHit(const std::string& tenant, const std::string& language, const std::string& rule,
+                 const std::string& action);
+  void AuditError();
   // Sums over live workers.
   void SetWorkers(size_t live, uint64_t slots, uint64_t slots_busy);
   // A worker declared dead, or gone with jobs (`jobs` of them lost).
@@ -83,6 +89,10 @@ class BrokerMetrics {
   prometheus::Gauge* sessions_live_;
   prometheus::Counter* requeued_;
   prometheus::Counter* taken_over_;
+  prometheus::Family<prometheus::Counter>* approvals_;
+  prometheus::Family<prometheus::Counter>* policy_hits_;
+  prometheus::Gauge* approvals_pending_;
+  prometheus::Counter* audit_errors_;
   prometheus::Gauge* workers_live_;
   prometheus::Gauge* worker_slots_;
   prometheus::Gauge* worker_slots_busy_;

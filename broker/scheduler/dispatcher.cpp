@@ -7,6 +7,7 @@
 #include <set>
 
 #include "broker/metrics/broker_metrics.hpp"
+#include "broker/scheduler/audit_writer.hpp"
 #include "common/clock.hpp"
 #include "common/protocol/codec.hpp"
 
@@ -116,6 +117,14 @@ void Dispatcher::Cancel(const std::string& job_id) {
   Wake();
 }
 
+void Dispatcher::CloseSession(const std::string& worker, const std::string& session_id) {
+  {
+    std::lock_guard lock(mu_);
+    closes_.emplace_back(worker, session_id);
+  }
+  Wake();
+}
+
 void Dispatcher::Wake() {
   uint64_t one = 1;
   ssize_t n = ::write(wake_.get(), &one, sizeof(one));
@@ -153,11 +162,44 @@ common::StatusOr<FinishOutcome> Dispatcher::EndJob(JobRecord record, FinishExpec
     return out.status();
   }
   if (out->kind == FinishOutcome::Kind::kStored) {
-    Counted(record);
+    Counted(record, out->approval, nullptr);
     waiters_->Notify(record);
   }
   StartAll(out->started);
   return out;
+}
+
+common::StatusOr<ApproveOutcome> Dispatcher::Approve(const std::string& job_id,
+                                                     bool trust_session,
+                                                     const std::string& approver) {
+  auto out = stores_.schedule->Approve(job_id, trust_session, approver, Candidates(),
+                                       common::NowMs());
+  if (!out.ok()) {
+    if (options_.metrics) options_.metrics->RedisError();
+    return out.status();
+  }
+  if (out->started) {
+    StartAll({*out->started});
+  } else if (out->kind == ApproveOutcome::Kind::kQueued) {
+    Poke();
+  }
+  return out;
+}
+
+void Dispatcher::ExpireApprovals(const std::vector<std::string>& ids) {
+  for (const auto& id : ids) {
+    auto record = stores_.jobs->Load(id);
+    if (!record.ok() || record->status != JobStatus::kAwaitingApproval) continue;
+    JobRecord r = *record;
+    r.status = JobStatus::kRejected;
+    r.error = JobError{"APPROVAL_EXPIRED", "no admin approved it within the approval window",
+                       false, "", ""};
+    r.finished_ms = common::NowMs();
+    auto out = EndJob(std::move(r), FinishExpect::kAwaitingApproval);
+    if (out.ok() && out->kind == FinishOutcome::Kind::kStored && options_.metrics) {
+      options_.metrics->Approval(record->tenant, "expired");
+    }
+  }
 }
 
 void Dispatcher::Run(std::stop_token stop) {
@@ -205,15 +247,20 @@ void Dispatcher::DrainInbox() {
   (void)n;
   std::deque<StartRequest> batch;
   std::deque<std::string> cancels;
+  std::deque<std::pair<std::string, std::string>> closes;
   bool poked = false;
   {
     std::lock_guard lock(mu_);
     batch.swap(inbox_);
     cancels.swap(cancels_);
+    closes.swap(closes_);
     std::swap(poked, poked_);
   }
   for (auto& req : batch) SendStart(std::move(req));
   for (const auto& id : cancels) CancelNow(id);
+  for (const auto& [worker, sid] : closes) {
+    if (table_.Known(worker)) Send(worker, protocol::CloseSession{sid});
+  }
   if (poked) pump_due_ = true;
 }
 
@@ -224,6 +271,10 @@ void Dispatcher::SendStart(StartRequest req) {
   execute.stream_output = true;
   if (auto s = options_.tenant_secrets.find(spec.tenant); s != options_.tenant_secrets.end()) {
     execute.secrets = s->second;
+  }
+  if (!spec.session_id.empty()) {
+    execute.session_epoch = req.session_epoch.value_or(0);
+    execute.session_ttl_ms = stores_.schedule->settings().session_ttl_ms;
   }
   JobRecord record = JobRecord::Queued(spec);
   record.status = JobStatus::kRunning;
@@ -345,10 +396,24 @@ void Dispatcher::HandleResult(const std::string& identity, protocol::Message& m)
     return;
   }
   JobRecord record = std::move(it->second.record);
+  JobSpec spec = std::move(it->second.spec);
   in_flight_.erase(it);
   table_.Release(identity, res.job_id);
   record.ApplyResult(res, common::NowMs());
-  Finish(std::move(record));
+  RenewEpoch(res, &record);
+  Finish(std::move(record), res.session_reset, &spec);
+}
+
+void Dispatcher::RenewEpoch(const protocol::Result& res, JobRecord* record) {
+  if (!res.session_reset || record->session_id.empty()) return;
+  auto epoch = stores_.schedule->NewSessionEpoch();
+  if (!epoch.ok()) {
+    if (options_.metrics) options_.metrics->RedisError();
+    spdlog::error("session {} lost its state but no new epoch could be allocated: {}",
+                  record->session_id, epoch.status().ToString());
+    return;
+  }
+  record->session_epoch = *epoch;
 }
 
 void Dispatcher::FinishForeign(const std::string& identity, const protocol::Result& res) {
@@ -370,8 +435,9 @@ void Dispatcher::FinishForeign(const std::string& identity, const protocol::Resu
     return;
   }
   record->ApplyResult(res, common::NowMs());
+  RenewEpoch(res, &*record);
   spdlog::info("storing the result of job {} dispatched by another broker", res.job_id);
-  Finish(std::move(*record));
+  Finish(std::move(*record), res.session_reset);
 }
 
 void Dispatcher::HandleDisconnect(const std::string& identity, protocol::Message& m) {
@@ -408,9 +474,9 @@ void Dispatcher::Tick() {
   }
   FailOverdue();
   // Retry terminal records Redis refused earlier.
-  std::vector<JobRecord> retry;
+  std::vector<std::pair<JobRecord, bool>> retry;
   retry.swap(unsaved_);
-  for (auto& r : retry) Finish(std::move(r));
+  for (auto& [r, reset] : retry) Finish(std::move(r), reset);
 }
 
 void Dispatcher::RenewLeases() {
@@ -420,7 +486,9 @@ void Dispatcher::RenewLeases() {
   const int64_t dead_after =
       static_cast<int64_t>(options_.heartbeat_interval.count()) * options_.liveness;
   auto t0 = Clock::now();
-  auto tick = stores_.schedule->Tick(refs, common::NowMs(), dead_after);
+  std::vector<std::string> workers;
+  for (const auto& [id, w] : table_.workers()) workers.push_back(id);
+  auto tick = stores_.schedule->Tick(refs, common::NowMs(), dead_after, workers);
   if (options_.metrics) options_.metrics->RedisCall("tick", SecondsSince(t0));
   if (!tick.ok()) {
     if (options_.metrics) options_.metrics->RedisError();
@@ -442,6 +510,11 @@ void Dispatcher::RenewLeases() {
   }
   if (queued > 0) pump_due_ = true;
   if (options_.metrics) options_.metrics->SetSchedule(*tick);
+  ExpireApprovals(tick->approvals_expired);
+  for (const auto& [worker, sid] : tick->sessions_expired) {
+    spdlog::info("session {} expired: closing it on worker {}", sid, worker);
+    Send(worker, protocol::CloseSession{sid});
+  }
 }
 
 void Dispatcher::TakeOver(bool include_self) {
@@ -562,10 +635,10 @@ void Dispatcher::LoseWorker(const std::string& worker, const std::vector<std::st
   }
 }
 
-void Dispatcher::Finish(JobRecord record) {
+void Dispatcher::Finish(JobRecord record, bool session_reset, const JobSpec* spec) {
   auto t0 = Clock::now();
-  auto out =
-      stores_.schedule->Finish(record, FinishExpect::kAny, Candidates(), common::NowMs());
+  auto out = stores_.schedule->Finish(record, FinishExpect::kAny, Candidates(), common::NowMs(),
+                                      session_reset);
   if (options_.metrics) options_.metrics->RedisCall("finish", SecondsSince(t0));
   if (!out.ok()) {
     if (options_.metrics) options_.metrics->RedisError();
@@ -573,11 +646,11 @@ void Dispatcher::Finish(JobRecord record) {
                   out.status().ToString());
     // Waiters get it now; Redis gets it on a later tick.
     waiters_->Notify(record);
-    unsaved_.push_back(std::move(record));
+    unsaved_.emplace_back(std::move(record), session_reset);
     return;
   }
   if (out->kind == FinishOutcome::Kind::kStored) {
-    Counted(record);
+    Counted(record, out->approval, spec);
     waiters_->Notify(record);
   } else if (out->kind == FinishOutcome::Kind::kEnded) {
     spdlog::info("job {} had already ended ({}); its later end is dropped", record.id,
@@ -586,8 +659,10 @@ void Dispatcher::Finish(JobRecord record) {
   StartAll(out->started);
 }
 
-void Dispatcher::Counted(const JobRecord& record) {
+void Dispatcher::Counted(const JobRecord& record, const std::string& approval,
+                         const JobSpec* spec) {
   if (options_.metrics) options_.metrics->Finished(record);
+  if (options_.audit) options_.audit->Add(record, spec, approval);
 }
 
 bool Dispatcher::Send(const std::string& identity, const protocol::Message& m) {

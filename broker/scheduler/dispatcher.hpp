@@ -43,6 +43,7 @@
 
 namespace kiln::broker {
 
+class AuditWriter;
 class BrokerMetrics;
 
 struct DispatcherOptions {
@@ -59,6 +60,7 @@ struct DispatcherOptions {
   // Per tenant: slot limit and weight, published to Redis every tick.
   std::vector<ScheduleStore::TenantShare> tenant_shares;
   BrokerMetrics* metrics = nullptr;  // optional; outlives the Dispatcher
+  AuditWriter* audit = nullptr;      // optional; gets every terminal record stored here
 };
 
 struct DispatcherStores {
@@ -103,10 +105,15 @@ class Dispatcher {
   // Cancels a job this broker has in flight (its worker is told; the
   // worker's Result ends it). Unknown or finished jobs are ignored.
   void Cancel(const std::string& job_id);
+  // A deleted session: its worker destroys the session's sandbox.
+  void CloseSession(const std::string& worker, const std::string& session_id);
   // Ends a job that has not run (cancelled, lost session, ...): stores the
   // terminal record if the job is still in `expect` state, counts it, wakes
   // its waiters, and starts whatever its slot lets run.
   common::StatusOr<FinishOutcome> EndJob(JobRecord record, FinishExpect expect);
+  // An admin approved a job awaiting approval; starts it if a slot is free.
+  common::StatusOr<ApproveOutcome> Approve(const std::string& job_id, bool trust_session,
+                                           const std::string& approver);
 
   // Workers that may be sent jobs (for ScheduleStore::Submit).
   std::vector<WorkerSlots> Candidates() const;
@@ -162,8 +169,12 @@ class Dispatcher {
   // Every terminal record of a job that ran passes here: one script stores
   // it, releases its slots and starts queued jobs; kept for a retry when
   // Redis refuses it.
-  void Finish(JobRecord record);
-  void Counted(const JobRecord& record);
+  void Finish(JobRecord record, bool session_reset = false, const JobSpec* spec = nullptr);
+  // A Result's session lost its state: the record gets a new session epoch.
+  void RenewEpoch(const common::protocol::Result& res, JobRecord* record);
+  // A terminal record this broker stored: metrics and the audit trail.
+  void Counted(const JobRecord& record, const std::string& approval, const JobSpec* spec);
+  void ExpireApprovals(const std::vector<std::string>& ids);
   bool Send(const std::string& identity, const common::protocol::Message& m);
   void PublishWorkers();
 
@@ -178,7 +189,8 @@ class Dispatcher {
   // Loop-owned state.
   WorkerTable table_;
   std::map<std::string, InFlight> in_flight_;
-  std::vector<JobRecord> unsaved_;  // terminal records Redis refused; retried each tick
+  // Terminal records Redis refused (with their session reset), retried each tick.
+  std::vector<std::pair<JobRecord, bool>> unsaved_;
   Clock::time_point started_at_;
   Clock::time_point next_tick_;
   Clock::time_point next_pump_;
@@ -189,6 +201,7 @@ class Dispatcher {
   mutable std::mutex mu_;
   std::deque<StartRequest> inbox_;
   std::deque<std::string> cancels_;
+  std::deque<std::pair<std::string, std::string>> closes_;  // worker, session
   bool poked_ = false;
   size_t queued_total_ = 0;  // every tenant's queue, from the last tick
   std::vector<WorkerView> worker_views_;

@@ -31,6 +31,9 @@ class JobStore {
 
   static std::string JobKey(const std::string& id) { return "{kiln}:job:" + id; }
 
+  // Stores a job that ended before it was admitted (blocked by policy): its
+  // record is terminal from the start.
+  common::Status CreateEnded(const JobSpec& spec, const JobRecord& record);
   // Writes a non-terminal or terminal record (status + record JSON).
   common::Status Update(const JobRecord& record);
   // NOT_FOUND when the job is unknown or expired.

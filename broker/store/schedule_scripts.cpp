@@ -176,6 +176,11 @@ local function session_after(sid, id, tenant, now, ttl_ms)
   if redis.call('EXISTS', sk) == 0 then return end
   if redis.call('HGET', sk, 'head') ~= id then
     redis.call('LREM', P .. 'sq:' .. sid, 0, id)
+    -- An execution that never became the head (denied, cancelled while
+    -- awaiting approval): the idle session's TTL runs again.
+    if redis.call('HGET', sk, 'head') == '' and redis.call('LLEN', P .. 'sq:' .. sid) == 0 then
+      redis.call('PEXPIRE', sk, ttl_ms)
+    end
     return
   end
   redis.call('HSET', sk, 'last_used_ms', now)
@@ -190,26 +195,68 @@ local function session_after(sid, id, tenant, now, ttl_ms)
     redis.call('PEXPIRE', sk, ttl_ms)
   end
 end
+
+-- Lets an accepted job compete for slots: a session's execution waits
+-- behind the one running (or queued) before it; otherwise it starts now if
+-- its tenant has nothing queued ahead and a slot is free, else it queues.
+-- Returns {'dispatched', worker, epoch} | {'queued', position, reason, epoch}
+--       | {'error', code, message}.
+local function admit(ctx, id, tenant, language, sid, score)
+  local jk = jobkey(id)
+  local qk = P .. 'q:' .. tenant
+  local epoch = ''
+  local pinned = ''
+  if sid ~= '' then
+    local sk = P .. 'session:' .. sid
+    if redis.call('EXISTS', sk) == 0 then
+      return {'error', 'SESSION_NOT_FOUND', 'session ' .. sid .. ' was deleted'}
+    end
+    epoch = redis.call('HGET', sk, 'epoch') or ''
+    redis.call('PERSIST', sk)
+    if (redis.call('HGET', sk, 'head') or '') ~= '' then
+      -- One execution per session at a time, in submission order.
+      local n = redis.call('RPUSH', P .. 'sq:' .. sid, id)
+      redis.call('HSET', jk, 'wait_reason', 'session')
+      return {'queued', n + 1, 'session', epoch}
+    end
+    redis.call('HSET', sk, 'head', id, 'state', 'busy')
+    pinned = redis.call('HGET', sk, 'worker') or ''
+  end
+  if redis.call('ZCARD', qk) == 0 then
+    local w, why = pick_worker(ctx, tenant, language, pinned, sid ~= '' and pinned == '')
+    if w then
+      return {'dispatched', w, start_job(ctx, id, tenant, w, sid)}
+    end
+    redis.call('HSET', jk, 'wait_reason', why)
+    enqueue(tenant, id, score)
+    return {'queued', 1, why, epoch}
+  end
+  enqueue(tenant, id, score)
+  redis.call('HSET', jk, 'wait_reason', 'fifo')
+  return {'queued', redis.call('ZRANK', qk, id) + 1, 'fifo', epoch}
+end
 )lua";
 
 // ARGV: id, tenant, language, session, priority (0-9), job ttl s, spec,
 // record, idempotency key, tenant queue cap, tenant session cap, session ttl
-// ms, conversation, created ms, then ctx.
-// Returns {'replay', id} | {'error', code, message} |
+// ms, conversation, created ms, hold ('1': needs approval), approval deadline
+// ms, then ctx.
+// Returns {'replay', id} | {'error', code, message} | {'held', epoch} |
 //         {'dispatched', worker, epoch} | {'queued', position, reason, epoch}.
 constexpr const char* kSubmit = R"lua(
 local id, tenant, language, sid = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local priority, ttl, spec, record, idem = tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local max_queue, sess_cap, sess_ttl = tonumber(ARGV[10]), tonumber(ARGV[11]), ARGV[12]
 local conversation, created = ARGV[13], ARGV[14]
-local ctx = read_ctx(15)
+local hold, approval_deadline = ARGV[15], ARGV[16]
+local ctx = read_ctx(17)
 local idem_key = P .. 'idem:' .. tenant .. ':' .. idem
 if idem ~= '' then
   local earlier = redis.call('GET', idem_key)
   if earlier then return {'replay', earlier} end
 end
 local sk = P .. 'session:' .. sid
-local session_busy, epoch, new_session = false, '', false
+local epoch, new_session = '', false
 if sid ~= '' then
   local s = redis.call('HMGET', sk, 'tenant', 'language', 'state', 'head', 'epoch')
   if s[1] then
@@ -220,7 +267,6 @@ if sid ~= '' then
     if s[3] == 'lost' then
       return {'error', 'SESSION_LOST', 'the worker holding session ' .. sid .. ' was lost; its state is gone'}
     end
-    session_busy = (s[4] or '') ~= ''
     epoch = s[5] or ''
   else
     local tk = P .. 'sessions:t:' .. tenant
@@ -241,7 +287,9 @@ if redis.call('ZCARD', qk) >= max_queue then
   return {'error', 'QUEUE_FULL', 'tenant queue holds ' .. max_queue .. ' jobs (the limit); retry later'}
 end
 if new_session then
-  epoch = '1'
+  -- Unique across every session ever created: a session deleted and created
+  -- again under the same id is a new incarnation for the worker too.
+  epoch = tostring(redis.call('INCR', P .. 'epoch'))
   redis.call('HSET', sk, 'tenant', tenant, 'language', language, 'state', 'idle', 'head', '',
              'worker', '', 'epoch', epoch, 'created_ms', created, 'last_used_ms', created,
              'executions', 0, 'conversation', conversation)
@@ -255,45 +303,38 @@ redis.call('HSET', jk, 'spec', spec, 'record', record, 'status', 'queued', 'tena
            'language', language, 'session', sid, 'score', score, 'created_ms', created)
 redis.call('EXPIRE', jk, ttl)
 if idem ~= '' then redis.call('SET', idem_key, id, 'EX', ttl) end
-if sid ~= '' then
-  redis.call('PERSIST', sk)
-  if session_busy then
-    -- One execution per session at a time, in submission order.
-    local n = redis.call('RPUSH', P .. 'sq:' .. sid, id)
-    redis.call('HSET', jk, 'wait_reason', 'session')
-    return {'queued', n + 1, 'session', epoch}
+if hold == '1' then
+  if sid ~= '' and redis.call('HGET', sk, 'trusted') == '1' then
+    redis.call('HSET', jk, 'approval', 'trusted_session')
+  else
+    -- Waits for an admin; holds no slot and no place in any queue.
+    redis.call('HSET', jk, 'status', 'awaiting_approval')
+    redis.call('ZADD', P .. 'approvals', approval_deadline, id)
+    if sid ~= '' then redis.call('PERSIST', sk) end
+    return {'held', epoch}
   end
-  redis.call('HSET', sk, 'head', id, 'state', 'busy')
+else
+  redis.call('HSET', jk, 'approval', 'auto')
 end
-if redis.call('ZCARD', qk) == 0 then
-  local pinned = ''
-  if sid ~= '' then pinned = redis.call('HGET', sk, 'worker') or '' end
-  local w, why = pick_worker(ctx, tenant, language, pinned, sid ~= '' and pinned == '')
-  if w then
-    return {'dispatched', w, start_job(ctx, id, tenant, w, sid)}
-  end
-  redis.call('HSET', jk, 'wait_reason', why)
-  enqueue(tenant, id, score)
-  return {'queued', 1, why, epoch}
-end
-enqueue(tenant, id, score)
-redis.call('HSET', jk, 'wait_reason', 'fifo')
-return {'queued', redis.call('ZRANK', qk, id) + 1, 'fifo', epoch}
+return admit(ctx, id, tenant, language, sid, score)
 )lua";
 
-// ARGV: id, status, record, job ttl s, expect ('any' or 'queued'), session
-// ttl ms, then ctx. Stores a terminal record unless the job has already
+// ARGV: id, status, record, job ttl s, expect, session
+// ttl ms, new session epoch ('' unless the worker reset the session), then ctx. Stores a terminal record unless the job has already
 // ended (one terminal state, whoever writes first), releases its leases and
 // queue places, moves its session on, announces it, then starts queued jobs.
-// Returns {'stored' | 'ended' | 'missing' | 'state', {pop output}, status}.
+// `expect` is 'any' or the status the job must still have ('queued',
+// 'awaiting_approval'). Returns {'stored' | 'ended' | 'missing' | 'state',
+// {pop output}, status, approval ('auto', 'trusted_session', 'admin:<n>', 'none')}.
 constexpr const char* kFinish = R"lua(
 local id, status, record, ttl, expect, sess_ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local ctx = read_ctx(7)
+local new_epoch = ARGV[7]
+local ctx = read_ctx(8)
 local jk = jobkey(id)
 local cur = redis.call('HMGET', jk, 'status', 'tenant', 'worker', 'broker', 'session')
-if not cur[1] then return {'missing', pop(ctx), ''} end
-if TERMINAL[cur[1]] then return {'ended', pop(ctx), cur[1]} end
-if expect == 'queued' and cur[1] ~= 'queued' then return {'state', {}, cur[1]} end
+if not cur[1] then return {'missing', pop(ctx), '', ''} end
+if TERMINAL[cur[1]] then return {'ended', pop(ctx), cur[1], ''} end
+if expect ~= 'any' and cur[1] ~= expect then return {'state', {}, cur[1], ''} end
 local tenant, worker, owner, sid = cur[2], cur[3] or '', cur[4] or '', cur[5] or ''
 redis.call('HSET', jk, 'record', record, 'status', status, 'finished_ms', ctx.now_s)
 redis.call('HDEL', jk, 'wait_reason')
@@ -304,11 +345,17 @@ if redis.call('ZREM', qk, id) == 1 and redis.call('ZCARD', qk) == 0 then
 end
 redis.call('ZREM', P .. 'lease:global', id)
 redis.call('ZREM', P .. 'lease:t:' .. tenant, id)
+redis.call('ZREM', P .. 'approvals', id)
 if worker ~= '' then redis.call('ZREM', P .. 'lease:w:' .. worker, id) end
 if owner ~= '' then redis.call('HDEL', P .. 'inflight:' .. owner, id) end
-if sid ~= '' then session_after(sid, id, tenant, ctx.now_s, sess_ttl) end
+if sid ~= '' then
+  if new_epoch ~= '' and redis.call('EXISTS', P .. 'session:' .. sid) == 1 then
+    redis.call('HSET', P .. 'session:' .. sid, 'epoch', new_epoch)
+  end
+  session_after(sid, id, tenant, ctx.now_s, sess_ttl)
+end
 redis.call('PUBLISH', P .. 'events', 'done ' .. id)
-return {'stored', pop(ctx), status}
+return {'stored', pop(ctx), status, redis.call('HGET', jk, 'approval') or 'none'}
 )lua";
 
 // ARGV: id, then ctx. A worker refused a running job (no free slot, or
@@ -339,17 +386,44 @@ enqueue(tenant, id, f[6])
 return pop(ctx)
 )lua";
 
+// ARGV: id, trust session ('1'/'0'), approver, then ctx. An admin approved
+// a job awaiting approval: it competes for slots from now on (and, trusted,
+// the rest of its session needs no approval).
+// Returns {'missing'} | {'state', status} | admit's reply, with the job's
+// spec appended when it was dispatched.
+constexpr const char* kApprove = R"lua(
+local id, trust, approver = ARGV[1], ARGV[2], ARGV[3]
+local ctx = read_ctx(4)
+local jk = jobkey(id)
+local f = redis.call('HMGET', jk, 'status', 'tenant', 'language', 'session', 'score', 'spec')
+if not f[1] then return {'missing'} end
+if f[1] ~= 'awaiting_approval' then return {'state', f[1]} end
+local sid = f[4] or ''
+redis.call('ZREM', P .. 'approvals', id)
+redis.call('HSET', jk, 'status', 'queued', 'approval', approver)
+if trust == '1' and sid ~= '' and redis.call('EXISTS', P .. 'session:' .. sid) == 1 then
+  redis.call('HSET', P .. 'session:' .. sid, 'trusted', '1')
+end
+local r = admit(ctx, id, f[2], f[3], sid, f[5])
+if r[1] == 'dispatched' then r[#r + 1] = f[6] end
+if r[1] == 'error' then redis.call('HSET', jk, 'status', 'awaiting_approval') end
+return r
+)lua";
+
 // ARGV: ctx. Starts queued jobs that can run now.
 constexpr const char* kPump = R"lua(
 return pop(read_ctx(1))
 )lua";
 
 // ARGV: broker, now, lease ms, broker dead-after ms, n, then n (id, tenant,
-// worker) of the jobs this broker has in flight. Renews the broker's
+// worker) of the jobs this broker has in flight, then the number of workers
+// it knows and their ids. Renews the broker's
 // registration and its jobs' leases (re-adding one that expired), and
 // reports the jobs it no longer owns (ended elsewhere, or taken over).
 // Returns {{ids no longer owned}, global leases, live brokers,
-//          {tenant, queued, leases, ...}, live sessions}.
+//          {tenant, queued, leases, ...}, live sessions, approvals pending,
+//          {ids whose approval window has passed (up to 100)},
+//          {worker, session, ...: expired sessions whose sandboxes must go}}.
 constexpr const char* kTick = R"lua(
 local broker, now, lease_ms, dead_after = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local n = tonumber(ARGV[5])
@@ -367,6 +441,20 @@ for k = 0, n - 1 do
     gone[#gone + 1] = id
   end
 end
+-- Sessions whose keys expired (idle past their TTL): their workers destroy
+-- the sandboxes. SREM decides which broker tells the worker.
+local closed = {}
+local nw = tonumber(ARGV[6 + 3 * n])
+for k = 1, nw do
+  local w = ARGV[6 + 3 * n + k]
+  for _, sid in ipairs(redis.call('SMEMBERS', P .. 'sessions:w:' .. w)) do
+    if redis.call('EXISTS', P .. 'session:' .. sid) == 0 and
+        redis.call('SREM', P .. 'sessions:w:' .. w, sid) == 1 then
+      closed[#closed + 1] = w
+      closed[#closed + 1] = sid
+    end
+  end
+end
 local stats = {}
 local sessions = 0
 for _, t in ipairs(redis.call('HKEYS', P .. 'tenants')) do
@@ -376,7 +464,9 @@ for _, t in ipairs(redis.call('HKEYS', P .. 'tenants')) do
   sessions = sessions + redis.call('ZCARD', P .. 'sessions:t:' .. t)
 end
 local brokers = redis.call('ZCOUNT', P .. 'brokers', now - dead_after, '+inf')
-return {gone, count_live(P .. 'lease:global', now), brokers, stats, sessions}
+local expired = redis.call('ZRANGEBYSCORE', P .. 'approvals', '-inf', now, 'LIMIT', 0, 100)
+return {gone, count_live(P .. 'lease:global', now), brokers, stats, sessions,
+        redis.call('ZCARD', P .. 'approvals'), expired, closed}
 )lua";
 
 // ARGV: self, dead_before ms, include_self ('1' on start-up). Takes over
@@ -507,6 +597,10 @@ const RedisScript& Finish() {
 }
 const RedisScript& Requeue() {
   static const RedisScript s(WithPrelude(kRequeue));
+  return s;
+}
+const RedisScript& Approve() {
+  static const RedisScript s(WithPrelude(kApprove));
   return s;
 }
 const RedisScript& Pump() {

@@ -11,6 +11,7 @@ namespace kiln::broker::scripts {
 const RedisScript& Submit();
 const RedisScript& Finish();
 const RedisScript& Requeue();
+const RedisScript& Approve();
 const RedisScript& Pump();
 const RedisScript& Tick();
 const RedisScript& Claim();

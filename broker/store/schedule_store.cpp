@@ -90,7 +90,9 @@ common::StatusOr<SubmitOutcome> ScheduleStore::Submit(const JobSpec& spec,
                                    std::to_string(quota.max_sessions),
                                    std::to_string(settings_.session_ttl_ms),
                                    spec.conversation_id,
-                                   std::to_string(spec.created_ms)};
+                                   std::to_string(spec.created_ms),
+                                   quota.needs_approval ? "1" : "0",
+                                   std::to_string(quota.approval_deadline_ms)};
   AppendContext(&args, workers, now_ms);
   auto conn = pool_->Acquire();
   auto reply = conn->Eval(scripts::Submit(), args);
@@ -103,6 +105,9 @@ common::StatusOr<SubmitOutcome> ScheduleStore::Submit(const JobSpec& spec,
   if (kind == "replay" && e.size() == 2) {
     out.kind = SubmitOutcome::Kind::kReplay;
     out.replay_id = e[1].str;
+  } else if (kind == "held" && e.size() == 2) {
+    out.kind = SubmitOutcome::Kind::kHeld;
+    out.session_epoch = Epoch(e[1]);
   } else if (kind == "error" && e.size() == 3) {
     return Status(CodeFromName(e[1].str), e[2].str);
   } else if (kind == "dispatched" && e.size() == 3) {
@@ -123,19 +128,24 @@ common::StatusOr<SubmitOutcome> ScheduleStore::Submit(const JobSpec& spec,
 common::StatusOr<FinishOutcome> ScheduleStore::Finish(const JobRecord& terminal,
                                                       FinishExpect expect,
                                                       const std::vector<WorkerSlots>& workers,
-                                                      int64_t now_ms) {
+                                                      int64_t now_ms, bool session_reset) {
+  std::string new_epoch;
+  if (session_reset && terminal.session_epoch) new_epoch = std::to_string(*terminal.session_epoch);
   std::vector<std::string> args = {terminal.id,
                                    JobStatusName(terminal.status),
                                    Dump(terminal.ToJson()),
                                    std::to_string(settings_.job_ttl_s),
-                                   expect == FinishExpect::kQueued ? "queued" : "any",
-                                   std::to_string(settings_.session_ttl_ms)};
+                                   expect == FinishExpect::kQueued             ? "queued"
+                                   : expect == FinishExpect::kAwaitingApproval ? "awaiting_approval"
+                                                                               : "any",
+                                   std::to_string(settings_.session_ttl_ms),
+                                   new_epoch};
   AppendContext(&args, workers, now_ms);
   auto conn = pool_->Acquire();
   auto reply = conn->Eval(scripts::Finish(), args);
   if (!reply.ok()) return reply.status().WithContext("storing the end of " + terminal.id);
   const RedisReply& r = *reply;
-  if (r.type != RedisReply::Type::kArray || r.elements.size() != 3) return Malformed("finish");
+  if (r.type != RedisReply::Type::kArray || r.elements.size() != 4) return Malformed("finish");
   FinishOutcome out;
   const std::string& kind = r.elements[0].str;
   if (kind == "stored") {
@@ -150,6 +160,7 @@ common::StatusOr<FinishOutcome> ScheduleStore::Finish(const JobRecord& terminal,
     return Malformed("finish");
   }
   out.status = r.elements[2].str;
+  out.approval = r.elements[3].str;
   ASSIGN_OR_RETURN(out.started, ParseStarted(r.elements[1], "finish"));
   return out;
 }
@@ -165,6 +176,52 @@ common::StatusOr<std::vector<StartedJob>> ScheduleStore::Requeue(
   return ParseStarted(r, "requeue");
 }
 
+common::StatusOr<ApproveOutcome> ScheduleStore::Approve(const std::string& job_id,
+                                                        bool trust_session,
+                                                        const std::string& approver,
+                                                        const std::vector<WorkerSlots>& workers,
+                                                        int64_t now_ms) {
+  std::vector<std::string> args = {job_id, trust_session ? "1" : "0", approver};
+  AppendContext(&args, workers, now_ms);
+  auto conn = pool_->Acquire();
+  auto reply = conn->Eval(scripts::Approve(), args);
+  if (!reply.ok()) return reply.status().WithContext("approving " + job_id);
+  const auto& e = reply->elements;
+  if (e.empty()) return Malformed("approve");
+  ApproveOutcome out;
+  const std::string& kind = e[0].str;
+  if (kind == "missing") {
+    out.kind = ApproveOutcome::Kind::kMissing;
+  } else if (kind == "state" && e.size() == 2) {
+    out.kind = ApproveOutcome::Kind::kNotAwaiting;
+    out.status = e[1].str;
+  } else if (kind == "error") {
+    out.kind = ApproveOutcome::Kind::kSessionGone;
+  } else if (kind == "dispatched" && e.size() == 4) {
+    out.kind = ApproveOutcome::Kind::kStarted;
+    out.started = StartedJob{job_id, e[1].str, e[3].str, Epoch(e[2])};
+  } else if (kind == "queued") {
+    out.kind = ApproveOutcome::Kind::kQueued;
+  } else {
+    return Malformed("approve");
+  }
+  return out;
+}
+
+common::StatusOr<std::vector<std::pair<std::string, int64_t>>> ScheduleStore::PendingApprovals(
+    size_t limit) {
+  auto conn = pool_->Acquire();
+  auto r = conn->Command({"ZRANGE", "{kiln}:approvals", "0", std::to_string(limit - 1),
+                          "WITHSCORES"});
+  if (!r.ok()) return r.status().WithContext("listing approvals");
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (size_t i = 0; i + 1 < r->elements.size(); i += 2) {
+    out.emplace_back(r->elements[i].str,
+                     std::strtoll(r->elements[i + 1].str.c_str(), nullptr, 10));
+  }
+  return out;
+}
+
 common::StatusOr<std::vector<StartedJob>> ScheduleStore::Pump(
     const std::vector<WorkerSlots>& workers, int64_t now_ms) {
   std::vector<std::string> args;
@@ -177,7 +234,8 @@ common::StatusOr<std::vector<StartedJob>> ScheduleStore::Pump(
 }
 
 common::StatusOr<TickOutcome> ScheduleStore::Tick(const std::vector<InFlightRef>& in_flight,
-                                                  int64_t now_ms, int64_t broker_dead_after_ms) {
+                                                  int64_t now_ms, int64_t broker_dead_after_ms,
+                                                  const std::vector<std::string>& workers) {
   std::vector<std::string> args = {settings_.broker_id, std::to_string(now_ms),
                                    std::to_string(settings_.lease_ms),
                                    std::to_string(broker_dead_after_ms),
@@ -187,11 +245,13 @@ common::StatusOr<TickOutcome> ScheduleStore::Tick(const std::vector<InFlightRef>
     args.push_back(f.tenant);
     args.push_back(f.worker);
   }
+  args.push_back(std::to_string(workers.size()));
+  for (const auto& w : workers) args.push_back(w);
   auto conn = pool_->Acquire();
   auto reply = conn->Eval(scripts::Tick(), args);
   if (!reply.ok()) return reply.status().WithContext("renewing leases");
   const RedisReply& r = *reply;
-  if (r.type != RedisReply::Type::kArray || r.elements.size() != 5) return Malformed("tick");
+  if (r.type != RedisReply::Type::kArray || r.elements.size() != 8) return Malformed("tick");
   TickOutcome out;
   for (const auto& id : r.elements[0].elements) out.not_owned.push_back(id.str);
   out.global_leases = static_cast<uint64_t>(r.elements[1].integer);
@@ -202,6 +262,12 @@ common::StatusOr<TickOutcome> ScheduleStore::Tick(const std::vector<InFlightRef>
                            static_cast<uint64_t>(stats[i + 2].integer)});
   }
   out.sessions = static_cast<uint64_t>(r.elements[4].integer);
+  out.approvals_pending = static_cast<uint64_t>(r.elements[5].integer);
+  for (const auto& id : r.elements[6].elements) out.approvals_expired.push_back(id.str);
+  const auto& closed = r.elements[7].elements;
+  for (size_t i = 0; i + 1 < closed.size(); i += 2) {
+    out.sessions_expired.emplace_back(closed[i].str, closed[i + 1].str);
+  }
   return out;
 }
 
@@ -218,6 +284,13 @@ common::StatusOr<std::vector<std::pair<std::string, std::string>>> ScheduleStore
     out.emplace_back(r.elements[i].str, r.elements[i + 1].str);
   }
   return out;
+}
+
+common::StatusOr<uint64_t> ScheduleStore::NewSessionEpoch() {
+  auto conn = pool_->Acquire();
+  auto r = conn->Command({"INCR", "{kiln}:epoch"});
+  if (!r.ok()) return r.status().WithContext("allocating a session epoch");
+  return static_cast<uint64_t>(r->integer);
 }
 
 Status ScheduleStore::PublishCancel(const std::string& job_id) {

@@ -48,6 +48,10 @@ struct ScheduleSettings {
 struct TenantQuota {
   uint64_t max_queue = 1000;
   uint32_t max_sessions = 100;
+  // Without auto-approval the job waits for an admin (unless its session is
+  // trusted) until approval_deadline_ms.
+  bool needs_approval = false;
+  int64_t approval_deadline_ms = 0;
 };
 
 // A job a script started: send it to `worker`.
@@ -59,7 +63,7 @@ struct StartedJob {
 };
 
 struct SubmitOutcome {
-  enum class Kind { kStarted, kQueued, kReplay };
+  enum class Kind { kStarted, kQueued, kReplay, kHeld };
   Kind kind = Kind::kQueued;
   std::string worker;     // kStarted
   std::string replay_id;  // kReplay: the job an earlier request with the key created
@@ -68,17 +72,18 @@ struct SubmitOutcome {
   std::optional<uint64_t> session_epoch;
 };
 
-enum class FinishExpect { kAny, kQueued };
+enum class FinishExpect { kAny, kQueued, kAwaitingApproval };
 
 struct FinishOutcome {
   enum class Kind {
     kStored,     // this call ended the job
     kEnded,      // it had already ended: nothing written
     kMissing,    // no such job (expired)
-    kNotQueued,  // FinishExpect::kQueued, but it is running now
+    kNotQueued,  // not in the expected state (e.g. it started meanwhile)
   };
   Kind kind = Kind::kStored;
   std::string status;  // the job's status after the call
+  std::string approval;  // kStored: auto, trusted_session, admin:<n> or none
   std::vector<StartedJob> started;
 };
 
@@ -100,6 +105,16 @@ struct TickOutcome {
   };
   std::vector<Tenant> tenants;
   uint64_t sessions = 0;
+  uint64_t approvals_pending = 0;
+  std::vector<std::string> approvals_expired;  // to end APPROVAL_EXPIRED
+  std::vector<std::pair<std::string, std::string>> sessions_expired;  // (worker, session)
+};
+
+struct ApproveOutcome {
+  enum class Kind { kStarted, kQueued, kMissing, kNotAwaiting, kSessionGone };
+  Kind kind = Kind::kQueued;
+  std::string status;             // kNotAwaiting: what it is now
+  std::optional<StartedJob> started;
 };
 
 class ScheduleStore {
@@ -124,18 +139,33 @@ class ScheduleStore {
                                          const std::string& idempotency_key,
                                          const TenantQuota& quota,
                                          const std::vector<WorkerSlots>& workers, int64_t now_ms);
+  // `session_reset`: the worker's interpreter for the record's session lost
+  // its state; the record already carries the session's new epoch
+  // (NewSessionEpoch), which the session takes.
   common::StatusOr<FinishOutcome> Finish(const JobRecord& terminal, FinishExpect expect,
-                                         const std::vector<WorkerSlots>& workers, int64_t now_ms);
+                                         const std::vector<WorkerSlots>& workers, int64_t now_ms,
+                                         bool session_reset = false);
+  // A session epoch never used before (sessions are created and reset with one).
+  common::StatusOr<uint64_t> NewSessionEpoch();
   // A worker refused a started job: back to its place in the queue.
   common::StatusOr<std::vector<StartedJob>> Requeue(const std::string& job_id,
                                                     const std::vector<WorkerSlots>& workers,
                                                     int64_t now_ms);
+  // An admin approved a job awaiting approval (`approver`: "admin:<n>").
+  common::StatusOr<ApproveOutcome> Approve(const std::string& job_id, bool trust_session,
+                                           const std::string& approver,
+                                           const std::vector<WorkerSlots>& workers,
+                                           int64_t now_ms);
+  // Jobs awaiting approval, oldest deadline first: (id, deadline ms).
+  common::StatusOr<std::vector<std::pair<std::string, int64_t>>> PendingApprovals(size_t limit);
   // Starts queued jobs that can run now.
   common::StatusOr<std::vector<StartedJob>> Pump(const std::vector<WorkerSlots>& workers,
                                                  int64_t now_ms);
   // Renews this broker's registration and its jobs' leases; reads the gauges.
+  // `workers`: the ids this broker knows, whose expired sessions it reports.
   common::StatusOr<TickOutcome> Tick(const std::vector<InFlightRef>& in_flight, int64_t now_ms,
-                                     int64_t broker_dead_after_ms);
+                                     int64_t broker_dead_after_ms,
+                                     const std::vector<std::string>& workers = {});
   // Takes over the jobs in flight of brokers silent since dead_before_ms (and
   // this broker's own from before a restart, when include_self). Returns
   // (job id, worker) pairs.

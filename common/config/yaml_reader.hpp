@@ -40,6 +40,8 @@ class YamlReader {
   YamlReader Child(const std::string& key);
   // The raw node of a sequence of mappings, e.g. `tenants:`; marks the key used.
   YAML::Node Sequence(const std::string& key);
+  // The raw node of a key another parser checks (absent: a null node); marks it used.
+  YAML::Node Raw(const std::string& key) { return Find(key); }
   // Requires the key to hold one of `allowed`.
   void GetEnum(const std::string& key, std::string* out, const std::set<std::string>& allowed);
 

@@ -133,6 +133,8 @@ void Describe(V& v, Ref<V, Execute> m) {
   v.Text("language", m.language, Need::kRequired, kMaxStringBytes);
   v.Bytes("code", m.code, Need::kRequired, kMaxCodeBytes);
   v.Text("session_id", m.session_id, Need::kOptional, kMaxIdBytes);
+  v.Uint("session_epoch", m.session_epoch, Need::kOptional);
+  v.Uint("session_ttl_ms", m.session_ttl_ms, Need::kOptional);
   v.Text("input_json", m.input_json, Need::kOptional, kMaxInputJsonBytes);
   v.TextMap("env", m.env, Need::kOptional);
   v.Files("files", m.files, Need::kOptional);
@@ -167,12 +169,18 @@ void Describe(V& v, Ref<V, Result> m) {
   v.Files("files", m.files, Need::kOptional);
   v.Uint("redactions", m.redactions, Need::kOptional);
   v.Uint("session_epoch", m.session_epoch, Need::kOptional);
+  v.Bool("session_reset", m.session_reset, Need::kOptional);
   v.Text("worker_error", m.worker_error, Need::kOptional, kMaxStringBytes);
 }
 
 template <typename V>
 void Describe(V& v, Ref<V, Cancel> m) {
   v.Id("job_id", m.job_id);
+}
+
+template <typename V>
+void Describe(V& v, Ref<V, CloseSession> m) {
+  v.Text("session_id", m.session_id, Need::kRequired, kMaxIdBytes);
 }
 
 template <typename V>
@@ -754,6 +762,8 @@ StatusOr<Message> DecodeFrame(const msgpack::object& frame) {
       return DecodeBody<Cancel>(body, MessageType::kCancel);
     case static_cast<uint64_t>(MessageType::kDisconnect):
       return DecodeBody<Disconnect>(body, MessageType::kDisconnect);
+    case static_cast<uint64_t>(MessageType::kCloseSession):
+      return DecodeBody<CloseSession>(body, MessageType::kCloseSession);
     default:
       return InvalidRequest("unknown message type " + std::to_string(type.via.u64));
   }

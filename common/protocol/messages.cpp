@@ -25,6 +25,8 @@ template <>
 constexpr MessageType kTypeOf<Cancel> = MessageType::kCancel;
 template <>
 constexpr MessageType kTypeOf<Disconnect> = MessageType::kDisconnect;
+template <>
+constexpr MessageType kTypeOf<CloseSession> = MessageType::kCloseSession;
 
 }  // namespace
 
@@ -54,6 +56,8 @@ const char* TypeName(MessageType t) {
       return "result";
     case MessageType::kCancel:
       return "cancel";
+    case MessageType::kCloseSession:
+      return "close_session";
     case MessageType::kDisconnect:
       return "disconnect";
   }

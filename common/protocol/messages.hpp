@@ -43,6 +43,7 @@ enum class MessageType : uint8_t {
   kResult = 6,
   kCancel = 7,
   kDisconnect = 8,
+  kCloseSession = 9,
 };
 
 struct Limits {
@@ -97,6 +98,10 @@ struct Execute {
   std::string language;
   std::string code;
   std::string session_id;  // empty for one-shot jobs
+  // The session's incarnation: a worker holding the session's sandbox under
+  // another epoch (or none) starts a fresh interpreter for this one.
+  uint64_t session_epoch = 0;
+  uint64_t session_ttl_ms = 0;  // the worker destroys the session's sandbox when idle this long
   std::string input_json;  // a JSON object, or empty for none
   std::map<std::string, std::string> env;
   std::vector<FileEntry> files;
@@ -156,6 +161,11 @@ struct Result {
   std::vector<FileEntry> files;  // collected output files
   uint32_t redactions = 0;
   uint64_t session_epoch = 0;
+  // The session's interpreter did not keep its state: this execution ran in
+  // a fresh one although the session had run before, or it was destroyed
+  // after this execution (hung, crashed, killed). The broker gives the
+  // session a new epoch.
+  bool session_reset = false;
   std::string worker_error;  // set with kError: why the worker could not run it
   friend bool operator==(const Result&, const Result&) = default;
 };
@@ -166,6 +176,12 @@ struct Cancel {
   friend bool operator==(const Cancel&, const Cancel&) = default;
 };
 
+// broker -> worker: the session was deleted; destroy its sandbox.
+struct CloseSession {
+  std::string session_id;
+  friend bool operator==(const CloseSession&, const CloseSession&) = default;
+};
+
 // Either direction, before closing: the peer forgets the sender at once.
 struct Disconnect {
   std::string reason;
@@ -173,7 +189,7 @@ struct Disconnect {
 };
 
 using Message = std::variant<Register, RegisterAck, Heartbeat, Execute, OutputChunk, Result, Cancel,
-                             Disconnect>;
+                             Disconnect, CloseSession>;
 
 MessageType TypeOf(const Message& m);
 const char* TypeName(MessageType t);

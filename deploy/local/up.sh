@@ -66,6 +66,8 @@ broker:
 tenants:
   - name: local
     tokens: ["$tenant_token"]
+    enabled: true        # a local demo cluster: code execution on, no approval step
+    auto_approve: true
 admin_tokens: ["$admin_token"]
 YAML
   for i in 1 2; do

@@ -134,7 +134,7 @@ broker:
   workers: {endpoint: "tcp://127.0.0.1:${ZMQ_PORTS[b]}"}
   redis: {url: "redis://127.0.0.1:$REDIS_PORT"}
 tenants:
-  - {name: bench, tokens: ["$TOKEN"]}
+  - {name: bench, tokens: ["$TOKEN"], enabled: true, auto_approve: true}
 admin_tokens: ["$ADMIN"]
 log: {level: warn}
 EOF

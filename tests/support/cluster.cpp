@@ -64,8 +64,10 @@ void TestCluster::StartBroker(int i) {
     << "  max_code_bytes: 65536\n"
     << "tenants:\n"
     << "  - {name: tenant-a, tokens: [\"" << kToken << "\"], secrets: ["
-    << SecretsList(options_.tenant_a_secrets) << "]" << options_.tenant_a_fields << "}\n"
-    << "  - {name: tenant-b, tokens: [\"" << kOtherToken << "\"]" << options_.tenant_b_fields
+    << SecretsList(options_.tenant_a_secrets) << "], enabled: true, auto_approve: true"
+    << options_.tenant_a_fields << "}\n"
+    << "  - {name: tenant-b, tokens: [\"" << kOtherToken << "\"], enabled: true, auto_approve: true"
+    << options_.tenant_b_fields
     << "}\n"
     << options_.extra_tenants_yaml
     << "admin_tokens: [\"" << kAdminToken << "\"]\n"

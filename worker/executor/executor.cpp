@@ -3,8 +3,10 @@
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 
+#include <optional>
 #include <thread>
 
+#include "worker/executor/session_runner.hpp"
 #include "worker/metrics/worker_metrics.hpp"
 
 namespace kiln::worker {
@@ -17,7 +19,8 @@ Executor::Executor(RunOptions options, uint32_t slots, WarmPool* pool, EventQueu
       slots_(slots),
       pool_(pool),
       events_(events),
-      metrics_(metrics) {}
+      metrics_(metrics),
+      sessions_(pool) {}
 
 Executor::~Executor() {
   CancelAll();
@@ -53,19 +56,22 @@ void Executor::RunOne(protocol::Execute job, std::string broker, int cancel_fd) 
   auto language = runtimes::ParseLanguage(job.language);
   protocol::Result result;
   {
-    auto sb = pool_->Take(*language);
-    if (!sb.ok()) {
+    RunOptions opts = options_;
+    if (job.stream_output) {
+      opts.on_chunk = [this, &broker](protocol::OutputChunk c) {
+        events_->Post({broker, std::move(c)});
+      };
+    }
+    // A one-shot sandbox lives until this block ends: after the Result left.
+    std::optional<common::StatusOr<WarmSandbox>> sb;
+    if (!job.session_id.empty()) {
+      result = RunSession(job, opts, cancel_fd);
+    } else if (sb = pool_->Take(*language); !sb->ok()) {
       result.job_id = job.job_id;
       result.reason = protocol::EndReason::kError;
-      result.worker_error = sb.status().ToString();
+      result.worker_error = sb->status().ToString();
     } else {
-      RunOptions opts = options_;
-      if (job.stream_output) {
-        opts.on_chunk = [this, &broker](protocol::OutputChunk c) {
-          events_->Post({broker, std::move(c)});
-        };
-      }
-      result = RunJob(job, *sb, pool_->runtimes().at(*language), opts, cancel_fd);
+      result = RunJob(job, **sb, pool_->runtimes().at(*language), opts, cancel_fd);
     }
     if (result.reason == protocol::EndReason::kError) {
       spdlog::warn("job {} could not run: {}", job.job_id, result.worker_error);
@@ -87,6 +93,42 @@ void Executor::RunOne(protocol::Execute job, std::string broker, int cancel_fd) 
   std::lock_guard lock(mu_);
   --threads_;
   idle_.notify_all();
+}
+
+protocol::Result Executor::RunSession(const protocol::Execute& job, const RunOptions& opts,
+                                      int cancel_fd) {
+  auto lease = sessions_.Acquire(job);
+  if (!lease.ok()) {
+    protocol::Result r;
+    r.job_id = job.job_id;
+    r.reason = protocol::EndReason::kError;
+    r.worker_error = lease.status().ToString();
+    r.session_epoch = job.session_epoch;
+    return r;
+  }
+  auto language = runtimes::ParseLanguage(job.language);
+  SessionRun run = RunSessionExecution(job, *lease->session, pool_->runtimes().at(*language),
+                                       opts, cancel_fd, opts.interrupt_grace);
+  run.result.session_epoch = job.session_epoch;
+  run.result.session_reset = lease->state_lost || run.destroy;
+  if (run.destroy) {
+    spdlog::info("session {}: sandbox destroyed after execution {} ({})", job.session_id,
+                 job.job_id, protocol::EndReasonName(run.result.reason));
+  }
+  sessions_.Release(lease->session, run.destroy);
+  if (metrics_) metrics_->SetSessions(sessions_.size());
+  return std::move(run.result);
+}
+
+void Executor::CloseSession(const std::string& session_id) {
+  sessions_.Close(session_id);
+  if (metrics_) metrics_->SetSessions(sessions_.size());
+}
+
+size_t Executor::ExpireSessions() {
+  size_t n = sessions_.ExpireIdle(std::chrono::steady_clock::now());
+  if (metrics_) metrics_->SetSessions(sessions_.size());
+  return n;
 }
 
 void Executor::Cancel(const std::string& job_id) {

@@ -1,14 +1,15 @@
-// Executor: runs one-shot jobs on a fixed number of slots, one thread per
-// running job, and reports their Results through the EventQueue.
+// Executor: runs jobs on a fixed number of slots, one thread per running job,
+// and reports their Results through the EventQueue. One-shot jobs take a
+// fresh warm sandbox each; session executions run in their session's
+// long-lived sandbox (SessionTable).
 //
 //   Executor ex(options, &pool, &events);
 //   RETURN_IF_ERROR(ex.Start(execute, broker));   // from the event loop
 //   ex.Cancel(job_id);
 //
-// A job takes a warm sandbox from the WarmPool, runs (RunJob), posts its
-// Result to the broker it came from, then destroys the sandbox. Start(),
-// Cancel(), Running() and WaitIdle() are thread-safe; the destructor waits for
-// running jobs to end.
+// A one-shot job takes a warm sandbox from the WarmPool, runs (RunJob), posts
+// its Result to the broker it came from, then destroys the sandbox. Every
+// method is thread-safe; the destructor waits for running jobs to end.
 #pragma once
 
 #include <condition_variable>
@@ -22,6 +23,7 @@
 #include "common/unique_fd.hpp"
 #include "worker/executor/event_queue.hpp"
 #include "worker/executor/job_runner.hpp"
+#include "worker/executor/session_table.hpp"
 #include "worker/executor/warm_pool.hpp"
 
 namespace kiln::worker {
@@ -43,6 +45,10 @@ class Executor {
   // Ends a running job with reason cancelled; unknown ids are ignored.
   void Cancel(const std::string& job_id);
   void CancelAll();
+  // Sessions: a deleted session's sandbox goes; idle ones expire.
+  void CloseSession(const std::string& session_id);
+  size_t ExpireSessions();
+  size_t Sessions() const { return sessions_.size(); }
 
   uint32_t slots() const { return slots_; }
   uint32_t Running() const;
@@ -51,12 +57,15 @@ class Executor {
 
  private:
   void RunOne(common::protocol::Execute job, std::string broker, int cancel_fd);
+  common::protocol::Result RunSession(const common::protocol::Execute& job,
+                                      const RunOptions& opts, int cancel_fd);
 
   RunOptions options_;
   uint32_t slots_;
   WarmPool* pool_;
   EventQueue* events_;
   WorkerMetrics* metrics_;
+  SessionTable sessions_;
 
   mutable std::mutex mu_;
   std::condition_variable idle_;

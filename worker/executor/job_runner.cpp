@@ -9,166 +9,15 @@
 #include <array>
 
 #include "common/clock.hpp"
-#include "common/secrets/secrets_filter.hpp"
+#include "worker/executor/output_pump.hpp"
 
 namespace kiln::worker {
 namespace {
 
-namespace protocol = common::protocol;
-
-constexpr size_t kReadSize = 64 << 10;
-constexpr int kMaxReadsPerWake = 16;
-// Output kept flowing this far past the cap before the job is killed.
-constexpr uint64_t kMinFloodBytes = 8u << 20;
 // After pid 1 exits, give the pipes this long to reach end-of-file.
 constexpr auto kDrainGrace = std::chrono::milliseconds(500);
 // How often a running job's cpu time is compared with its budget.
 constexpr auto kCpuCheck = std::chrono::milliseconds(50);
-
-protocol::Result ErrorResult(const protocol::Execute& job, const common::Status& st) {
-  protocol::Result r;
-  r.job_id = job.job_id;
-  r.reason = protocol::EndReason::kError;
-  r.worker_error = st.ToString();
-  return r;
-}
-
-// Reads stdout and stderr, passes every byte through the job's secrets filter
-// before it is kept or streamed (nothing leaves the worker unmasked), and
-// caps what is kept at max_output_bytes.
-class Pump {
- public:
-  Pump(const protocol::Execute& job, const RunOptions& options,
-       const std::shared_ptr<const common::SecretsPolicy>& policy)
-      : job_(job),
-        options_(options),
-        cap_(std::min(
-            job.limits.max_output_bytes ? job.limits.max_output_bytes : options.max_output_bytes,
-            options.max_output_bytes)),
-        flood_(std::max<uint64_t>(cap_ * 8, kMinFloodBytes)),
-        filters_{common::SecretsFilter(policy), common::SecretsFilter(policy)} {}
-
-  // Reads what is available from an output pipe; false at end-of-file.
-  bool ReadOutput(int fd, protocol::Stream stream, std::string* dest) {
-    std::array<char, kReadSize> buf;
-    common::SecretsFilter& filter = Filter(stream);
-    // Bounded per call, so a flood cannot keep the loop from its deadlines.
-    for (int reads = 0; reads < kMaxReadsPerWake; ++reads) {
-      ssize_t n = ::read(fd, buf.data(), buf.size());
-      if (n == 0) {
-        Keep(stream, filter.Finish(), dest);
-        return false;
-      }
-      if (n < 0) return errno == EAGAIN || errno == EINTR;
-      total_ += static_cast<uint64_t>(n);
-      if (kept_ >= cap_) {
-        truncated_ = true;  // past the cap: dropped unseen, so nothing to mask
-        continue;
-      }
-      Keep(stream, filter.Push(std::string_view(buf.data(), static_cast<size_t>(n))), dest);
-    }
-    return true;
-  }
-
-  // A stream that never reached EOF (the job was killed): release what its
-  // filter still holds back, masked.
-  void FinishOpen(protocol::Stream stream, std::string* dest) {
-    Keep(stream, Filter(stream).Finish(), dest);
-  }
-
-  bool flooded() const { return total_ > flood_; }
-  bool truncated() const { return truncated_; }
-  uint32_t redactions() const { return filters_[0].redactions() + filters_[1].redactions(); }
-
- private:
-  common::SecretsFilter& Filter(protocol::Stream s) {
-    return filters_[s == protocol::Stream::kStdout ? 0 : 1];
-  }
-
-  void Keep(protocol::Stream stream, std::string masked, std::string* dest) {
-    uint64_t room = kept_ < cap_ ? cap_ - kept_ : 0;
-    if (masked.size() > room) {
-      truncated_ = true;
-      masked.resize(static_cast<size_t>(room));
-    }
-    if (masked.empty()) return;
-    dest->append(masked);
-    kept_ += masked.size();
-    if (options_.on_chunk && job_.stream_output) {
-      options_.on_chunk(protocol::OutputChunk{job_.job_id, stream, seq_++, std::move(masked)});
-    }
-  }
-
-  const protocol::Execute& job_;
-  const RunOptions& options_;
-  uint64_t cap_;
-  uint64_t flood_;
-  common::SecretsFilter filters_[2];
-  uint64_t total_ = 0;
-  uint64_t kept_ = 0;
-  uint64_t seq_ = 0;
-  bool truncated_ = false;
-};
-
-// Reads the control pipe; false at end-of-file. Stops keeping bytes past the cap.
-bool ReadControl(int fd, std::string* dest) {
-  std::array<char, kReadSize> buf;
-  for (int reads = 0; reads < kMaxReadsPerWake; ++reads) {
-    ssize_t n = ::read(fd, buf.data(), buf.size());
-    if (n == 0) return false;
-    if (n < 0) return errno == EAGAIN || errno == EINTR;
-    size_t room = runtimes::Runtime::kMaxControlBytes + 1 -
-                  std::min(dest->size(), runtimes::Runtime::kMaxControlBytes + 1);
-    dest->append(buf.data(), std::min(room, static_cast<size_t>(n)));
-  }
-  return true;
-}
-
-// The job's secrets policy: the tenant's registered secrets plus the built-in
-// credential patterns. Jobs without registered secrets share one policy.
-common::StatusOr<std::shared_ptr<const common::SecretsPolicy>> PolicyFor(
-    const protocol::Execute& job) {
-  static const auto kPatternsOnly = common::SecretsPolicy::Create({});
-  if (job.secrets.empty()) return kPatternsOnly;
-  return common::SecretsPolicy::Create(job.secrets);
-}
-
-// Keeps a Result inside the wire protocol's limits (messages.hpp), so the
-// broker can always decode it: an undecodable Result would leave the job
-// without an end.
-void FitToWire(protocol::Result* r) {
-  auto cut = [](std::string* s, size_t max) {
-    if (s->size() > max) s->resize(max);
-  };
-  if (r->result_json.size() > protocol::kMaxResultJsonBytes) {
-    r->result_json.clear();
-    if (!r->error) {
-      r->error = protocol::ErrorInfo{
-          "ResultTooLarge",
-          "`result` is larger than " + std::to_string(protocol::kMaxResultJsonBytes) + " bytes",
-          ""};
-    }
-  }
-  if (r->error) {
-    cut(&r->error->type, 256);
-    cut(&r->error->message, protocol::kMaxStringBytes);
-    cut(&r->error->traceback, protocol::kMaxStringBytes);
-  }
-  cut(&r->worker_error, protocol::kMaxStringBytes);
-  if (r->stdout_data.size() > protocol::kMaxStreamBytes ||
-      r->stderr_data.size() > protocol::kMaxStreamBytes) {
-    r->truncated = true;
-    cut(&r->stdout_data, protocol::kMaxStreamBytes);
-    cut(&r->stderr_data, protocol::kMaxStreamBytes);
-  }
-  uint64_t total = 0;
-  size_t keep = 0;
-  for (; keep < r->files.size() && keep < protocol::kMaxFiles; ++keep) {
-    total += r->files[keep].content.size();
-    if (total > protocol::kMaxFilesBytes) break;
-  }
-  r->files.resize(keep);
-}
 
 }  // namespace
 
@@ -200,7 +49,7 @@ protocol::Result RunJob(const protocol::Execute& job, WarmSandbox& sb,
   result.job_id = job.job_id;
   auto policy = PolicyFor(job);
   if (!policy.ok()) return ErrorResult(job, policy.status().WithContext("secrets"));
-  Pump pump(job, options, *policy);
+  OutputPump pump(job, options, *policy);
   std::string control;
   size_t frame_off = 0;
   bool out_open = true, err_open = true, ctl_open = true, exited = false;

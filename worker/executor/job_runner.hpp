@@ -12,6 +12,7 @@
 // call from a job thread, never from the event loop.
 #pragma once
 
+#include <chrono>
 #include <functional>
 
 #include "common/protocol/messages.hpp"
@@ -26,6 +27,9 @@ struct RunOptions {
   uint64_t max_timeout_ms = 3600'000;
   uint64_t max_output_bytes = 16u << 20;
   uint64_t max_collect_bytes = 10u << 20;
+  // Sessions: how long an interrupted execution may take to stop before its
+  // sandbox is destroyed.
+  std::chrono::milliseconds interrupt_grace{2000};
   // Called with each piece of output as it is read (streaming), if set.
   std::function<void(common::protocol::OutputChunk)> on_chunk;
 };

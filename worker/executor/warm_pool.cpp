@@ -48,13 +48,21 @@ void WarmPool::PublishReady(runtimes::Language language) {
 }
 
 common::StatusOr<WarmSandbox> WarmPool::SpawnOne(runtimes::Language language) {
+  return Spawn(language, /*session=*/false);
+}
+
+common::StatusOr<WarmSandbox> WarmPool::SpawnSession(runtimes::Language language) {
+  return Spawn(language, /*session=*/true);
+}
+
+common::StatusOr<WarmSandbox> WarmPool::Spawn(runtimes::Language language, bool session) {
   auto rt = runtimes_.find(language);
   if (rt == runtimes_.end()) {
     return common::Status(
         common::Code::kRuntimeUnavailable,
         std::string(runtimes::LanguageName(language)) + " is not offered by this worker");
   }
-  runtimes::Launch launch = rt->second.OneShotLaunch();
+  runtimes::Launch launch = session ? rt->second.SessionLaunch() : rt->second.OneShotLaunch();
   ASSIGN_OR_RETURN(Pipe in, MakePipe());
   ASSIGN_OR_RETURN(Pipe out, MakePipe());
   ASSIGN_OR_RETURN(Pipe err, MakePipe());

@@ -48,6 +48,8 @@ class WarmPool {
   common::StatusOr<WarmSandbox> Take(runtimes::Language language);
   // Starts one sandbox for `language` (what Take does when the stock is empty).
   common::StatusOr<WarmSandbox> SpawnOne(runtimes::Language language);
+  // Starts a session sandbox: the language's REPL driver (never stocked).
+  common::StatusOr<WarmSandbox> SpawnSession(runtimes::Language language);
 
   size_t Ready(runtimes::Language language) const;
   const std::map<runtimes::Language, runtimes::Runtime>& runtimes() const { return runtimes_; }
@@ -67,6 +69,7 @@ class WarmPool {
   std::condition_variable_any wake_;
   std::map<runtimes::Language, std::deque<WarmSandbox>> stock_;
 
+  common::StatusOr<WarmSandbox> Spawn(runtimes::Language language, bool session);
   // Reports the stock of `language`; mu_ held.
   void PublishReady(runtimes::Language language);
 };

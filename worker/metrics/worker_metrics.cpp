@@ -36,6 +36,11 @@ common::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(const std
 
 WorkerMetrics::WorkerMetrics(uint32_t slots) : registry_(std::make_shared<prometheus::Registry>()) {
   auto& r = *registry_;
+  sessions_ = &prometheus::BuildGauge()
+                   .Name("kiln_worker_sessions")
+                   .Help("Session sandboxes alive on this worker")
+                   .Register(r)
+                   .Add({});
   running_ = &prometheus::BuildGauge()
                   .Name("kiln_worker_jobs_running")
                   .Help("Jobs holding a slot on this worker")
@@ -65,6 +70,10 @@ WorkerMetrics::WorkerMetrics(uint32_t slots) : registry_(std::make_shared<promet
 WorkerMetrics::~WorkerMetrics() = default;
 
 void WorkerMetrics::SetRunning(size_t jobs) { running_->Set(static_cast<double>(jobs)); }
+
+void WorkerMetrics::SetSessions(size_t sessions) {
+  sessions_->Set(static_cast<double>(sessions));
+}
 
 void WorkerMetrics::JobFinished(const std::string& language, const std::string& reason) {
   finished_->Add({{"language", language}, {"reason", reason}}).Increment();

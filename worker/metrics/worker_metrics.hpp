@@ -42,6 +42,8 @@ class WorkerMetrics {
   const std::string& endpoint() const { return endpoint_; }
 
   void SetRunning(size_t jobs);
+  // Session sandboxes alive on this worker.
+  void SetSessions(size_t sessions);
   // `reason` is protocol::EndReasonName of the job's Result.
   void JobFinished(const std::string& language, const std::string& reason);
   void SandboxStarted(const std::string& language, double spawn_ms);
@@ -54,6 +56,7 @@ class WorkerMetrics {
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::string endpoint_;
   prometheus::Gauge* running_;
+  prometheus::Gauge* sessions_;
   prometheus::Family<prometheus::Counter>* finished_;
   prometheus::Family<prometheus::Histogram>* sandbox_start_;
   prometheus::Family<prometheus::Gauge>* warm_;

@@ -172,6 +172,21 @@ StatusOr<Runtime::Outcome> ParseJsonControl(std::string_view bytes) {
   return out;
 }
 
+Status OverLimit() {
+  return Status(Code::kOutputLimit, "result is larger than " +
+                                        std::to_string(Runtime::kMaxControlBytes >> 20) + " MiB");
+}
+
+StatusOr<Runtime::Outcome> ParseControlOf(Language language, std::string_view bytes) {
+  if (bytes.empty()) return Runtime::Outcome{};
+  if (bytes.size() > Runtime::kMaxControlBytes) return OverLimit();
+  if (language == Language::kShell) return ParseShellControl(bytes);
+  return ParseJsonControl(bytes);
+}
+
+// A session frame's length line: 1-19 digits, no leading zero (so never 0).
+constexpr size_t kMaxLengthDigits = 19;
+
 }  // namespace
 
 StatusOr<Language> ParseLanguage(std::string_view name) {
@@ -247,13 +262,83 @@ StatusOr<std::string> Runtime::EncodeJob(std::string_view code, std::string_view
 }
 
 StatusOr<Runtime::Outcome> Runtime::ParseControl(std::string_view control_bytes) const {
-  if (control_bytes.empty()) return Outcome{};
-  if (control_bytes.size() > kMaxControlBytes) {
-    return Status(Code::kOutputLimit,
-                  "result is larger than " + std::to_string(kMaxControlBytes >> 20) + " MiB");
+  return ParseControlOf(language_, control_bytes);
+}
+
+Launch Runtime::SessionLaunch() const {
+  Launch launch;
+  launch.env = BaseEnv();
+  switch (language_) {
+    case Language::kPython:
+      launch.argv = {interpreter_, "-I", "-c", std::string(kPythonSessionDriver)};
+      break;
+    case Language::kJavaScript:
+      launch.argv = {interpreter_, "-e", std::string(kJavaScriptSessionDriver)};
+      break;
+    case Language::kShell:
+      launch.argv = {interpreter_, "--noprofile", "--norc", "-c", std::string(kShellSessionDriver),
+                     "bash"};
+      break;
   }
-  if (language_ == Language::kShell) return ParseShellControl(control_bytes);
-  return ParseJsonControl(control_bytes);
+  return launch;
+}
+
+StatusOr<std::string> Runtime::EncodeExecution(
+    std::string_view code, std::string_view input_json,
+    const std::map<std::string, std::string>& env) const {
+  ASSIGN_OR_RETURN(std::string payload, EncodeJob(code, input_json, env));
+  std::string frame = std::to_string(payload.size());
+  frame.reserve(frame.size() + 1 + payload.size());
+  frame += '\n';
+  frame += payload;
+  return frame;
+}
+
+void ControlStream::Feed(std::string_view bytes) {
+  if (broken_) return;
+  if (skip_ > 0) {
+    size_t n = static_cast<size_t>(std::min<uint64_t>(skip_, bytes.size()));
+    skip_ -= n;
+    bytes.remove_prefix(n);
+  }
+  buffer_.append(bytes);
+}
+
+std::optional<StatusOr<Runtime::Outcome>> ControlStream::Next() {
+  if (broken_) return StatusOr<Runtime::Outcome>(*broken_);
+  if (oversized_) {
+    if (skip_ > 0) return std::nullopt;
+    oversized_ = false;
+    return StatusOr<Runtime::Outcome>(OverLimit());
+  }
+  size_t nl = buffer_.find('\n');
+  if (nl == std::string::npos) {
+    if (buffer_.size() <= kMaxLengthDigits) return std::nullopt;
+    nl = buffer_.size();  // too long to be a length: malformed
+  }
+  uint64_t length = 0;
+  auto [end, ec] = std::from_chars(buffer_.data(), buffer_.data() + nl, length);
+  if (nl == 0 || nl > kMaxLengthDigits || buffer_[0] == '0' || ec != std::errc() ||
+      end != buffer_.data() + nl) {
+    broken_ = common::Internal("malformed session control stream: bad frame length " +
+                               Dump(json(buffer_.substr(0, std::min<size_t>(nl, 24)))));
+    buffer_.clear();
+    return StatusOr<Runtime::Outcome>(*broken_);
+  }
+  const size_t header = nl + 1;
+  if (length > Runtime::kMaxControlBytes) {
+    // Skip the body as it arrives instead of buffering it; report at its end.
+    size_t here = static_cast<size_t>(std::min<uint64_t>(length, buffer_.size() - header));
+    buffer_.erase(0, header + here);
+    skip_ = length - here;
+    oversized_ = true;
+    return Next();
+  }
+  if (buffer_.size() - header < length) return std::nullopt;
+  StatusOr<Runtime::Outcome> outcome =
+      ParseControlOf(language_, std::string_view(buffer_).substr(header, length));
+  buffer_.erase(0, header + length);
+  return outcome;
 }
 
 }  // namespace kiln::worker::runtimes

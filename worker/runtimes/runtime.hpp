@@ -1,4 +1,5 @@
-// Runtime: how one language's interpreter runs a one-shot job inside a sandbox.
+// Runtime: how one language's interpreter runs a one-shot job, or a session's
+// executions, inside a sandbox.
 //
 //   ASSIGN_OR_RETURN(Runtime rt, Runtime::Create(Language::kPython, RuntimePaths{}));
 //   Launch l = rt.OneShotLaunch();  // start it warm; later write EncodeJob(...) to its fd 0
@@ -8,17 +9,24 @@
 // 1/2 = stdout/stderr pipes, 3 = control pipe (write end). The interpreter
 // runs a small wrapper (worker/runtimes/wrappers/, embedded at build time) that
 // waits for the frame, applies `env`, injects `input`, runs the code and writes
-// one control frame to fd 3 before exiting; ParseControl decodes it. Formats,
-// semantics and limits: docs/runtimes.md.
+// one control frame to fd 3 before exiting; ParseControl decodes it.
+//
+// A session sandbox instead runs `SessionLaunch()`: a long-lived REPL driver
+// that reads one EncodeExecution(...) frame after another from fd 0 (kept
+// open) and answers each with one length-prefixed control frame on fd 3,
+// which a ControlStream splits and decodes. Formats, semantics and limits:
+// docs/runtimes.md ("Session drivers").
 //
 // A Runtime is an immutable value; any thread may use it concurrently.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/protocol/messages.hpp"
@@ -82,12 +90,63 @@ class Runtime {
   // to fd 3 too) are INTERNAL; over kMaxControlBytes is OUTPUT_LIMIT. Never throws.
   common::StatusOr<Outcome> ParseControl(std::string_view control_bytes) const;
 
+  // ---- Sessions (docs/runtimes.md, "Session drivers")
+
+  // argv and base environment (the same as OneShotLaunch's) of a session's
+  // driver. fds as for a one-shot, but fd 0 stays open between executions.
+  Launch SessionLaunch() const;
+
+  // One execution frame for a running driver's fd 0: "<N>\n" followed by the N
+  // bytes EncodeJob would produce. Same validation and errors as EncodeJob.
+  common::StatusOr<std::string> EncodeExecution(
+      std::string_view code, std::string_view input_json,
+      const std::map<std::string, std::string>& env) const;
+
  private:
   Runtime(Language language, std::string interpreter)
       : language_(language), interpreter_(std::move(interpreter)) {}
 
   Language language_;
   std::string interpreter_;
+};
+
+// ControlStream: splits what a session driver writes to fd 3 ("<N>\n" + N
+// bytes, one frame per execution) into frames and decodes each with
+// Runtime::ParseControl.
+//
+//   ControlStream stream(runtime.language());
+//   stream.Feed(bytes_read_from_fd3);
+//   while (auto outcome = stream.Next()) HandleEndOfExecution(*outcome);
+//
+// Next() gives, per frame, the Outcome, or the error ParseControl gives for a
+// malformed body (INTERNAL; the stream stays in step), or OUTPUT_LIMIT for a
+// frame over Runtime::kMaxControlBytes (its bytes are skipped, not buffered;
+// the error comes once the whole frame went by). A malformed length line
+// (not 1-19 digits without leading zero, then "\n") is INTERNAL and breaks
+// the stream for good: every later Next() repeats that error and Feed()
+// ignores its input; the session's driver should then be killed.
+// Call Next() until it returns nullopt after every Feed(): the bytes of frames
+// not yet taken stay buffered.
+//
+// Not thread-safe: one owner (the worker's session, on its event loop).
+class ControlStream {
+ public:
+  explicit ControlStream(Language language) : language_(language) {}
+
+  void Feed(std::string_view bytes);
+  std::optional<common::StatusOr<Runtime::Outcome>> Next();
+
+  // True once the framing is lost (see above).
+  bool broken() const { return broken_.has_value(); }
+  // Bytes received but not yet taken by Next() (skipped bytes not included).
+  size_t buffered() const { return buffer_.size(); }
+
+ private:
+  Language language_;
+  std::string buffer_;      // bytes from the start of the next frame on
+  uint64_t skip_ = 0;       // bytes of an oversized frame still to discard
+  bool oversized_ = false;  // an oversized frame is being skipped
+  std::optional<common::Status> broken_;
 };
 
 }  // namespace kiln::worker::runtimes

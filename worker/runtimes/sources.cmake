@@ -1,13 +1,15 @@
-# Runtimes: language wrappers and their worker-side codec. The wrapper programs
-# are real files, embedded into the binary at configure time (re-run when they change).
+# Runtimes: one-shot wrappers, session drivers and their worker-side codec. The
+# programs are real files, embedded into the binary at configure time (re-run
+# when they change).
 set(_kiln_rt_dir ${CMAKE_CURRENT_LIST_DIR})
 set(_kiln_rt_generated ${CMAKE_BINARY_DIR}/generated/worker/runtimes/wrappers.cpp)
-foreach(_kiln_rt_pair "PYTHON;python_oneshot.py" "JAVASCRIPT;javascript_oneshot.js"
-                      "SHELL;shell_oneshot.sh")
+foreach(_kiln_rt_pair "PYTHON_ONESHOT;python_oneshot.py" "JAVASCRIPT_ONESHOT;javascript_oneshot.js"
+                      "SHELL_ONESHOT;shell_oneshot.sh" "PYTHON_SESSION;python_session.py"
+                      "JAVASCRIPT_SESSION;javascript_session.js" "SHELL_SESSION;shell_session.sh")
   list(GET _kiln_rt_pair 0 _kiln_rt_var)
   list(GET _kiln_rt_pair 1 _kiln_rt_file)
-  file(READ ${_kiln_rt_dir}/wrappers/${_kiln_rt_file} KILN_${_kiln_rt_var}_ONESHOT)
-  string(FIND "${KILN_${_kiln_rt_var}_ONESHOT}" ")kiln_wrapper\"" _kiln_rt_clash)
+  file(READ ${_kiln_rt_dir}/wrappers/${_kiln_rt_file} KILN_${_kiln_rt_var})
+  string(FIND "${KILN_${_kiln_rt_var}}" ")kiln_wrapper\"" _kiln_rt_clash)
   if(NOT _kiln_rt_clash EQUAL -1)
     message(FATAL_ERROR "${_kiln_rt_file} contains the raw-string delimiter )kiln_wrapper\"")
   endif()

@@ -1,4 +1,5 @@
-// The wrapper programs of worker/runtimes/wrappers/, embedded at build time
+// The wrapper programs (one-shot) and session drivers of
+// worker/runtimes/wrappers/, embedded at build time
 // (sources.cmake generates wrappers.cpp from wrappers.cpp.in), so the worker
 // never reads its source tree at run time.
 //
@@ -14,5 +15,8 @@ namespace kiln::worker::runtimes {
 extern const std::string_view kPythonOneShotWrapper;
 extern const std::string_view kJavaScriptOneShotWrapper;
 extern const std::string_view kShellOneShotWrapper;
+extern const std::string_view kPythonSessionDriver;      // python_session.py
+extern const std::string_view kJavaScriptSessionDriver;  // javascript_session.js
+extern const std::string_view kShellSessionDriver;       // shell_session.sh
 
 }  // namespace kiln::worker::runtimes

@@ -100,6 +100,11 @@ int ParentDeath(ChildPlan&, const char**) {
   return ::prctl(PR_SET_PDEATHSIG, SIGKILL) == 0 ? 0 : errno;
 }
 
+// Its own session and process group (pgid = its pid as the worker sees it):
+// the worker can signal every process of the sandbox at once (a session's
+// interrupt is SIGINT to the group), and nothing shares the worker's group.
+int NewSession(ChildPlan&, const char**) { return ::setsid() < 0 ? errno : 0; }
+
 int Landlock(ChildPlan& p, const char**) { return p.landlock ? ApplyLandlock(p.landlock_abi) : 0; }
 
 int Seccomp(ChildPlan& p, const char**) {
@@ -113,6 +118,7 @@ struct Step {
 };
 constexpr Step kSteps[] = {
     {"signals", "", ResetSignals},
+    {"session", "", NewSession},
     {"join cgroups", "cgroups", JoinCgroups},
     {"cgroup namespace", "cgroup_ns", CgroupNs},
     {"mount tree", "filesystem", MountTree},

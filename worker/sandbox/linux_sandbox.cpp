@@ -198,6 +198,13 @@ class LinuxSandboxProcess final : public SandboxProcess {
     return st;
   }
 
+  void Interrupt() override {
+    // Not yet reaped, so the pid (and the group it leads) cannot have been
+    // reused.
+    if (pid_ <= 0 || reaped_) return;
+    ::kill(-pid_, SIGINT);
+  }
+
   void Kill() override {
     if (pid_ <= 0 || reaped_) return;
     PidfdSendSignal(pidfd_.get(), SIGKILL);

@@ -104,6 +104,9 @@ class SandboxProcess {
   // read from the cgroup without reaping: lets a job end before the kernel
   // has torn the sandbox down.
   virtual ExitStatus Usage() const = 0;
+  // SIGINT to every process of the sandbox (its pid 1 leads their process
+  // group): a session's running code is interrupted, its driver survives.
+  virtual void Interrupt() = 0;
   // SIGKILL to the sandbox's pid 1: every process of the sandbox dies.
   virtual void Kill() = 0;
   // Reaps the process; blocks until it has exited. Call once.

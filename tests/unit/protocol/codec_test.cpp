@@ -261,7 +261,7 @@ TEST(MessagesTest, TypeOfAndNames) {
   const std::vector<Message> full = FullMessages();
   const std::vector<std::string> names = {"register", "register_ack", "heartbeat",
                                           "execute",  "output_chunk", "result",
-                                          "cancel",   "disconnect"};
+                                          "cancel",   "disconnect",   "close_session"};
   ASSERT_EQ(full.size(), names.size());
   for (size_t i = 0; i < full.size(); ++i) {
     EXPECT_EQ(static_cast<size_t>(TypeOf(full[i])), i + 1);
@@ -293,7 +293,7 @@ TEST(CodecRoundTripTest, EveryTypeWithEveryField) {
     ASSERT_TRUE(IsOk(back));
     EXPECT_EQ(*back, m);
   }
-  EXPECT_EQ(seen.size(), 8u);
+  EXPECT_EQ(seen.size(), 9u);
 }
 
 TEST(CodecRoundTripTest, EveryTypeWithOnlyRequiredFields) {
@@ -305,7 +305,7 @@ TEST(CodecRoundTripTest, EveryTypeWithOnlyRequiredFields) {
     ASSERT_TRUE(IsOk(back));
     EXPECT_EQ(*back, m);
   }
-  EXPECT_EQ(seen.size(), 8u);
+  EXPECT_EQ(seen.size(), 9u);
 }
 
 TEST(CodecRoundTripTest, ExtremeNumbers) {
@@ -532,7 +532,7 @@ TEST(CodecEnvelopeTest, WrongVersion) {
 }
 
 TEST(CodecEnvelopeTest, UnknownType) {
-  for (uint64_t t : {0ull, 9ull, 255ull, 1ull << 40}) {
+  for (uint64_t t : {0ull, 10ull, 255ull, 1ull << 40}) {
     Value frame = FrameOf(Full(MessageType::kCancel));
     frame.items[1] = U(t);
     EXPECT_TRUE(IsInvalid(DecodeValue(frame), "unknown message type " + std::to_string(t)));
@@ -659,6 +659,8 @@ TEST(CodecFieldsTest, MissingOptionalFieldTakesItsDefault) {
       {MessageType::kExecute, {"files"}, ""},
       {MessageType::kExecute, {"collect"}, ""},
       {MessageType::kExecute, {"stream_output"}, ""},
+      {MessageType::kExecute, {"session_epoch"}, ""},
+      {MessageType::kExecute, {"session_ttl_ms"}, ""},
       {MessageType::kResult, {"exit_code"}, ""},
       {MessageType::kResult, {"signal"}, ""},
       {MessageType::kResult, {"stdout_data"}, ""},
@@ -675,6 +677,7 @@ TEST(CodecFieldsTest, MissingOptionalFieldTakesItsDefault) {
       {MessageType::kResult, {"files"}, ""},
       {MessageType::kResult, {"redactions"}, ""},
       {MessageType::kResult, {"session_epoch"}, ""},
+      {MessageType::kResult, {"session_reset"}, ""},
       {MessageType::kResult, {"worker_error"}, ""},
       {MessageType::kDisconnect, {"reason"}, ""},
   };
@@ -942,6 +945,7 @@ TEST(CodecLimitsTest, EveryFieldSizeLimit) {
       {MessageType::kResult, {"worker_error"}, kMaxStringBytes, "result.worker_error"},
       {MessageType::kCancel, {"job_id"}, kMaxIdBytes, "cancel.job_id"},
       {MessageType::kDisconnect, {"reason"}, kMaxStringBytes, "disconnect.reason"},
+      {MessageType::kCloseSession, {"session_id"}, kMaxIdBytes, "close_session.session_id"},
   };
   for (const SizeCase& c : cases) {
     SCOPED_TRACE(c.name);

@@ -46,6 +46,8 @@ inline std::vector<Message> FullMessages() {
               .language = "python",
               .code = "print('hi')\n" + AllBytes(),
               .session_id = "ses_42",
+              .session_epoch = 12,
+              .session_ttl_ms = 600000,
               .input_json = R"({"a": [1, 2, 3], "b": "\u00e9"})",
               .env = {{"LANG", "C.UTF-8"}, {"MODE", "test"}, {"EMPTY", ""}},
               .files = {{.path = "data/in.bin", .content = AllBytes()},
@@ -75,9 +77,11 @@ inline std::vector<Message> FullMessages() {
              .files = {{.path = "out/plot.png", .content = AllBytes()}},
              .redactions = 2,
              .session_epoch = 7,
+             .session_reset = true,
              .worker_error = "sandbox setup failed"},
       Cancel{.job_id = "ex_0123456789"},
       Disconnect{.reason = "shutting down"},
+      CloseSession{.session_id = "ses_42"},
   };
 }
 
@@ -93,6 +97,7 @@ inline std::vector<Message> MinimalMessages() {
       Result{.job_id = "j"},
       Cancel{.job_id = "j"},
       Disconnect{},
+      CloseSession{.session_id = "s"},
   };
 }
 

@@ -1,0 +1,163 @@
+// Persistent sessions through a real cluster (redis-server, a broker, real
+// workers and sandboxes): state kept across calls in each language, sessions
+// isolated from each other, the idle TTL destroying the sandbox, and a
+// timeout that interrupts (session kept) or destroys the sandbox (new epoch).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "tests/support/cluster.hpp"
+
+namespace kiln::testing {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+class SessionsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ClusterOptions o;
+    o.brokers = 1;
+    o.workers = 1;
+    o.slots = 4;
+    o.extra_broker_yaml = "scheduling: {session_ttl_s: 3}\n";
+    o.extra_worker_yaml = "  session_interrupt_grace_ms: 1000\n";
+    cluster_ = TestCluster::Start(o).release();
+    ASSERT_TRUE(cluster_->WaitForWorkers(1, seconds(20))) << cluster_->DumpLogs();
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  void TearDown() override {
+    if (HasFailure()) std::cerr << cluster_->DumpLogs();
+  }
+
+  static json Run(const std::string& session, const std::string& language, const std::string& code,
+                  json extra = json::object()) {
+    json body = {{"language", language}, {"code", code}, {"session_id", session}};
+    body.update(extra);
+    HttpReply r = cluster_->Submit(body);
+    EXPECT_EQ(r.status, 200) << r.raw;
+    return r.body;
+  }
+
+  static TestCluster* cluster_;
+};
+
+TestCluster* SessionsTest::cluster_ = nullptr;
+
+TEST_F(SessionsTest, PythonKeepsVariablesFunctionsAndFiles) {
+  json a = Run("py-1", "python",
+               "import math\nx = 41\ndef twice(v):\n    return 2 * v\n"
+               "open('notes.txt', 'w').write('kept')\nprint('one')");
+  EXPECT_EQ(a["status"], "succeeded") << a.dump();
+  EXPECT_EQ(a["stdout"], "one\n");
+  json b = Run("py-1", "python", "x += 1\nresult = twice(x)\nprint(math.pi > 3)");
+  EXPECT_EQ(b["status"], "succeeded") << b.dump();
+  EXPECT_EQ(b["result"], 84);
+  EXPECT_EQ(b["stdout"], "True\n");
+  json c = Run("py-1", "python", "print(open('notes.txt').read(), x)");
+  EXPECT_EQ(c["stdout"], "kept 42\n") << c.dump();
+  EXPECT_EQ(a["session_epoch"], c["session_epoch"]);
+  EXPECT_EQ(a["worker"], c["worker"]);
+  // An exception is reported and the session survives it.
+  json d = Run("py-1", "python", "raise ValueError('bad')");
+  EXPECT_EQ(d["status"], "failed") << d.dump();
+  EXPECT_EQ(d["error"]["type"], "ValueError");
+  json e = Run("py-1", "python", "result = x");
+  EXPECT_EQ(e["result"], 42) << e.dump();
+}
+
+TEST_F(SessionsTest, JavaScriptKeepsState) {
+  json a = Run("js-1", "javascript",
+               "var counter = 10; function bump(n) { return counter += n; }\n"
+               "require('fs').writeFileSync('js.txt', 'ok'); console.log('one');");
+  EXPECT_EQ(a["status"], "succeeded") << a.dump();
+  json b = Run("js-1", "javascript", "result = bump(5);");
+  EXPECT_EQ(b["result"], 15) << b.dump();
+  json c = Run("js-1", "javascript",
+               "console.log(require('fs').readFileSync('js.txt', 'utf8'), counter);");
+  EXPECT_EQ(c["stdout"], "ok 15\n") << c.dump();
+}
+
+TEST_F(SessionsTest, ShellKeepsDirectoryAndEnvironment) {
+  json a = Run("sh-1", "shell", "mkdir -p sub && cd sub && export GREETING=hello && echo x > f");
+  EXPECT_EQ(a["status"], "succeeded") << a.dump();
+  json b = Run("sh-1", "shell", "pwd; echo $GREETING; cat f");
+  EXPECT_EQ(b["stdout"], "/workspace/sub\nhello\nx\n") << b.dump();
+  json c = Run("sh-1", "shell", "false");
+  EXPECT_EQ(c["status"], "failed") << c.dump();
+  EXPECT_EQ(c["exit_code"], 1);
+  json d = Run("sh-1", "shell", "echo $GREETING");
+  EXPECT_EQ(d["stdout"], "hello\n");
+}
+
+TEST_F(SessionsTest, SessionsDoNotShareState) {
+  Run("iso-a", "python", "secret = 'a-only'\nopen('mine.txt', 'w').write('a')");
+  json b = Run("iso-b", "python",
+               "import os\nprint('secret' in globals(), os.path.exists('mine.txt'))");
+  EXPECT_EQ(b["stdout"], "False False\n") << b.dump();
+  // Another tenant cannot use it.
+  HttpReply other = cluster_->Submit(
+      {{"language", "python"}, {"code", "print(secret)"}, {"session_id", "iso-a"}},
+      TestCluster::kOtherToken);
+  EXPECT_EQ(other.status, 403) << other.raw;
+  EXPECT_EQ(other.body["error"]["code"], "SESSION_FORBIDDEN");
+}
+
+TEST_F(SessionsTest, TimeoutInterruptsAndKeepsACooperativeSession) {
+  Run("to-1", "python", "kept = 'still here'");
+  json t = Run("to-1", "python", "import time\ntime.sleep(100)",
+               {{"limits", {{"timeout_ms", 1000}}}});
+  EXPECT_EQ(t["status"], "timed_out") << t.dump();
+  EXPECT_EQ(t["error"]["code"], "TIMEOUT");
+  json after = Run("to-1", "python", "print(kept)");
+  EXPECT_EQ(after["stdout"], "still here\n") << after.dump();
+  EXPECT_EQ(after["session_epoch"], t["session_epoch"]);
+}
+
+TEST_F(SessionsTest, HungSessionIsDestroyedAndGetsANewEpoch) {
+  json first = Run("hang-1", "python", "kept = 1");
+  json t = Run("hang-1", "python",
+               "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass",
+               {{"limits", {{"timeout_ms", 1000}}}});
+  EXPECT_EQ(t["status"], "timed_out") << t.dump();
+  EXPECT_NE(t["session_epoch"], first["session_epoch"]) << "the record must say state is lost";
+  json after = Run("hang-1", "python", "print('kept' in globals())");
+  EXPECT_EQ(after["stdout"], "False\n") << after.dump();
+  EXPECT_EQ(after["session_epoch"], t["session_epoch"]);
+  EXPECT_EQ(after["status"], "succeeded");
+}
+
+TEST_F(SessionsTest, IdleSessionExpiresAndItsSandboxIsGone) {
+  json a = Run("ttl-1", "python", "import os\nresult = os.getuid()");
+  ASSERT_TRUE(a["result"].is_number()) << a.dump();
+  const uid_t uid = a["result"].get<uid_t>();
+  ASSERT_FALSE(ProcessesWithUidIn(uid, uid).empty()) << "the session's driver should be alive";
+  // TTL 3 s, then the broker's next tick closes it on the worker.
+  bool gone = WaitFor([&] { return ProcessesWithUidIn(uid, uid).empty(); }, seconds(15));
+  EXPECT_TRUE(gone) << "the session's sandbox outlived its TTL";
+  auto list = cluster_->Request("GET", "/v1/sessions");
+  for (const auto& s : list.body["sessions"]) EXPECT_NE(s["id"], "ttl-1");
+  // Using the id again starts a new session with a new epoch.
+  json b = Run("ttl-1", "python", "print('x' in globals())");
+  EXPECT_EQ(b["stdout"], "False\n");
+  EXPECT_NE(b["session_epoch"], a["session_epoch"]);
+}
+
+TEST_F(SessionsTest, DeleteDestroysTheSandbox) {
+  json a = Run("del-1", "shell", "id -u");
+  const uid_t uid = static_cast<uid_t>(std::stoul(a["stdout"].get<std::string>()));
+  ASSERT_FALSE(ProcessesWithUidIn(uid, uid).empty());
+  auto d = cluster_->Request("DELETE", "/v1/sessions/del-1");
+  EXPECT_EQ(d.status, 200) << d.raw;
+  EXPECT_TRUE(WaitFor([&] { return ProcessesWithUidIn(uid, uid).empty(); }, seconds(10)));
+}
+
+}  // namespace
+}  // namespace kiln::testing

@@ -1,0 +1,163 @@
+#include "worker/executor/session_table.hpp"
+
+#include <spdlog/spdlog.h>
+#include <poll.h>
+
+#include <vector>
+
+namespace kiln::worker {
+namespace {
+
+// Bounds the memory of epochs run (one entry per session id).
+constexpr size_t kMaxRemembered = 100000;
+
+bool Exited(const WarmSandbox& sb) {
+  pollfd p{sb.process->exit_fd(), POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
+}  // namespace
+
+SessionTable::SessionTable(WarmPool* pool)
+    : pool_(pool), spawner_([this](std::stop_token st) { SpawnLoop(st); }) {}
+
+common::StatusOr<WarmSandbox> SessionTable::Spawn(runtimes::Language language) {
+  std::future<common::StatusOr<WarmSandbox>> done;
+  {
+    std::lock_guard lock(spawn_mu_);
+    spawn_queue_.push_back({language, {}});
+    done = spawn_queue_.back().done.get_future();
+  }
+  spawn_cv_.notify_one();
+  return done.get();
+}
+
+void SessionTable::SpawnLoop(std::stop_token stop) {
+  while (true) {
+    SpawnRequest req;
+    {
+      std::unique_lock lock(spawn_mu_);
+      spawn_cv_.wait(lock, stop, [&] { return !spawn_queue_.empty(); });
+      if (spawn_queue_.empty()) return;  // stopping
+      req = std::move(spawn_queue_.front());
+      spawn_queue_.pop_front();
+    }
+    req.done.set_value(pool_->SpawnSession(req.language));
+  }
+}
+
+SessionTable::~SessionTable() {
+  std::lock_guard lock(mu_);
+  sessions_.clear();  // each SandboxProcess kills and reaps its driver
+}
+
+common::StatusOr<SessionTable::Lease> SessionTable::Acquire(
+    const common::protocol::Execute& job) {
+  ASSIGN_OR_RETURN(runtimes::Language language, runtimes::ParseLanguage(job.language));
+  std::shared_ptr<SessionSandbox> old;  // destroyed outside the lock
+  Lease lease;
+  {
+    std::lock_guard lock(mu_);
+    auto it = sessions_.find(job.session_id);
+    if (it != sessions_.end()) {
+      auto& s = it->second;
+      if (s->busy) {
+        return common::Unavailable("session " + job.session_id + " is already running an execution");
+      }
+      if (s->epoch == job.session_epoch && s->language == language &&
+          s->tenant == job.tenant && !Exited(s->sandbox)) {
+        s->busy = true;
+        s->ttl_ms = job.session_ttl_ms;
+        lease.session = s;
+        return lease;
+      }
+      // Another incarnation, or its driver died: start afresh.
+      old = std::move(s);
+      sessions_.erase(it);
+    }
+    auto ran = ran_.find(job.session_id);
+    lease.state_lost = ran != ran_.end() && ran->second == job.session_epoch;
+  }
+  old.reset();
+  ASSIGN_OR_RETURN(WarmSandbox sb, Spawn(language));
+  auto s = std::make_shared<SessionSandbox>();
+  s->id = job.session_id;
+  s->tenant = job.tenant;
+  s->language = language;
+  s->control = runtimes::ControlStream(language);
+  s->epoch = job.session_epoch;
+  s->sandbox = std::move(sb);
+  s->ttl_ms = job.session_ttl_ms;
+  s->last_used = std::chrono::steady_clock::now();
+  s->busy = true;
+  std::lock_guard lock(mu_);
+  if (sessions_.count(job.session_id) != 0) {
+    return common::Unavailable("session " + job.session_id + " is already running an execution");
+  }
+  if (ran_.size() >= kMaxRemembered) ran_.erase(ran_.begin());
+  ran_[job.session_id] = job.session_epoch;
+  sessions_[job.session_id] = s;
+  closing_.erase(job.session_id);
+  lease.session = std::move(s);
+  return lease;
+}
+
+void SessionTable::Release(const std::shared_ptr<SessionSandbox>& session, bool destroy) {
+  std::shared_ptr<SessionSandbox> doomed;
+  {
+    std::lock_guard lock(mu_);
+    session->busy = false;
+    session->last_used = std::chrono::steady_clock::now();
+    ++session->executions;
+    auto it = sessions_.find(session->id);
+    bool closing = closing_.erase(session->id) > 0;
+    if ((destroy || closing) && it != sessions_.end() && it->second == session) {
+      doomed = std::move(it->second);
+      sessions_.erase(it);
+    }
+  }
+  // The SandboxProcess destructor kills and reaps the driver (not under the lock).
+}
+
+void SessionTable::Close(const std::string& id) {
+  std::shared_ptr<SessionSandbox> doomed;
+  {
+    std::lock_guard lock(mu_);
+    ran_.erase(id);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) return;
+    if (it->second->busy) {
+      closing_[id] = true;
+      return;
+    }
+    doomed = std::move(it->second);
+    sessions_.erase(it);
+  }
+  spdlog::info("session {} closed", id);
+}
+
+size_t SessionTable::ExpireIdle(std::chrono::steady_clock::time_point now) {
+  std::vector<std::shared_ptr<SessionSandbox>> doomed;
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      const auto& s = it->second;
+      auto ttl = std::chrono::milliseconds(s->ttl_ms) + kTtlMargin;
+      if (!s->busy && s->ttl_ms > 0 && now - s->last_used > ttl) {
+        spdlog::info("session {} idle for its TTL: destroying its sandbox", s->id);
+        doomed.push_back(std::move(it->second));
+        it = sessions_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  return doomed.size();
+}
+
+size_t SessionTable::size() const {
+  std::lock_guard lock(mu_);
+  return sessions_.size();
+}
+
+}  // namespace kiln::worker

@@ -1,0 +1,101 @@
+// SessionTable: the worker's long-lived session sandboxes, one per session,
+// each running its language's REPL driver (docs/runtimes.md, "Session
+// drivers") so state survives between executions.
+//
+//   ASSIGN_OR_RETURN(SessionTable::Lease l, table.Acquire(execute));  // busy until Release
+//   ... RunSessionExecution(execute, *l.session, ...) ...
+//   table.Release(l.session, /*destroy=*/hung);
+//
+// A session is keyed by its id; the broker's `session_epoch` names its
+// incarnation. A sandbox held under another epoch is replaced by a fresh one
+// (the session was deleted and created again, or reset). When this worker
+// has run the session under the same epoch before but no longer holds its
+// sandbox (it expired here, died, or was destroyed), the Lease says
+// `state_lost`: the broker must give the session a new epoch. Idle sandboxes
+// are destroyed after the session's TTL (plus a margin: the broker's expiry
+// comes first). Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <stop_token>
+#include <thread>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/protocol/messages.hpp"
+#include "common/status.hpp"
+#include "worker/executor/warm_pool.hpp"
+#include "worker/runtimes/runtime.hpp"
+
+namespace kiln::worker {
+
+struct SessionSandbox {
+  std::string id;
+  std::string tenant;
+  runtimes::Language language = runtimes::Language::kPython;
+  uint64_t epoch = 0;
+  WarmSandbox sandbox;               // the driver process and the worker's pipe ends
+  runtimes::ControlStream control{runtimes::Language::kPython};  // the driver's frames
+  uint64_t executions = 0;
+  uint64_t ttl_ms = 0;
+  std::chrono::steady_clock::time_point last_used;
+  bool busy = false;
+};
+
+class SessionTable {
+ public:
+  // Idle sandboxes live this much longer than the broker's TTL for them.
+  static constexpr std::chrono::seconds kTtlMargin{30};
+
+  explicit SessionTable(WarmPool* pool);
+  ~SessionTable();
+  SessionTable(const SessionTable&) = delete;
+  SessionTable& operator=(const SessionTable&) = delete;
+
+  struct Lease {
+    std::shared_ptr<SessionSandbox> session;
+    bool state_lost = false;  // ran here before under this epoch, but its state is gone
+  };
+  // The session's sandbox, marked busy; started now if needed (a cold start).
+  // UNAVAILABLE if it is busy (the broker runs one execution per session at
+  // a time, so this means a duplicate).
+  common::StatusOr<Lease> Acquire(const common::protocol::Execute& job);
+  // Marks it idle again, or destroys it (its state is unusable).
+  void Release(const std::shared_ptr<SessionSandbox>& session, bool destroy);
+  // The session was deleted: destroy its sandbox (at once if idle, else when
+  // the running execution releases it).
+  void Close(const std::string& id);
+  // Destroys sandboxes idle longer than their TTL; returns how many.
+  size_t ExpireIdle(std::chrono::steady_clock::time_point now);
+  size_t size() const;
+
+ private:
+  // Session sandboxes are started by one long-lived thread: a sandbox's
+  // parent-death signal fires when the thread that cloned it ends, and a
+  // session outlives the job thread of its first execution.
+  common::StatusOr<WarmSandbox> Spawn(runtimes::Language language);
+  void SpawnLoop(std::stop_token stop);
+
+  WarmPool* pool_;
+  struct SpawnRequest {
+    runtimes::Language language;
+    std::promise<common::StatusOr<WarmSandbox>> done;
+  };
+  std::mutex spawn_mu_;
+  std::condition_variable_any spawn_cv_;
+  std::deque<SpawnRequest> spawn_queue_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<SessionSandbox>> sessions_;
+  std::map<std::string, bool> closing_;  // Close() while busy
+  // Epochs this worker has run, per session id (bounded): tells a lost state
+  // from a first execution.
+  std::map<std::string, uint64_t> ran_;
+  std::jthread spawner_;  // last: stopped and joined first
+};
+
+}  // namespace kiln::worker

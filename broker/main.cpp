@@ -8,6 +8,7 @@
 #include "broker/api/http_api.hpp"
 #include "broker/config.hpp"
 #include "broker/metrics/broker_metrics.hpp"
+#include "broker/native/native_api.hpp"
 #include "broker/policy/policy.hpp"
 #include "broker/scheduler/audit_writer.hpp"
 #include "broker/scheduler/dispatcher.hpp"
@@ -32,12 +33,13 @@ int main(int argc, char** argv) {
   using namespace kiln;
   CLI::App app{"kiln-broker: accepts execution jobs and dispatches them to Kiln workers"};
   std::string config_file;
-  std::string http_listen, worker_endpoint, redis_url;
+  std::string http_listen, worker_endpoint, redis_url, client_endpoint;
   app.add_option("-c,--config", config_file, "YAML config file (docs/configuration.md)")
       ->required();
   app.add_option("--http", http_listen, "override broker.http.listen (host:port)");
   app.add_option("--workers", worker_endpoint, "override broker.workers.endpoint");
   app.add_option("--redis", redis_url, "override broker.redis.url");
+  app.add_option("--clients", client_endpoint, "override broker.clients.endpoint (\"off\": none)");
   CLI11_PARSE(app, argc, argv);
 
   auto cfg = broker::LoadBrokerConfig(config_file);
@@ -48,6 +50,7 @@ int main(int argc, char** argv) {
   if (!http_listen.empty()) cfg->http_listen = http_listen;
   if (!worker_endpoint.empty()) cfg->worker_endpoint = worker_endpoint;
   if (!redis_url.empty()) cfg->redis_url = redis_url;
+  if (!client_endpoint.empty()) cfg->client_endpoint = client_endpoint == "off" ? "" : client_endpoint;
   if (auto st = common::InitLogging({"broker", cfg->log_level, cfg->log_format}); !st.ok()) {
     return Fail(st);
   }
@@ -99,26 +102,41 @@ int main(int argc, char** argv) {
   if (auto st = schedule.PublishTenants(dopts.tenant_shares); !st.ok()) return Fail(st);
   auto dispatcher = broker::Dispatcher::Create(dopts, &zmq_ctx, stores, &waiters);
   if (!dispatcher.ok()) return Fail(dispatcher.status());
+  const broker::Governance governance{&*policy, &audit, &audit_writer};
   auto api = broker::HttpApi::Create(*cfg, stores, dispatcher->get(), &waiters, &metrics,
-                                     broker::Governance{&*policy, &audit, &audit_writer});
+                                     governance);
   if (!api.ok()) return Fail(api.status());
+  std::unique_ptr<broker::NativeApi> native;  // the native client protocol, unless off
+  if (!cfg->client_endpoint.empty()) {
+    auto n = broker::NativeApi::Create(*cfg, &zmq_ctx, stores, dispatcher->get(), &waiters,
+                                       &metrics, governance);
+    if (!n.ok()) return Fail(n.status());
+    native = std::move(*n);
+  }
   auto endpoint = broker::RedisEndpoint::Parse(cfg->redis_url);
   if (!endpoint.ok()) return Fail(endpoint.status());
   broker::EventBus bus(*endpoint, &waiters, &store,
                        [d = dispatcher->get()](const std::string& id) { d->Cancel(id); });
 
-  spdlog::info("broker {} ready: http on port {}, workers on {}, redis {}", cfg->id, (*api)->port(),
-               (*dispatcher)->endpoint(), cfg->redis_url);
+  spdlog::info("broker {} ready: http on port {}, workers on {}, clients on {}, redis {}", cfg->id,
+               (*api)->port(), (*dispatcher)->endpoint(), native ? native->endpoint() : "(off)",
+               cfg->redis_url);
   std::jthread loop([&](std::stop_token st) { (*dispatcher)->Run(st); });
   std::jthread events([&](std::stop_token st) { bus.Run(st); });
   std::jthread auditing([&](std::stop_token st) { audit_writer.Run(st); });
   std::thread http([&] { (*api)->Serve(); });
+  std::jthread clients;
+  if (native) clients = std::jthread([&](std::stop_token st) { native->Run(st); });
 
   int sig = 0;
   sigwait(&stop_signals, &sig);
   spdlog::info("broker {} stopping (signal {})", cfg->id, sig);
   (*api)->Stop();
   http.join();
+  if (clients.joinable()) {
+    clients.request_stop();
+    clients.join();
+  }
   events.request_stop();
   events.join();
   loop.request_stop();

@@ -14,6 +14,7 @@ constexpr std::chrono::seconds kConnectTimeout{10};
 constexpr std::chrono::seconds kWriteTimeout{60};
 constexpr std::chrono::seconds kDefaultReadTimeout{60};
 constexpr size_t kMaxBodyInMessage = 200;
+constexpr size_t kMaxErrorBodyBytes = size_t{64} * 1024;  // kept of a refused event stream
 
 std::string NetworkError(httplib::Error err) {
   switch (err) {
@@ -44,6 +45,33 @@ bool IsPlainId(const std::string& id) {
     if (!ok) return false;
   }
   return true;
+}
+
+bool IsSessionId(const std::string& id) {
+  if (id.empty() || id.size() > 128) return false;
+  for (char c : id) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-' || c == '.' || c == ':';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::string QueryEscape(const std::string& value) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : value) {
+    bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                c == '-' || c == '.' || c == '_' || c == '~';
+    if (keep) {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
 }
 
 std::optional<Code> CodeFromName(const std::string& name) {
@@ -138,7 +166,8 @@ StatusOr<ApiClient::Reply> ApiClient::Send(const std::string& method, const std:
   httplib::Result res =
       method == "POST"
           ? http_->Post(full_path, headers, body ? *body : std::string(), "application/json")
-          : http_->Get(full_path, headers);
+      : method == "DELETE" ? http_->Delete(full_path, headers)
+                           : http_->Get(full_path, headers);
   if (!res) {
     return common::Unavailable(method + " " + url_ + path + ": " + NetworkError(res.error()));
   }
@@ -184,6 +213,112 @@ StatusOr<json> ApiClient::Health(bool* healthy) {
     if (j.is_object() && !j.contains("error")) return j;
   }
   return Decode(reply);
+}
+
+StatusOr<json> ApiClient::PostAction(const std::string& id, const std::string& action,
+                                     const std::string& body) {
+  if (!IsPlainId(id)) {
+    return common::InvalidRequest("'" + id + "' is not an execution id (expected e.g. ex_...)");
+  }
+  ASSIGN_OR_RETURN(Reply reply, Send("POST", "/v1/executions/" + id + "/" + action, &body, "",
+                                     kDefaultReadTimeout));
+  return Decode(reply);
+}
+
+StatusOr<json> ApiClient::Cancel(const std::string& id) { return PostAction(id, "cancel", "{}"); }
+
+StatusOr<json> ApiClient::Approve(const std::string& id, bool trust_session) {
+  return PostAction(id, "approve", json{{"trust_session", trust_session}}.dump());
+}
+
+StatusOr<json> ApiClient::Deny(const std::string& id) { return PostAction(id, "deny", "{}"); }
+
+StatusOr<json> ApiClient::ListApprovals() {
+  ASSIGN_OR_RETURN(Reply reply, Send("GET", "/v1/approvals", nullptr, "", kDefaultReadTimeout));
+  return Decode(reply);
+}
+
+StatusOr<json> ApiClient::ListSessions(const std::string& conversation_id) {
+  std::string path = "/v1/sessions";
+  if (!conversation_id.empty()) path += "?conversation_id=" + QueryEscape(conversation_id);
+  ASSIGN_OR_RETURN(Reply reply, Send("GET", path, nullptr, "", kDefaultReadTimeout));
+  return Decode(reply);
+}
+
+StatusOr<json> ApiClient::DeleteSession(const std::string& id) {
+  if (!IsSessionId(id)) {
+    return common::InvalidRequest("'" + id +
+                                  "' is not a session id (1-128 of A-Z a-z 0-9 . _ : -)");
+  }
+  ASSIGN_OR_RETURN(Reply reply,
+                   Send("DELETE", "/v1/sessions/" + id, nullptr, "", kDefaultReadTimeout));
+  return Decode(reply);
+}
+
+StatusOr<json> ApiClient::ReadAudit(const std::string& after, size_t count) {
+  std::string path = "/v1/audit?count=" + std::to_string(count);
+  if (!after.empty()) path += "&after=" + QueryEscape(after);
+  ASSIGN_OR_RETURN(Reply reply, Send("GET", path, nullptr, "", kDefaultReadTimeout));
+  return Decode(reply);
+}
+
+StatusOr<json> ApiClient::Capabilities() {
+  ASSIGN_OR_RETURN(Reply reply, Send("GET", "/v1/capabilities", nullptr, "", kDefaultReadTimeout));
+  return Decode(reply);
+}
+
+Status ApiClient::StreamEvents(const std::string& id, const std::string& last_event_id,
+                               const EventHandler& on_event, std::chrono::seconds idle_timeout) {
+  if (!IsPlainId(id)) {
+    return common::InvalidRequest("'" + id + "' is not an execution id (expected e.g. ex_...)");
+  }
+  const std::string path = "/v1/executions/" + id + "/events";
+  httplib::Headers headers = {{"User-Agent", "kiln-cli/" KILN_VERSION},
+                              {"Accept", "text/event-stream"}};
+  if (!token_.empty()) headers.emplace("Authorization", "Bearer " + token_);
+  if (!last_event_id.empty()) headers.emplace("Last-Event-ID", last_event_id);
+  // Its own connection: a stream is not reused for other requests.
+  httplib::Client http(base_.scheme_host_port);
+  http.set_connection_timeout(kConnectTimeout);
+  http.set_read_timeout(idle_timeout);
+  int http_status = 0;
+  std::string error_body;  // the body of a non-200 answer
+  SseParser parser;
+  Status parse_error;
+  bool stopped = false;  // on_event asked to stop
+  httplib::Result res = http.Get(
+      base_.path_prefix + path, headers,
+      [&](const httplib::Response& r) {
+        http_status = r.status;
+        return true;
+      },
+      [&](const char* data, size_t length) {
+        if (http_status != 200) {
+          if (error_body.size() < kMaxErrorBodyBytes) error_body.append(data, length);
+          return true;
+        }
+        auto events = parser.Feed(std::string_view(data, length));
+        if (!events.ok()) {
+          parse_error = events.status();
+          return false;
+        }
+        for (const auto& e : *events) {
+          if (!on_event(e)) {
+            stopped = true;
+            return false;
+          }
+        }
+        return true;
+      });
+  if (stopped) return Status::Ok();
+  if (!parse_error.ok()) return parse_error;
+  if (http_status != 0 && http_status != 200) {
+    RETURN_IF_ERROR(StatusFromHttp(http_status, error_body));
+  }
+  if (!res) {
+    return common::Unavailable("GET " + url_ + path + ": " + NetworkError(res.error()));
+  }
+  return Status::Ok();
 }
 
 }  // namespace kiln::cli

@@ -35,6 +35,63 @@ void Line(std::string* out, const std::string& label, const std::string& value) 
   *out += padded + value + "\n";
 }
 
+int64_t IntOr(const json& object, const char* key, int64_t fallback) {
+  if (!object.is_object()) return fallback;
+  auto it = object.find(key);
+  return it != object.end() && it->is_number() ? it->get<int64_t>() : fallback;
+}
+
+// `line` with every byte that could hide or fake text on a terminal shown as
+// an escape instead: control characters but tab (\x1b, \r, ...), DEL, and the
+// Unicode bidirectional overrides and isolates (U+202A..U+202E,
+// U+2066..U+2069, "Trojan Source"). A reviewer sees exactly what will run.
+std::string VisibleLine(const std::string& line) {
+  std::string out;
+  char buf[16];
+  for (size_t i = 0; i < line.size(); ++i) {
+    auto c = static_cast<unsigned char>(line[i]);
+    if ((c < 0x20 && c != '\t') || c == 0x7f) {
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+      continue;
+    }
+    // UTF-8 of U+202A..U+202E: E2 80 AA..AE; U+2066..U+2069: E2 81 A6..A9.
+    if (c == 0xe2 && i + 2 < line.size()) {
+      auto c1 = static_cast<unsigned char>(line[i + 1]);
+      auto c2 = static_cast<unsigned char>(line[i + 2]);
+      bool bidi =
+          (c1 == 0x80 && c2 >= 0xaa && c2 <= 0xae) || (c1 == 0x81 && c2 >= 0xa6 && c2 <= 0xa9);
+      if (bidi) {
+        unsigned cp = ((c & 0x0fu) << 12) | ((c1 & 0x3fu) << 6) | (c2 & 0x3fu);
+        std::snprintf(buf, sizeof buf, "\\u%04x", cp);
+        out += buf;
+        i += 2;
+        continue;
+      }
+    }
+    out += static_cast<char>(c);
+  }
+  return out;
+}
+
+// Left-aligned columns, two spaces apart; rows[0] is the header.
+std::string RenderTable(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width(rows[0].size(), 0);
+  for (const auto& row : rows) {
+    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(width[i] - row[i].size() + 2, ' ');
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string FormatDurationMs(const json& ms) {
@@ -111,18 +168,42 @@ std::string FormatWorkersTable(const json& workers, int64_t now_ms, bool wide) {
     rows.push_back({id, Join(w.value("runtimes", json()), ","), Text(w, "slots"),
                     Text(w, "running"), layer_text, FormatAge(heartbeat, now_ms)});
   }
-  std::vector<size_t> width(rows[0].size(), 0);
-  for (const auto& row : rows) {
-    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+  return RenderTable(rows);
+}
+
+std::string FormatSessionsTable(const json& sessions, int64_t now_ms) {
+  if (!sessions.is_array() || sessions.empty()) return "no sessions\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"ID", "LANGUAGE", "STATE", "WORKER", "RUNS", "EPOCH", "LAST USED", "CONVERSATION"}};
+  for (const auto& s : sessions) {
+    rows.push_back({Text(s, "id"), Text(s, "language"), Text(s, "state"), Text(s, "worker"),
+                    Text(s, "execution_count"), Text(s, "epoch"),
+                    FormatAge(IntOr(s, "last_used_at", 0), now_ms), Text(s, "conversation_id")});
   }
+  return RenderTable(rows);
+}
+
+std::string FormatApprovals(const json& approvals, int64_t now_ms) {
+  if (!approvals.is_array() || approvals.empty()) return "no executions awaiting approval\n";
   std::string out;
-  for (const auto& row : rows) {
-    std::string line;
-    for (size_t i = 0; i < row.size(); ++i) {
-      line += row[i];
-      if (i + 1 < row.size()) line += std::string(width[i] - row[i].size() + 2, ' ');
+  for (const auto& a : approvals) {
+    out += Text(a, "id") + "  tenant " + Text(a, "tenant") + "  " + Text(a, "language");
+    if (Text(a, "session_id") != "-") out += "  session " + Text(a, "session_id");
+    out += "  created " + FormatAge(IntOr(a, "created_at", 0), now_ms);
+    if (int64_t expires = IntOr(a, "expires_at", 0); expires > 0) {
+      int64_t left = expires - now_ms;
+      out += left > 0 ? "  expires in " + std::to_string((left + 999) / 1000) + "s" : "  expired";
     }
-    out += line + "\n";
+    out += "\n";
+    std::string code = a.is_object() ? a.value("code", "") : "";
+    size_t start = 0;
+    while (start < code.size()) {
+      size_t end = code.find('\n', start);
+      if (end == std::string::npos) end = code.size();
+      out += "    | " + VisibleLine(code.substr(start, end - start)) + "\n";
+      start = end + 1;
+    }
+    out += "\n";
   }
   return out;
 }

@@ -9,15 +9,20 @@
 namespace {
 
 constexpr char kFooter[] = R"txt(Broker address and token, first found wins:
-  --url / --token, $KILN_URL / $KILN_TOKEN ($KILN_ADMIN_TOKEN for admin commands),
+  --url / --token, $KILN_URL / $KILN_TOKEN ($KILN_ADMIN_TOKEN for the admin
+  commands workers, approvals, approve, deny),
   ~/.config/kiln/config.yaml (or $KILN_CONFIG) with keys url, token, admin_token,
   default url http://127.0.0.1:8080.
 
 Examples:
   kiln run -l python -c 'print(1)'
   kiln --url http://broker:8080 --token "$TOKEN" run script.py --input n=3
+  kiln run long.py --stream
   kiln status ex_0123456789abcdefghij
+  kiln sessions --conversation chat-7; kiln kill s1
+  KILN_ADMIN_TOKEN=... kiln approvals
   kiln workers
+  kiln mcp                      # a Model Context Protocol server on stdio
 
 Run 'kiln <command> --help' for a command's flags. See docs/cli.md.)txt";
 
@@ -42,10 +47,12 @@ int main(int argc, char** argv) {
       ->type_name("TOKEN");
 
   const std::vector<Command> commands = {
-      AddRunCommand(app, &globals),
-      AddStatusCommand(app, &globals),
-      AddWorkersCommand(app, &globals),
-      AddHealthCommand(app, &globals),
+      AddRunCommand(app, &globals),     AddStatusCommand(app, &globals),
+      AddCancelCommand(app, &globals),  AddSessionsCommand(app, &globals),
+      AddKillCommand(app, &globals),    AddApprovalsCommand(app, &globals),
+      AddApproveCommand(app, &globals), AddDenyCommand(app, &globals),
+      AddWorkersCommand(app, &globals), AddHealthCommand(app, &globals),
+      AddMcpCommand(app, &globals),     AddAuditCommand(app, &globals),
   };
 
   try {

@@ -113,6 +113,7 @@ StatusOr<FileSpec> ParseFileSpec(const std::string& spec) {
 json BuildSubmitBody(const RunRequest& request) {
   json body = {{"language", request.language}, {"code", request.code}};
   if (!request.session_id.empty()) body["session_id"] = request.session_id;
+  if (!request.conversation_id.empty()) body["conversation_id"] = request.conversation_id;
   if (!request.input.empty()) body["input"] = request.input;
   if (!request.files.empty()) {
     json files = json::array();
@@ -126,6 +127,9 @@ json BuildSubmitBody(const RunRequest& request) {
   json limits = json::object();
   if (request.timeout_ms) limits["timeout_ms"] = *request.timeout_ms;
   if (request.memory_mb) limits["memory_mb"] = *request.memory_mb;
+  if (request.cpu_ms) limits["cpu_ms"] = *request.cpu_ms;
+  if (request.max_output_bytes) limits["max_output_bytes"] = *request.max_output_bytes;
+  if (request.max_pids) limits["max_pids"] = *request.max_pids;
   if (!limits.empty()) body["limits"] = std::move(limits);
   body["wait"] = request.wait;
   return body;

@@ -53,7 +53,8 @@ using common::CheckRelativePath;
 struct RunRequest {
   std::string language;
   std::string code;
-  std::string session_id;  // empty: none
+  std::string session_id;       // empty: none
+  std::string conversation_id;  // empty: none
   nlohmann::json input = nlohmann::json::object();
   struct File {
     std::string dest;
@@ -64,6 +65,9 @@ struct RunRequest {
   std::map<std::string, std::string> env;
   std::optional<uint64_t> timeout_ms;
   std::optional<uint64_t> memory_mb;
+  std::optional<uint64_t> cpu_ms;
+  std::optional<uint64_t> max_output_bytes;
+  std::optional<uint64_t> max_pids;
   bool wait = true;
 };
 

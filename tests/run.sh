@@ -10,6 +10,16 @@ cd "$root"
 
 ./deploy/install-deps.sh
 
+# --- MCP test dependencies (tests/mcp) ---------------------------------------
+# The official MCP TypeScript SDK client that tests/mcp/mcp_test.mjs drives
+# `kiln mcp` with, pinned by tests/mcp/package-lock.json and installed into
+# tests/mcp/node_modules (git-ignored). Reinstalled when the lock file is newer
+# than the install. Without it, ctest reports mcp_sdk_test as skipped.
+if [[ ! tests/mcp/node_modules/.package-lock.json -nt tests/mcp/package-lock.json ]]; then
+  (cd tests/mcp && npm ci --no-audit --no-fund)
+fi
+# -----------------------------------------------------------------------------
+
 # 1. The pure-logic tests (codec, parsers, config, secrets filter, CLI) again
 #    under AddressSanitizer and UndefinedBehaviorSanitizer. The sandbox and
 #    cluster tests are not: they clone processes that share the worker's
@@ -18,8 +28,8 @@ if [[ -z "${KILN_SKIP_SANITIZERS:-}" ]]; then
   asan=${KILN_ASAN_BUILD_DIR:-$root/build-asan}
   cmake -S . -B "$asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=ON \
     -DKILN_BUILD_TESTS=ON >/dev/null
-  asan_tests=(common_unit_test protocol_codec_test protocol_fuzz_smoke broker_unit_test
-              cli_test secrets_test bench_test)
+  asan_tests=(common_unit_test protocol_codec_test protocol_client_codec_test protocol_fuzz_smoke
+              broker_unit_test cli_test secrets_test bench_test policy_test audit_chain_test)
   cmake --build "$asan" -j "$(nproc)" --target "${asan_tests[@]}"
   (cd "$asan" && ctest --output-on-failure -j 2 -R "^($(IFS='|'; echo "${asan_tests[*]}"))\$")
 fi

@@ -18,9 +18,6 @@ using common::Code;
 using common::Status;
 using nlohmann::json;
 
-// Right after start-up, workers may not have registered yet: a runtime
-// nobody offers is not refused until this has passed.
-constexpr auto kStartupGrace = std::chrono::seconds(5);
 // How long a cancel request waits for the job to end before answering 202.
 constexpr auto kCancelWait = std::chrono::seconds(5);
 // How long an event stream waits in Redis for new output before it checks
@@ -110,6 +107,7 @@ HttpApi::HttpApi(const BrokerConfig& config, DispatcherStores stores, Dispatcher
       waiters_(waiters),
       metrics_(metrics),
       governance_(governance),
+      submits_(config, stores, dispatcher, waiters, metrics, governance),
       server_(std::make_unique<httplib::Server>()) {
   const size_t threads = config.http_threads;
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
@@ -186,107 +184,36 @@ void HttpApi::Routes() {
       });
 }
 
-common::StatusOr<HttpApi::Caller> HttpApi::Authenticate(const httplib::Request& req) const {
+common::StatusOr<Caller> HttpApi::Authenticate(const httplib::Request& req) const {
   const std::string& h = req.get_header_value("Authorization");
   static constexpr std::string_view kBearer = "Bearer ";
   if (h.size() <= kBearer.size() || h.compare(0, kBearer.size(), kBearer) != 0) {
     return Status(Code::kUnauthorized, "missing bearer token");
   }
-  std::string token = h.substr(kBearer.size());
-  for (size_t i = 0; i < config_.admin_tokens.size(); ++i) {
-    if (config_.admin_tokens[i] == token) return Caller{"", true, i};
-  }
-  for (const auto& tenant : config_.tenants) {
-    for (const auto& t : tenant.tokens) {
-      if (t == token) return Caller{tenant.name, false};
-    }
-  }
-  return Status(Code::kUnauthorized, "unknown token");
+  return AuthenticateToken(config_, std::string_view(h).substr(kBearer.size()));
 }
 
 void HttpApi::Submit(const httplib::Request& req, httplib::Response& res) {
   auto caller = Authenticate(req);
   if (!caller.ok()) return ReplyError(res, caller.status());
-  if (caller->admin) {
-    return ReplyError(res, Status(Code::kForbidden, "admin tokens cannot submit jobs"));
-  }
-  const TenantConfig* tenant = FindTenant(config_, caller->tenant);
-  if (!tenant->enabled) {
-    return ReplyError(res, Status(Code::kCodeExecutionDisabled,
-                                  "code execution is not enabled for tenant " + tenant->name));
-  }
-  auto spec = ParseSubmitRequest(req.body, caller->tenant, config_);
-  if (!spec.ok()) return ReplyError(res, spec.status());
-  if (governance_.policy) {
-    PolicyVerdict verdict = governance_.policy->Evaluate(spec->language, spec->code);
-    if (metrics_) {
-      for (const auto& w : verdict.warnings) {
-        metrics_->PolicyHit(spec->tenant, spec->language, w, "warn");
-      }
+  auto out = submits_.Submit(*caller, req.body, req.get_header_value("Idempotency-Key"),
+                             /*register_waiter=*/true);
+  if (!out.ok()) return ReplyError(res, out.status());
+  switch (out->kind) {
+    case SubmitResult::Kind::kBlocked: {
+      json body = ErrorJson(out->blocked);
+      body["id"] = out->id;
+      body["rule"] = out->rule;
+      return Reply(res, common::HttpStatusFor(out->blocked.code()), body);
     }
-    if (verdict.blocked) return RejectBlocked(std::move(*spec), verdict, res);
-    spec->warnings = std::move(verdict.warnings);
+    case SubmitResult::Kind::kReplay:
+      res.set_header("Idempotent-Replay", "true");
+      return ReplyWithJob(res, out->id, out->wait, out->deadline);
+    case SubmitResult::Kind::kAccepted:
+      break;
   }
-  const bool wait = spec->wait;
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(spec->limits.timeout_ms + config_.wait_grace_ms);
-  const std::string idem_key = req.get_header_value("Idempotency-Key");
-  if (!idem_key.empty()) {
-    bool ok = idem_key.size() <= 128;
-    for (char c : idem_key) ok = ok && c > ' ' && c < 127;
-    if (!ok) {
-      return ReplyError(res, common::InvalidRequest(
-                                 "Idempotency-Key: 1-128 printable ASCII characters, no spaces"));
-    }
-  }
-  auto runtimes = dispatcher_->Runtimes();
-  if (std::find(runtimes.begin(), runtimes.end(), spec->language) == runtimes.end() &&
-      std::chrono::steady_clock::now() - started_ > kStartupGrace) {
-    return ReplyError(res, Status(Code::kRuntimeUnavailable,
-                                  "no live worker offers " + spec->language + "; retry later"));
-  }
-  TenantQuota quota{TenantMaxQueue(config_, *tenant), TenantMaxSessions(config_, *tenant)};
-  quota.needs_approval = !tenant->auto_approve;
-  quota.approval_deadline_ms =
-      common::NowMs() + static_cast<int64_t>(config_.approval_timeout_s) * 1000;
-  const std::string id = spec->id;
-  const std::string language = spec->language;
-  // Waiting starts before the job exists: it may end before Submit returns.
-  JobWaiters::Handle handle;
-  if (wait) handle = waiters_->Add(id);
-  // One round trip: the job is stored (before anyone learns its id) and
-  // either takes its slots and a worker, or joins its tenant's queue.
-  auto t0 = std::chrono::steady_clock::now();
-  auto out = schedule_->Submit(*spec, JobRecord::Queued(*spec), idem_key, quota,
-                               dispatcher_->Candidates(), common::NowMs());
-  if (metrics_) {
-    metrics_->RedisCall("submit", std::chrono::duration<double>(
-                                      std::chrono::steady_clock::now() - t0).count());
-  }
-  if (!out.ok()) {
-    if (handle) waiters_->Wait(handle, std::chrono::steady_clock::now());
-    const Code c = out.status().code();
-    return ReplyError(res, c == Code::kInternal || c == Code::kUnavailable
-                               ? StoreError(out.status())
-                               : out.status());
-  }
-  if (out->kind == SubmitOutcome::Kind::kReplay) {
-    // A retry: answer with the job the first request created, never a second run.
-    if (handle) waiters_->Wait(handle, std::chrono::steady_clock::now());
-    res.set_header("Idempotent-Replay", "true");
-    return ReplyWithJob(res, out->replay_id, wait, deadline);
-  }
-  const char* status = "queued";
-  if (out->kind == SubmitOutcome::Kind::kStarted) {
-    dispatcher_->Start(std::move(*spec), out->worker, out->session_epoch);
-  } else if (out->kind == SubmitOutcome::Kind::kHeld) {
-    status = "awaiting_approval";
-  } else {
-    dispatcher_->Poke();
-  }
-  if (metrics_) metrics_->Submitted(caller->tenant, language);
-  if (!wait) return Reply(res, 202, {{"id", id}, {"status", status}});
-  auto record = AwaitEnd(std::move(handle), id, deadline);
+  if (!out->wait) return Reply(res, 202, {{"id", out->id}, {"status", out->status}});
+  auto record = AwaitEnd(std::move(out->handle), out->id, out->deadline);
   if (!record.ok()) return ReplyError(res, StoreError(record.status()));
   Reply(res, 200, record->ToJson());
 }
@@ -371,28 +298,6 @@ void HttpApi::Cancel(const httplib::Request& req, httplib::Response& res) {
   Reply(res, IsTerminal(done->status) ? 200 : 202,
         IsTerminal(done->status) ? done->ToJson()
                                  : json{{"id", id}, {"status", JobStatusName(done->status)}});
-}
-
-void HttpApi::RejectBlocked(JobSpec spec, const PolicyVerdict& verdict,
-                            httplib::Response& res) {
-  const Status blocked = verdict.BlockStatus();
-  if (metrics_) {
-    metrics_->PolicyHit(spec.tenant, spec.language, verdict.blocked->rule, "block");
-  }
-  spec.warnings = verdict.warnings;
-  JobRecord record = JobRecord::Ended(spec, JobStatus::kRejected, blocked.code(),
-                                      blocked.message());
-  record.finished_ms = common::NowMs();
-  // Stored and audited like any job, so an operator sees what was refused.
-  if (auto st = store_->CreateEnded(spec, record); !st.ok()) {
-    return ReplyError(res, StoreError(st));
-  }
-  if (metrics_) metrics_->Finished(record);
-  if (governance_.audit_writer) governance_.audit_writer->Add(record, &spec, "none");
-  json body = ErrorJson(blocked);
-  body["id"] = spec.id;
-  body["rule"] = verdict.blocked->rule;
-  Reply(res, common::HttpStatusFor(blocked.code()), body);
 }
 
 void HttpApi::Approve(const httplib::Request& req, httplib::Response& res) {

@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 
+#include "broker/api/submit_service.hpp"
 #include "broker/config.hpp"
 #include "broker/policy/policy.hpp"
 #include "broker/scheduler/audit_writer.hpp"
@@ -40,13 +41,6 @@ namespace kiln::broker {
 
 class BrokerMetrics;
 
-// Policy and audit, optional (tests of other parts leave them out).
-struct Governance {
-  const PolicyEngine* policy = nullptr;
-  AuditStore* audit = nullptr;
-  AuditWriter* audit_writer = nullptr;
-};
-
 class HttpApi {
  public:
   static common::StatusOr<std::unique_ptr<HttpApi>> Create(const BrokerConfig& config,
@@ -64,12 +58,6 @@ class HttpApi {
   void Stop();
 
  private:
-  struct Caller {
-    std::string tenant;  // empty for admin tokens
-    bool admin = false;
-    size_t admin_index = 0;  // which admin token: "admin:<n>" in the audit trail
-  };
-
   HttpApi(const BrokerConfig& config, DispatcherStores stores, Dispatcher* dispatcher,
           JobWaiters* waiters, BrokerMetrics* metrics, Governance governance);
   void Routes();
@@ -92,8 +80,6 @@ class HttpApi {
   // re-reading Redis every second in case a notice was lost.
   common::StatusOr<JobRecord> AwaitEnd(JobWaiters::Handle handle, const std::string& id,
                                        std::chrono::steady_clock::time_point deadline);
-  // Policy said block: the job is stored rejected (and audited), never run.
-  void RejectBlocked(JobSpec spec, const PolicyVerdict& verdict, httplib::Response& res);
   void Approve(const httplib::Request& req, httplib::Response& res);
   void Deny(const httplib::Request& req, httplib::Response& res);
   void ListApprovals(const httplib::Request& req, httplib::Response& res);
@@ -116,9 +102,9 @@ class HttpApi {
   JobWaiters* waiters_;
   BrokerMetrics* metrics_;
   Governance governance_;
+  SubmitService submits_;  // the checks and scheduling shared with the native API
   std::unique_ptr<httplib::Server> server_;
   RedisEndpoint redis_endpoint_;  // event streams open their own connections
-  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   int port_ = 0;
 };
 

@@ -4,9 +4,9 @@
 //   Command run = AddRunCommand(app, &globals);
 //   CLI11_PARSE(app, argc, argv);  if (run.app->parsed()) return run.run();
 //
-// Today: run, status, workers, health. Still to come, once the broker serves
-// them, each in its own commands/<name>.cpp: sessions, kill, approve, deny,
-// audit and mcp. Main thread only.
+// One file each in commands/: run, status, cancel, sessions, kill, approvals,
+// approve + deny, workers, health, mcp. Main thread only (mcp starts its own
+// threads for tool calls).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -31,6 +31,14 @@ Command AddRunCommand(CLI::App& root, const GlobalFlags* globals);
 Command AddStatusCommand(CLI::App& root, const GlobalFlags* globals);
 Command AddWorkersCommand(CLI::App& root, const GlobalFlags* globals);
 Command AddHealthCommand(CLI::App& root, const GlobalFlags* globals);
+Command AddCancelCommand(CLI::App& root, const GlobalFlags* globals);
+Command AddSessionsCommand(CLI::App& root, const GlobalFlags* globals);
+Command AddKillCommand(CLI::App& root, const GlobalFlags* globals);
+Command AddApprovalsCommand(CLI::App& root, const GlobalFlags* globals);
+Command AddApproveCommand(CLI::App& root, const GlobalFlags* globals);
+Command AddDenyCommand(CLI::App& root, const GlobalFlags* globals);
+Command AddMcpCommand(CLI::App& root, const GlobalFlags* globals);
+Command AddAuditCommand(CLI::App& root, const GlobalFlags* globals);
 
 // Shared by the commands.
 

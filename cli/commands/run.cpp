@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "cli/commands/command.hpp"
+#include "cli/execution_follower.hpp"
 #include "cli/exit_codes.hpp"
 #include "cli/run_request.hpp"
 #include "common/base64.hpp"
@@ -28,6 +29,8 @@ constexpr char kFooter[] = R"txt(Examples:
   kiln run plot.py --file data.csv --collect 'out/*.png' --output-dir results
   kiln run -l python -c 'x = 1' --session s1 && kiln run -l python -c 'print(x)' --session s1
   kiln run job.js --no-wait            # prints the id; then: kiln status <id>
+  kiln run long.py --stream            # output as it is produced
+  kiln run -l python -c 'x = 1' --session s1 --conversation chat-7
 
 The exit status follows the job: its own exit code when it fails, 124 timed out,
 125 memory exceeded, 130 cancelled, 77 rejected, 69 infrastructure error,
@@ -45,7 +48,12 @@ struct RunFlags {
   std::vector<std::string> env;
   uint64_t timeout_ms = 0;
   uint64_t memory_mb = 0;
+  uint64_t cpu_ms = 0;
+  uint64_t max_output_bytes = 0;
+  uint64_t max_pids = 0;
+  std::string conversation;
   bool no_wait = false;
+  bool stream = false;
   bool json = false;
   std::string output_dir;
   std::string idempotency_key;
@@ -54,6 +62,9 @@ struct RunFlags {
   CLI::Option* input_json_opt = nullptr;
   CLI::Option* timeout_opt = nullptr;
   CLI::Option* memory_opt = nullptr;
+  CLI::Option* cpu_opt = nullptr;
+  CLI::Option* max_output_opt = nullptr;
+  CLI::Option* max_pids_opt = nullptr;
 };
 
 StatusOr<std::string> ReadLocalFile(const std::string& path, const std::string& what) {
@@ -102,9 +113,13 @@ StatusOr<RunRequest> BuildRequest(const RunFlags& f) {
   }
   r.collect = f.collect;
   r.session_id = f.session;
+  r.conversation_id = f.conversation;
   if (f.timeout_opt->count()) r.timeout_ms = f.timeout_ms;
   if (f.memory_opt->count()) r.memory_mb = f.memory_mb;
-  r.wait = !f.no_wait;
+  if (f.cpu_opt->count()) r.cpu_ms = f.cpu_ms;
+  if (f.max_output_opt->count()) r.max_output_bytes = f.max_output_bytes;
+  if (f.max_pids_opt->count()) r.max_pids = f.max_pids;
+  r.wait = !f.no_wait && !f.stream;
 
   // The code last, so flag errors show before we block on a terminal's stdin.
   if (from_flag) {
@@ -143,10 +158,13 @@ Status WriteCollectedFiles(const json& files, const std::string& dir) {
   return Status::Ok();
 }
 
-// The default (non --json) rendering of a finished record.
-void PrintRecord(const json& record, bool will_write_files) {
-  WriteOut(record.value("stdout", ""));
-  WriteErr(record.value("stderr", ""));
+// The default (non --json) rendering of a finished record; without
+// `with_output` its stdout and stderr (already streamed) are left out.
+void PrintRecord(const json& record, bool will_write_files, bool with_output) {
+  if (with_output) {
+    WriteOut(record.value("stdout", ""));
+    WriteErr(record.value("stderr", ""));
+  }
   const std::string status = record.value("status", "");
   const std::string id = record.value("id", "");
   if (auto it = record.find("result"); it != record.end() && !it->is_null()) {
@@ -173,6 +191,28 @@ void PrintRecord(const json& record, bool will_write_files) {
   }
 }
 
+// --stream: prints each output chunk as it arrives (or, with --json, every
+// event as one JSON line); returns the final record.
+StatusOr<json> FollowLive(ApiClient& client, const std::string& id, bool as_json) {
+  ExecutionFollower follower(id, [as_json](const FollowedEvent& e) {
+    if (as_json) {
+      json line = {{"event", e.event}, {"id", e.id}, {"data", e.data}};
+      WriteOut(line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
+      return;
+    }
+    if (e.event != "output_chunk" || !e.data.is_object()) return;
+    auto data = e.data.find("data");
+    if (data == e.data.end() || !data->is_string()) return;
+    auto stream = e.data.find("stream");
+    if (stream != e.data.end() && *stream == "stderr") {
+      WriteErr(data->get<std::string>());
+    } else {
+      WriteOut(data->get<std::string>());
+    }
+  });
+  return follower.Follow(client);
+}
+
 int Run(const RunFlags& flags, const GlobalFlags& globals) {
   auto request = BuildRequest(flags);
   if (!request.ok()) return ReportError(request.status());
@@ -181,20 +221,24 @@ int Run(const RunFlags& flags, const GlobalFlags& globals) {
 
   ApiClient::SubmitOptions options;
   options.idempotency_key = flags.idempotency_key;
-  options.read_timeout = WaitReadTimeout(request->timeout_ms);
+  if (request->wait) options.read_timeout = WaitReadTimeout(request->timeout_ms);
   auto answer = (*client)->Submit(BuildSubmitBody(*request), options);
   if (!answer.ok()) return ReportError(answer.status());
-  const json& record = *answer;
 
   if (flags.no_wait) {
-    WriteOut(flags.json ? JsonText(record) : record.value("id", "") + "\n");
+    WriteOut(flags.json ? JsonText(*answer) : answer->value("id", "") + "\n");
     return kExitOk;
   }
+  if (flags.stream) {
+    answer = FollowLive(**client, answer->value("id", ""), flags.json);
+    if (!answer.ok()) return ReportError(answer.status());
+  }
+  const json& record = *answer;
   const bool write_files = !flags.output_dir.empty();
   if (flags.json) {
-    WriteOut(JsonText(record));
+    if (!flags.stream) WriteOut(JsonText(record));  // streamed: the end event carried it
   } else {
-    PrintRecord(record, write_files);
+    PrintRecord(record, write_files, /*with_output=*/!flags.stream);
   }
   int code = ExitCodeForRecord(record);
   if (code == kExitPending) {
@@ -227,6 +271,9 @@ Command AddRunCommand(CLI::App& root, const GlobalFlags* globals) {
   app->add_option("--session", flags->session,
                   "Run in this session (created on first use; state persists between runs)")
       ->type_name("ID");
+  app->add_option("--conversation", flags->conversation,
+                  "Tag the job (and its session) with a conversation id, for kiln sessions")
+      ->type_name("ID");
   app->add_option("--input", flags->inputs,
                   "An input variable; v as JSON when it parses, else a string; repeatable")
       ->type_name("K=V")
@@ -254,13 +301,33 @@ Command AddRunCommand(CLI::App& root, const GlobalFlags* globals) {
       app->add_option("--memory", flags->memory_mb, "Memory limit in MB (broker default if unset)")
           ->type_name("MB")
           ->check(CLI::Validator(CLI::Range(uint64_t{1}, uint64_t{1000000000})).description(""));
+  flags->cpu_opt =
+      app->add_option("--cpu", flags->cpu_ms,
+                      "CPU time limit in milliseconds (broker default if unset)")
+          ->type_name("MS")
+          ->check(CLI::Validator(CLI::Range(uint64_t{1}, uint64_t{1000000000})).description(""));
+  flags->max_output_opt =
+      app->add_option("--max-output", flags->max_output_bytes,
+                      "Cap on stdout + stderr in bytes (broker default if unset)")
+          ->type_name("BYTES")
+          ->check(CLI::Validator(CLI::Range(uint64_t{1}, uint64_t{1000000000000})).description(""));
+  flags->max_pids_opt =
+      app->add_option("--max-pids", flags->max_pids,
+                      "Cap on processes and threads (broker default if unset)")
+          ->type_name("N")
+          ->check(CLI::Validator(CLI::Range(uint64_t{1}, uint64_t{1000000})).description(""));
   app->add_option("--output-dir", flags->output_dir,
                   "Write collected files under DIR (by their workspace path)")
       ->type_name("DIR");
   app->add_option("--idempotency-key", flags->idempotency_key,
                   "Retrying with the same key returns the same job instead of a new one")
       ->type_name("KEY");
-  app->add_flag("--no-wait", flags->no_wait, "Return at once, printing the execution id");
+  CLI::Option* no_wait =
+      app->add_flag("--no-wait", flags->no_wait, "Return at once, printing the execution id");
+  app->add_flag("--stream", flags->stream,
+                "Print the output live as the job produces it (with --json: one JSON line per "
+                "event)")
+      ->excludes(no_wait);
   app->add_flag("--json", flags->json, "Print the full execution record as JSON");
   return {app, [flags, globals] { return Run(*flags, *globals); }};
 }

@@ -20,10 +20,13 @@
 
 #include "common/protocol/codec.hpp"
 
+#include "common/protocol/frame_parser.hpp"
+
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <msgpack.hpp>
 #include <new>
@@ -795,7 +798,8 @@ std::string Encode(const Message& message) {
       message);
 }
 
-StatusOr<Message> Decode(std::string_view bytes) {
+Status ParseFrame(std::string_view bytes,
+                  const std::function<Status(const msgpack::object& root)>& visit) {
   if (bytes.size() > kMaxMessageBytes) {
     return InvalidRequest("frame of " + std::to_string(bytes.size()) +
                           " bytes exceeds the limit of " + std::to_string(kMaxMessageBytes));
@@ -816,7 +820,7 @@ StatusOr<Message> Decode(std::string_view bytes) {
     size_t offset = 0;
     msgpack::object_handle handle =
         msgpack::unpack(bytes.data(), bytes.size(), offset, ReferenceInPlace, nullptr, limit);
-    return DecodeFrame(handle.get());
+    return visit(handle.get());
   } catch (const msgpack::insufficient_bytes&) {
     return InvalidRequest("truncated frame: the message is incomplete");
   } catch (const msgpack::size_overflow& e) {
@@ -830,6 +834,18 @@ StatusOr<Message> Decode(std::string_view bytes) {
   } catch (...) {
     return InvalidRequest("undecodable frame");
   }
+}
+
+StatusOr<Message> Decode(std::string_view bytes) {
+  std::optional<Message> message;
+  Status st = ParseFrame(bytes, [&message](const msgpack::object& root) {
+    StatusOr<Message> m = DecodeFrame(root);
+    if (!m.ok()) return m.status();
+    message = std::move(m).value();
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return std::move(*message);
 }
 
 }  // namespace kiln::common::protocol

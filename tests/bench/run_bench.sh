@@ -132,6 +132,7 @@ broker:
   id: bench-broker-$b
   http: {listen: "127.0.0.1:${HTTP_PORTS[b]}", threads: 64}
   workers: {endpoint: "tcp://127.0.0.1:${ZMQ_PORTS[b]}"}
+  clients: {endpoint: ""}
   redis: {url: "redis://127.0.0.1:$REDIS_PORT"}
 tenants:
   - {name: bench, tokens: ["$TOKEN"], enabled: true, auto_approve: true}

@@ -87,6 +87,10 @@ class EscapeTest : public ::testing::TestWithParam<std::string> {
         options.warm_per_runtime = 1;
         options.cgroup_mode = GetParam();
         options.worker_env = {"KILN_ESCAPE_MARKER=" + marker_};
+        // The sandbox is the boundary under test: the policy rules (an early
+        // warning that refuses e.g. fork bombs before they run) are off, so
+        // every attack really reaches a sandbox.
+        options.extra_broker_yaml = "policy: {use_defaults: false}\n";
         mc.cluster = TestCluster::Start(options);
       } catch (const std::exception& e) {
         mc.start_error = e.what();

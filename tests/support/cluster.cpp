@@ -32,6 +32,7 @@ std::unique_ptr<TestCluster> TestCluster::Start(const ClusterOptions& options) {
   for (int i = 0; i < options.brokers; ++i) {
     c->http_ports_.push_back(FreePort());
     c->zmq_ports_.push_back(FreePort());
+    c->client_ports_.push_back(FreePort());
     c->StartBroker(i);
   }
   for (int i = 0; i < options.brokers; ++i) {
@@ -57,6 +58,7 @@ void TestCluster::StartBroker(int i) {
     << "  http: {listen: \"127.0.0.1:" << http_ports_[i] << "\", threads: 32}\n"
     << "  workers: {endpoint: \"tcp://127.0.0.1:" << zmq_ports_[i]
     << "\", heartbeat_interval_ms: 200, heartbeat_liveness: 5}\n"
+    << "  clients: {endpoint: \"tcp://127.0.0.1:" << client_ports_[i] << "\"}\n"
     << "  redis: {url: \"redis://127.0.0.1:" << redis_port_ << "\"}\n"
     << "limits:\n"
     << "  default: {timeout_ms: 10000, max_output_bytes: 65536}\n"

@@ -60,6 +60,10 @@ class TestCluster {
   std::string url(int broker = 0) const;
   int http_port(int broker = 0) const { return http_ports_.at(broker); }
   int redis_port() const { return redis_port_; }
+  // The broker's native client endpoint (broker.clients.endpoint), tcp://127.0.0.1:PORT.
+  std::string client_endpoint(int broker = 0) const {
+    return "tcp://127.0.0.1:" + std::to_string(client_ports_.at(broker));
+  }
   std::string worker_config(int i) const;
   ChildProcess& worker(int i) { return workers_.at(i); }
   ChildProcess& broker(int i) { return brokers_.at(i); }
@@ -85,6 +89,7 @@ class TestCluster {
   int redis_port_ = 0;
   std::vector<int> http_ports_;
   std::vector<int> zmq_ports_;
+  std::vector<int> client_ports_;
   ChildProcess redis_;
   std::vector<ChildProcess> brokers_;
   std::vector<ChildProcess> workers_;

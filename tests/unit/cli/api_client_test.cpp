@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <atomic>
 #include <thread>
+
+#include "cli/execution_follower.hpp"
 
 namespace kiln::cli {
 namespace {
@@ -46,6 +49,15 @@ TEST(ApiClientTest, CodeFromName) {
   EXPECT_EQ(CodeFromName("CODE_EXECUTION_DISABLED"), Code::kCodeExecutionDisabled);
   EXPECT_EQ(CodeFromName("INTERNAL"), Code::kInternal);
   EXPECT_EQ(CodeFromName("nope"), std::nullopt);
+}
+
+TEST(ApiClientTest, IsSessionIdAndQueryEscape) {
+  EXPECT_TRUE(IsSessionId("chat:7.a-b_c"));
+  EXPECT_FALSE(IsSessionId(""));
+  EXPECT_FALSE(IsSessionId("a/b"));
+  EXPECT_FALSE(IsSessionId("a b"));
+  EXPECT_FALSE(IsSessionId(std::string(129, 'a')));
+  EXPECT_EQ(QueryEscape("a:b c/&=~"), "a%3Ab%20c%2F%26%3D~");
 }
 
 TEST(ApiClientTest, IsPlainId) {
@@ -153,6 +165,185 @@ TEST(ApiClientTest, NoBrokerIsUnavailable) {
   auto body = (*client)->Health(&healthy);
   ASSERT_FALSE(body.ok());
   EXPECT_EQ(body.status().code(), Code::kUnavailable);
+}
+
+TEST(ApiClientTest, ControlAndSessionEndpoints) {
+  FakeBroker broker;
+  std::vector<std::string> seen;  // "METHOD path body"
+  auto record = [&](const httplib::Request& q, httplib::Response& r, const std::string& answer) {
+    std::string line = q.method + " " + q.path;
+    if (q.has_param("conversation_id"))
+      line += "?conversation_id=" + q.get_param_value("conversation_id");
+    if (!q.body.empty()) line += " " + q.body;
+    seen.push_back(line);
+    r.set_content(answer, "application/json");
+  };
+  auto& s = broker.server();
+  s.Post(R"(/v1/executions/([^/]+)/(cancel|approve|deny))",
+         [&](const httplib::Request& q, httplib::Response& r) {
+           record(q, r, R"({"id":"ex_1","status":"cancelled"})");
+         });
+  s.Get("/v1/sessions", [&](const httplib::Request& q, httplib::Response& r) {
+    record(q, r, R"({"sessions":[]})");
+  });
+  s.Delete(R"(/v1/sessions/([^/]+))", [&](const httplib::Request& q, httplib::Response& r) {
+    if (std::string(q.matches[1]) == "gone") {
+      r.status = 404;
+      return record(q, r, R"({"error":{"code":"SESSION_NOT_FOUND","message":"no session gone"}})");
+    }
+    record(q, r, R"({"id":"s:1","state":"deleted"})");
+  });
+  s.Get("/v1/approvals", [&](const httplib::Request& q, httplib::Response& r) {
+    record(q, r, R"({"approvals":[]})");
+  });
+  s.Get("/v1/capabilities", [&](const httplib::Request& q, httplib::Response& r) {
+    record(q, r, R"({"code_execution":false,"runtimes":["python"]})");
+  });
+  auto client = ApiClient::Create({broker.url(), "tok", ""});
+  ASSERT_TRUE(client.ok());
+  auto& c = **client;
+  EXPECT_EQ((*c.Cancel("ex_1"))["status"], "cancelled");
+  EXPECT_TRUE(c.Approve("ex_1", true).ok());
+  EXPECT_TRUE(c.Approve("ex_1", false).ok());
+  EXPECT_TRUE(c.Deny("ex_1").ok());
+  EXPECT_TRUE(c.ListSessions("").ok());
+  EXPECT_TRUE(c.ListSessions("chat:7 x").ok());
+  EXPECT_EQ((*c.DeleteSession("s:1"))["state"], "deleted");
+  auto gone = c.DeleteSession("gone");
+  ASSERT_FALSE(gone.ok());
+  EXPECT_EQ(gone.status().code(), Code::kSessionNotFound);
+  EXPECT_EQ(c.DeleteSession("a/b").status().code(), Code::kInvalidRequest);  // never sent
+  EXPECT_EQ(c.Cancel("../x").status().code(), Code::kInvalidRequest);        // never sent
+  EXPECT_TRUE(c.ListApprovals().ok());
+  EXPECT_EQ((*c.Capabilities())["code_execution"], false);
+  EXPECT_EQ(seen, (std::vector<std::string>{
+                      "POST /v1/executions/ex_1/cancel {}",
+                      "POST /v1/executions/ex_1/approve {\"trust_session\":true}",
+                      "POST /v1/executions/ex_1/approve {\"trust_session\":false}",
+                      "POST /v1/executions/ex_1/deny {}",
+                      "GET /v1/sessions",
+                      "GET /v1/sessions?conversation_id=chat:7 x",
+                      "DELETE /v1/sessions/s:1",
+                      "DELETE /v1/sessions/gone",
+                      "GET /v1/approvals",
+                      "GET /v1/capabilities",
+                  }));
+}
+
+std::string Sse(const std::string& event, const std::string& id, const std::string& data) {
+  return "event: " + event + "\nid: " + id + "\ndata: " + data + "\n\n";
+}
+
+TEST(ApiClientTest, StreamEventsDeliversEventsAsTheyArrive) {
+  FakeBroker broker;
+  std::string seen_last_id;
+  broker.server().Get(R"(/v1/executions/([^/]+)/events)", [&](const httplib::Request& q,
+                                                              httplib::Response& r) {
+    seen_last_id = q.get_header_value("Last-Event-ID");
+    auto step = std::make_shared<int>(0);
+    r.set_chunked_content_provider("text/event-stream", [step](size_t, httplib::DataSink& sink) {
+      std::string out;
+      switch ((*step)++) {
+        case 0:
+          out = Sse("execution_start", "start", "{}");
+          break;
+        case 1:
+          out = ": waiting\n\nevent: output_chunk\nid: 1-0\nda";
+          break;
+        case 2:
+          out = "ta: {\"stream\":\"stdout\",\"data\":\"a\"}\n\n";
+          break;
+        case 3:
+          out = Sse("execution_end", "end", R"({"status":"succeeded"})");
+          break;
+        default:
+          sink.done();
+          return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      return sink.write(out.data(), out.size());
+    });
+  });
+  auto client = ApiClient::Create({broker.url(), "tok", ""});
+  ASSERT_TRUE(client.ok());
+  std::vector<std::string> events;
+  auto st = (*client)->StreamEvents("ex_1", "1-0", [&](const SseEvent& e) {
+    events.push_back(e.event + "#" + e.id);
+    return true;
+  });
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(seen_last_id, "1-0");
+  EXPECT_EQ(events, (std::vector<std::string>{"execution_start#start", "output_chunk#1-0",
+                                              "execution_end#end"}));
+  // Stopping early is fine too.
+  events.clear();
+  st = (*client)->StreamEvents("ex_1", "", [&](const SseEvent& e) {
+    events.push_back(e.event);
+    return false;
+  });
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(events.size(), 1u);
+}
+
+TEST(ApiClientTest, StreamEventsRefusedIsTheApiError) {
+  FakeBroker broker;
+  broker.server().Get(R"(/v1/executions/([^/]+)/events)", [](const httplib::Request&,
+                                                             httplib::Response& r) {
+    r.status = 404;
+    r.set_content(R"({"error":{"code":"NOT_FOUND","message":"no such job"}})", "application/json");
+  });
+  auto client = ApiClient::Create({broker.url(), "tok", ""});
+  ASSERT_TRUE(client.ok());
+  auto st = (*client)->StreamEvents("ex_1", "", [](const SseEvent&) { return true; });
+  EXPECT_EQ(st.code(), Code::kNotFound);
+  EXPECT_EQ(st.message(), "no such job");
+}
+
+TEST(ApiClientTest, FollowerResumesAfterABrokenStream) {
+  FakeBroker broker;
+  std::vector<std::string> last_ids;
+  std::atomic<int> connections{0};
+  broker.server().Get(
+      R"(/v1/executions/([^/]+)/events)", [&](const httplib::Request& q, httplib::Response& r) {
+        last_ids.push_back(q.get_header_value("Last-Event-ID"));
+        // The first connection breaks after one chunk; the
+        // second resumes after it.
+        std::string body =
+            connections++ == 0
+                ? Sse("execution_start", "start", "{}") +
+                      Sse("output_chunk", "1-0", R"({"stream":"stdout","data":"a"})")
+                : Sse("output_chunk", "2-0", R"({"stream":"stderr","data":"b"})") +
+                      Sse("execution_end", "end", R"({"status":"failed","exit_code":2})");
+        r.set_content(body, "text/event-stream");
+      });
+  auto client = ApiClient::Create({broker.url(), "tok", ""});
+  ASSERT_TRUE(client.ok());
+  std::string printed;
+  ExecutionFollower follower("ex_1", [&](const FollowedEvent& e) {
+    if (e.event == "output_chunk") printed += e.data["data"].get<std::string>();
+  });
+  auto record = follower.Follow(**client, std::chrono::milliseconds(1));
+  ASSERT_TRUE(record.ok()) << record.status().ToString();
+  EXPECT_EQ((*record)["exit_code"], 2);
+  EXPECT_EQ(printed, "ab");
+  EXPECT_EQ(last_ids, (std::vector<std::string>{"", "1-0"}));
+}
+
+TEST(ApiClientTest, FollowerGivesUpAfterSomeReconnects) {
+  FakeBroker broker;
+  std::atomic<int> connections{0};
+  broker.server().Get(R"(/v1/executions/([^/]+)/events)",
+                      [&](const httplib::Request&, httplib::Response& r) {
+                        ++connections;
+                        r.set_content(Sse("execution_start", "start", "{}"), "text/event-stream");
+                      });
+  auto client = ApiClient::Create({broker.url(), "tok", ""});
+  ASSERT_TRUE(client.ok());
+  ExecutionFollower follower("ex_1", [](const FollowedEvent&) {});
+  auto record = follower.Follow(**client, std::chrono::milliseconds(1));
+  ASSERT_FALSE(record.ok());
+  EXPECT_EQ(record.status().code(), Code::kUnavailable);
+  EXPECT_EQ(connections.load(), ExecutionFollower::kMaxReconnects + 1);
 }
 
 }  // namespace

@@ -72,6 +72,51 @@ TEST(FormatTest, WorkersTable) {
   EXPECT_EQ(FormatWorkersTable(json::array(), 0), "no workers connected\n");
 }
 
+TEST(FormatTest, SessionsTable) {
+  json sessions = json::array({{{"id", "s1"},
+                                {"language", "python"},
+                                {"worker", "w1"},
+                                {"state", "idle"},
+                                {"created_at", 1'000},
+                                {"last_used_at", 10'000},
+                                {"execution_count", 3},
+                                {"epoch", 1},
+                                {"conversation_id", "chat-7"}},
+                               {{"id", "s2"}, {"language", "shell"}, {"state", "busy"}}});
+  EXPECT_EQ(FormatSessionsTable(sessions, 12'000),
+            "ID  LANGUAGE  STATE  WORKER  RUNS  EPOCH  LAST USED  CONVERSATION\n"
+            "s1  python    idle   w1      3     1      2.0s ago   chat-7\n"
+            "s2  shell     busy   -       -     -      never      -\n");
+  EXPECT_EQ(FormatSessionsTable(json::array(), 0), "no sessions\n");
+}
+
+TEST(FormatTest, ApprovalsShowTheCodeWithNothingHidden) {
+  json approvals = json::array({{{"id", "ex_1"},
+                                 {"tenant", "acme"},
+                                 {"language", "python"},
+                                 {"session_id", "s1"},
+                                 {"code", "import os\nos.remove('x')\x1b[2K\rprint('hi')\n"},
+                                 {"created_at", 10'000},
+                                 {"expires_at", 70'000}},
+                                {{"id", "ex_2"},
+                                 {"tenant", "acme"},
+                                 {"language", "shell"},
+                                 {"session_id", nullptr},
+                                 // U+202E RIGHT-TO-LEFT OVERRIDE, then U+00E9 (kept).
+                                 {"code", "echo \xe2\x80\xae caf\xc3\xa9"},
+                                 {"created_at", 10'000},
+                                 {"expires_at", 5'000}}});
+  EXPECT_EQ(FormatApprovals(approvals, 12'000),
+            "ex_1  tenant acme  python  session s1  created 2.0s ago  expires in 58s\n"
+            "    | import os\n"
+            "    | os.remove('x')\\x1b[2K\\x0dprint('hi')\n"
+            "\n"
+            "ex_2  tenant acme  shell  created 2.0s ago  expired\n"
+            "    | echo \\u202e caf\xc3\xa9\n"
+            "\n");
+  EXPECT_EQ(FormatApprovals(json::array(), 0), "no executions awaiting approval\n");
+}
+
 TEST(FormatTest, Health) {
   EXPECT_EQ(FormatHealth({{"status", "ok"}, {"redis", "ok"}, {"workers", 2}, {"queued", 0}}),
             "ok: redis ok, 2 workers, 0 queued\n");

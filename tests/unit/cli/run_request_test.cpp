@@ -113,22 +113,31 @@ TEST(RunRequestTest, FullBody) {
   r.language = "shell";
   r.code = "cat in";
   r.session_id = "s1";
+  r.conversation_id = "chat:7";
   r.input = {{"n", 1}};
   r.files.push_back({"in", std::string("\x00\xff", 2)});
   r.collect = {"out/*"};
   r.env = {{"A", "b"}};
   r.timeout_ms = 1500;
   r.memory_mb = 64;
+  r.cpu_ms = 900;
+  r.max_output_bytes = 4096;
+  r.max_pids = 8;
   r.wait = false;
   json body = BuildSubmitBody(r);
   EXPECT_EQ(body["session_id"], "s1");
+  EXPECT_EQ(body["conversation_id"], "chat:7");
   EXPECT_EQ(body["input"], json({{"n", 1}}));
   EXPECT_EQ(body["files"][0]["path"], "in");
   EXPECT_EQ(*common::Base64Decode(body["files"][0]["content_base64"].get<std::string>()),
             std::string("\x00\xff", 2));
   EXPECT_EQ(body["collect"], json::array({"out/*"}));
   EXPECT_EQ(body["env"], json({{"A", "b"}}));
-  EXPECT_EQ(body["limits"], json({{"timeout_ms", 1500}, {"memory_mb", 64}}));
+  EXPECT_EQ(body["limits"], json({{"timeout_ms", 1500},
+                                  {"memory_mb", 64},
+                                  {"cpu_ms", 900},
+                                  {"max_output_bytes", 4096},
+                                  {"max_pids", 8}}));
   EXPECT_EQ(body["wait"], false);
 }
 

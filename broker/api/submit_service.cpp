@@ -1,0 +1,156 @@
+#include "broker/api/submit_service.hpp"
+
+#include <algorithm>
+
+#include "broker/api/submit_request.hpp"
+#include "broker/metrics/broker_metrics.hpp"
+#include "common/clock.hpp"
+
+namespace kiln::broker {
+namespace {
+
+using common::Code;
+using common::Status;
+
+// Right after start-up, workers may not have registered yet: a runtime
+// nobody offers is not refused until this has passed.
+constexpr auto kStartupGrace = std::chrono::seconds(5);
+
+}  // namespace
+
+common::StatusOr<Caller> AuthenticateToken(const BrokerConfig& config, std::string_view token) {
+  if (token.empty()) return Status(Code::kUnauthorized, "missing bearer token");
+  for (size_t i = 0; i < config.admin_tokens.size(); ++i) {
+    if (config.admin_tokens[i] == token) return Caller{"", true, i};
+  }
+  for (const auto& tenant : config.tenants) {
+    for (const auto& t : tenant.tokens) {
+      if (t == token) return Caller{tenant.name, false};
+    }
+  }
+  return Status(Code::kUnauthorized, "unknown token");
+}
+
+SubmitService::SubmitService(const BrokerConfig& config, DispatcherStores stores,
+                             Dispatcher* dispatcher, JobWaiters* waiters, BrokerMetrics* metrics,
+                             Governance governance)
+    : config_(config),
+      store_(stores.jobs),
+      schedule_(stores.schedule),
+      dispatcher_(dispatcher),
+      waiters_(waiters),
+      metrics_(metrics),
+      governance_(governance) {}
+
+Status SubmitService::StoreError(const Status& st) const {
+  if (metrics_) metrics_->RedisError();
+  return Status(Code::kUnavailable, st.message());
+}
+
+common::StatusOr<SubmitResult> SubmitService::Submit(const Caller& caller, std::string_view body,
+                                                     const std::string& idem_key,
+                                                     bool register_waiter) {
+  if (caller.admin) return Status(Code::kForbidden, "admin tokens cannot submit jobs");
+  const TenantConfig* tenant = FindTenant(config_, caller.tenant);
+  if (!tenant->enabled) {
+    return Status(Code::kCodeExecutionDisabled,
+                  "code execution is not enabled for tenant " + tenant->name);
+  }
+  ASSIGN_OR_RETURN(JobSpec spec, ParseSubmitRequest(body, caller.tenant, config_));
+  if (governance_.policy) {
+    PolicyVerdict verdict = governance_.policy->Evaluate(spec.language, spec.code);
+    if (metrics_) {
+      for (const auto& w : verdict.warnings) {
+        metrics_->PolicyHit(spec.tenant, spec.language, w, "warn");
+      }
+    }
+    if (verdict.blocked) return RejectBlocked(std::move(spec), verdict);
+    spec.warnings = std::move(verdict.warnings);
+  }
+  SubmitResult result;
+  result.wait = spec.wait;
+  result.deadline = std::chrono::steady_clock::now() +
+                    std::chrono::milliseconds(spec.limits.timeout_ms + config_.wait_grace_ms);
+  if (!idem_key.empty()) {
+    bool ok = idem_key.size() <= 128;
+    for (char c : idem_key) ok = ok && c > ' ' && c < 127;
+    if (!ok) {
+      return common::InvalidRequest("Idempotency-Key: 1-128 printable ASCII characters, no spaces");
+    }
+  }
+  auto runtimes = dispatcher_->Runtimes();
+  if (std::find(runtimes.begin(), runtimes.end(), spec.language) == runtimes.end() &&
+      std::chrono::steady_clock::now() - started_ > kStartupGrace) {
+    return Status(Code::kRuntimeUnavailable,
+                  "no live worker offers " + spec.language + "; retry later");
+  }
+  TenantQuota quota{TenantMaxQueue(config_, *tenant), TenantMaxSessions(config_, *tenant)};
+  quota.needs_approval = !tenant->auto_approve;
+  quota.approval_deadline_ms =
+      common::NowMs() + static_cast<int64_t>(config_.approval_timeout_s) * 1000;
+  result.id = spec.id;
+  const std::string language = spec.language;
+  // Waiting starts before the job exists: it may end before Submit returns.
+  if (register_waiter && result.wait) result.handle = waiters_->Add(result.id);
+  // One round trip: the job is stored (before anyone learns its id) and
+  // either takes its slots and a worker, or joins its tenant's queue.
+  auto t0 = std::chrono::steady_clock::now();
+  auto out = schedule_->Submit(spec, JobRecord::Queued(spec), idem_key, quota,
+                               dispatcher_->Candidates(), common::NowMs());
+  if (metrics_) {
+    metrics_->RedisCall(
+        "submit", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  auto drop_waiter = [&] {
+    if (result.handle) waiters_->Wait(result.handle, std::chrono::steady_clock::now());
+    result.handle.reset();
+  };
+  if (!out.ok()) {
+    drop_waiter();
+    const Code c = out.status().code();
+    return c == Code::kInternal || c == Code::kUnavailable ? StoreError(out.status())
+                                                           : out.status();
+  }
+  if (out->kind == SubmitOutcome::Kind::kReplay) {
+    // A retry: the job the first request created, never a second run.
+    drop_waiter();
+    result.kind = SubmitResult::Kind::kReplay;
+    result.id = out->replay_id;
+    return result;
+  }
+  result.status = "queued";
+  if (out->kind == SubmitOutcome::Kind::kStarted) {
+    dispatcher_->Start(std::move(spec), out->worker, out->session_epoch);
+  } else if (out->kind == SubmitOutcome::Kind::kHeld) {
+    result.status = "awaiting_approval";
+  } else {
+    dispatcher_->Poke();
+  }
+  if (metrics_) metrics_->Submitted(caller.tenant, language);
+  return result;
+}
+
+common::StatusOr<SubmitResult> SubmitService::RejectBlocked(JobSpec spec,
+                                                            const PolicyVerdict& verdict) {
+  const Status blocked = verdict.BlockStatus();
+  if (metrics_) {
+    metrics_->PolicyHit(spec.tenant, spec.language, verdict.blocked->rule, "block");
+  }
+  spec.warnings = verdict.warnings;
+  JobRecord record =
+      JobRecord::Ended(spec, JobStatus::kRejected, blocked.code(), blocked.message());
+  record.finished_ms = common::NowMs();
+  // Stored and audited like any job, so an operator sees what was refused.
+  if (auto st = store_->CreateEnded(spec, record); !st.ok()) return StoreError(st);
+  if (metrics_) metrics_->Finished(record);
+  if (governance_.audit_writer) governance_.audit_writer->Add(record, &spec, "none");
+  SubmitResult result;
+  result.kind = SubmitResult::Kind::kBlocked;
+  result.id = spec.id;
+  result.status = "rejected";
+  result.blocked = blocked;
+  result.rule = verdict.blocked->rule;
+  return result;
+}
+
+}  // namespace kiln::broker

@@ -1,0 +1,92 @@
+// SubmitService: the checks and the scheduling of a new execution, shared by
+// the HTTP API (POST /v1/executions) and the native client API.
+//
+//   SubmitService submits(config, stores, &dispatcher, &waiters, metrics, governance);
+//   ASSIGN_OR_RETURN(Caller caller, AuthenticateToken(config, token));
+//   ASSIGN_OR_RETURN(SubmitOutcomeForCaller out, submits.Submit(caller, body, idem_key, false));
+//
+// Submit authorises (tenant token, code execution enabled), parses the
+// request body (ParseSubmitRequest), applies the policy (a blocked job is
+// stored rejected and audited), checks the Idempotency-Key and the runtime,
+// then stores and schedules the job in one Redis round trip and starts or
+// queues it. Thread-safe (its parts are); the caller owns any wait.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <string_view>
+
+#include "broker/config.hpp"
+#include "broker/policy/policy.hpp"
+#include "broker/scheduler/audit_writer.hpp"
+#include "broker/scheduler/dispatcher.hpp"
+#include "broker/scheduler/job_waiters.hpp"
+#include "broker/store/audit_store.hpp"
+#include "common/status.hpp"
+
+namespace kiln::broker {
+
+class BrokerMetrics;
+
+// Policy and audit, optional (tests of other parts leave them out).
+struct Governance {
+  const PolicyEngine* policy = nullptr;
+  AuditStore* audit = nullptr;
+  AuditWriter* audit_writer = nullptr;
+};
+
+// Who sent a request, from its token.
+struct Caller {
+  std::string tenant;  // empty for admin tokens
+  bool admin = false;
+  size_t admin_index = 0;  // which admin token: "admin:<n>" in the audit trail
+};
+
+// UNAUTHORIZED for an unknown token.
+common::StatusOr<Caller> AuthenticateToken(const BrokerConfig& config, std::string_view token);
+
+struct SubmitResult {
+  enum class Kind {
+    kAccepted,  // a new job: status is "queued" or "awaiting_approval"
+    kReplay,    // the Idempotency-Key named an earlier job: id is that job
+    kBlocked,   // the policy refused it: stored rejected; `blocked` says why
+  };
+  Kind kind = Kind::kAccepted;
+  std::string id;
+  std::string status;
+  bool wait = false;                               // the request asked to wait (its `wait` field)
+  std::chrono::steady_clock::time_point deadline;  // for a wait: timeout + wait_grace_ms
+  JobWaiters::Handle handle;  // registered before the job existed, when asked to
+  common::Status blocked;     // kBlocked: SECURITY_BLOCKED and the message
+  std::string rule;           // kBlocked: the rule that blocked it
+};
+
+class SubmitService {
+ public:
+  SubmitService(const BrokerConfig& config, DispatcherStores stores, Dispatcher* dispatcher,
+                JobWaiters* waiters, BrokerMetrics* metrics, Governance governance);
+
+  // Errors are the API's (INVALID_REQUEST, FORBIDDEN, QUEUE_FULL, ...;
+  // UNAVAILABLE when Redis fails). With `register_waiter` and a request that
+  // asks to wait, result.handle is a JobWaiters handle for the new job, which
+  // the caller must Wait() on.
+  common::StatusOr<SubmitResult> Submit(const Caller& caller, std::string_view body,
+                                        const std::string& idempotency_key, bool register_waiter);
+
+  // UNAVAILABLE for a failed store call, counted as a Redis error.
+  common::Status StoreError(const common::Status& st) const;
+
+ private:
+  common::StatusOr<SubmitResult> RejectBlocked(JobSpec spec, const PolicyVerdict& verdict);
+
+  const BrokerConfig& config_;
+  JobStore* store_;
+  ScheduleStore* schedule_;
+  Dispatcher* dispatcher_;
+  JobWaiters* waiters_;
+  BrokerMetrics* metrics_;
+  Governance governance_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace kiln::broker

@@ -1,0 +1,364 @@
+#include "broker/native/native_api.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <thread>
+#include <zmq_addon.hpp>
+
+#include "broker/store/job_store.hpp"
+#include "broker/store/schedule_store.hpp"
+#include "common/clock.hpp"
+#include "common/protocol/client_codec.hpp"
+
+namespace kiln::broker {
+namespace {
+
+namespace client = common::protocol::client;
+using common::Code;
+using common::Status;
+using nlohmann::json;
+
+// How long the loop waits for a frame before it checks for a stop.
+constexpr auto kPollInterval = std::chrono::milliseconds(100);
+// Frames handled per poll from each socket, so neither starves the other.
+constexpr int kBurst = 256;
+// The streamer rests this long after a pass that found nothing new.
+constexpr auto kStreamIdle = std::chrono::milliseconds(20);
+// Queue bounds: replies waiting for a client, events waiting for the loop.
+constexpr int kClientHwm = 100000;
+constexpr int kEventsHwm = 100000;
+
+// As the HTTP API writes JSON: invalid UTF-8 in output becomes U+FFFD.
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+}  // namespace
+
+common::StatusOr<std::unique_ptr<NativeApi>> NativeApi::Create(
+    const BrokerConfig& config, zmq::context_t* ctx, DispatcherStores stores,
+    Dispatcher* dispatcher, JobWaiters* waiters, BrokerMetrics* metrics, Governance governance) {
+  if (config.client_endpoint.empty()) {
+    return common::InvalidRequest("broker.clients.endpoint is empty: the native API is off");
+  }
+  std::unique_ptr<NativeApi> api(
+      new NativeApi(config, ctx, stores, dispatcher, waiters, metrics, governance));
+  ASSIGN_OR_RETURN(api->redis_endpoint_, RedisEndpoint::Parse(config.redis_url));
+  try {
+    api->router_ = zmq::socket_t(*ctx, zmq::socket_type::router);
+    api->router_.set(zmq::sockopt::router_mandatory, 1);  // a full pipe is seen, not hidden
+    api->router_.set(zmq::sockopt::linger, 0);
+    api->router_.set(zmq::sockopt::sndhwm, kClientHwm);
+    api->router_.set(zmq::sockopt::maxmsgsize,
+                     static_cast<int64_t>(common::protocol::kMaxMessageBytes));
+    api->router_.bind(config.client_endpoint);
+    api->endpoint_ = api->router_.get(zmq::sockopt::last_endpoint);
+    api->events_ = zmq::socket_t(*ctx, zmq::socket_type::pull);
+    api->events_.set(zmq::sockopt::linger, 0);
+    api->events_.set(zmq::sockopt::rcvhwm, kEventsHwm);
+    api->events_endpoint_ =
+        "inproc://kiln-native-events-" + std::to_string(reinterpret_cast<uintptr_t>(api.get()));
+    api->events_.bind(api->events_endpoint_);
+  } catch (const zmq::error_t& e) {
+    return common::InvalidRequest("cannot bind client endpoint " + config.client_endpoint + ": " +
+                                  e.what());
+  }
+  return api;
+}
+
+NativeApi::NativeApi(const BrokerConfig& config, zmq::context_t* ctx, DispatcherStores stores,
+                     Dispatcher* dispatcher, JobWaiters* waiters, BrokerMetrics* metrics,
+                     Governance governance)
+    : config_(config),
+      ctx_(ctx),
+      store_(stores.jobs),
+      schedule_(stores.schedule),
+      dispatcher_(dispatcher),
+      submits_(config, stores, dispatcher, waiters, metrics, governance) {}
+
+NativeApi::~NativeApi() = default;
+
+void NativeApi::Run(std::stop_token stop) {
+  std::jthread streamer([this](std::stop_token st) { StreamLoop(st); });
+  std::stop_callback wake(streamer.get_stop_token(), [this] {
+    std::lock_guard lock(mu_);
+    cv_.notify_all();
+  });
+  zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
+                             {events_.handle(), 0, ZMQ_POLLIN, 0}};
+  while (!stop.stop_requested()) {
+    try {
+      zmq::poll(items, 2, kPollInterval);
+      // Events first: they free the streamer's queue.
+      for (int i = 0; i < kBurst && (items[1].revents & ZMQ_POLLIN); ++i) {
+        std::vector<zmq::message_t> parts;
+        if (!zmq::recv_multipart(events_, std::back_inserter(parts), zmq::recv_flags::dontwait)) {
+          break;
+        }
+        if (parts.size() != 2) continue;
+        SendFrame(parts[0].to_string(), parts[1].to_string_view());
+      }
+      for (int i = 0; i < kBurst && (items[0].revents & ZMQ_POLLIN); ++i) {
+        std::vector<zmq::message_t> parts;
+        if (!zmq::recv_multipart(router_, std::back_inserter(parts), zmq::recv_flags::dontwait)) {
+          break;
+        }
+        if (parts.empty()) continue;
+        const std::string identity = parts[0].to_string();
+        if (parts.size() != 2) {
+          SendError(identity, 0,
+                    common::InvalidRequest("a message is exactly one frame, got " +
+                                           std::to_string(parts.size() - 1)));
+          continue;
+        }
+        HandleFrame(identity, parts[1].to_string_view());
+      }
+    } catch (const zmq::error_t& e) {
+      if (e.num() == ETERM) break;
+      spdlog::warn("native api: {}", e.what());
+    }
+  }
+  streamer.request_stop();
+}
+
+void NativeApi::HandleFrame(const std::string& identity, std::string_view frame) {
+  auto message = client::Decode(frame);
+  if (!message.ok()) {
+    return SendError(identity, client::PeekRequestId(frame), message.status());
+  }
+  std::visit(
+      [&](const auto& m) {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, client::Submit>) {
+          OnSubmit(identity, m);
+        } else if constexpr (std::is_same_v<T, client::Subscribe>) {
+          OnSubscribe(identity, m);
+        } else if constexpr (std::is_same_v<T, client::Cancel>) {
+          OnCancel(identity, m);
+        } else if constexpr (std::is_same_v<T, client::Get>) {
+          OnGet(identity, m);
+        } else {
+          SendError(identity, m.request_id,
+                    common::InvalidRequest(std::string(client::TypeName(client::TypeOf(*message))) +
+                                           " is a reply, not a request"));
+        }
+      },
+      *message);
+}
+
+void NativeApi::OnSubmit(const std::string& identity, const client::Submit& m) {
+  auto caller = AuthenticateToken(config_, m.token);
+  if (!caller.ok()) return SendError(identity, m.request_id, caller.status());
+  if (m.request_json.size() > config_.max_body_bytes) {
+    return SendError(
+        identity, m.request_id,
+        common::InvalidRequest("request_json: " + std::to_string(m.request_json.size()) +
+                               " bytes, more than the request body limit of " +
+                               std::to_string(config_.max_body_bytes)));
+  }
+  auto out = submits_.Submit(*caller, m.request_json, m.idempotency_key,
+                             /*register_waiter=*/false);
+  if (!out.ok()) return SendError(identity, m.request_id, out.status());
+  std::string status = out->status;
+  switch (out->kind) {
+    case SubmitResult::Kind::kBlocked:
+      return SendError(identity, m.request_id, out->blocked, out->id);
+    case SubmitResult::Kind::kReplay: {
+      auto record = store_->Load(out->id);
+      if (!record.ok()) {
+        return SendError(identity, m.request_id, submits_.StoreError(record.status()));
+      }
+      status = JobStatusName(record->status);
+      break;
+    }
+    case SubmitResult::Kind::kAccepted:
+      break;
+  }
+  Send(identity, client::Accepted{m.request_id, out->id, status});
+  if (m.subscribe) {
+    if (auto st = Follow({identity, m.request_id, out->id}); !st.ok()) {
+      SendError(identity, m.request_id, st, out->id);
+    }
+  }
+}
+
+void NativeApi::OnSubscribe(const std::string& identity, const client::Subscribe& m) {
+  auto record = LoadForToken(m.token, m.id);
+  if (!record.ok()) return SendError(identity, m.request_id, record.status(), m.id);
+  if (auto st = Follow({identity, m.request_id, m.id}); !st.ok()) {
+    SendError(identity, m.request_id, st, m.id);
+  }
+}
+
+void NativeApi::OnCancel(const std::string& identity, const client::Cancel& m) {
+  auto record = LoadForToken(m.token, m.id);
+  if (!record.ok()) return SendError(identity, m.request_id, record.status(), m.id);
+  // Cancelling a finished job changes nothing: answer with its record.
+  if (IsTerminal(record->status)) {
+    return Send(identity, client::Result{m.request_id, m.id, Dump(record->ToJson())});
+  }
+  if (record->status == JobStatus::kQueued) {
+    // As POST /v1/executions/{id}/cancel: queued jobs end here, unless one
+    // has just started it (then the cancel below reaches its worker).
+    JobRecord ended = *record;
+    ended.status = JobStatus::kCancelled;
+    ended.error = JobError{"CANCELLED", "cancelled before it started", false, "", ""};
+    ended.queue_position.reset();
+    ended.wait_reason.clear();
+    ended.finished_ms = common::NowMs();
+    if (auto out = dispatcher_->EndJob(ended, FinishExpect::kQueued); !out.ok()) {
+      return SendError(identity, m.request_id, submits_.StoreError(out.status()), m.id);
+    }
+  }
+  if (auto st = schedule_->PublishCancel(m.id); !st.ok()) {
+    return SendError(identity, m.request_id, submits_.StoreError(st), m.id);
+  }
+  auto now = store_->Load(m.id);
+  if (!now.ok()) return SendError(identity, m.request_id, submits_.StoreError(now.status()), m.id);
+  if (IsTerminal(now->status)) {
+    return Send(identity, client::Result{m.request_id, m.id, Dump(now->ToJson())});
+  }
+  // Still ending: the worker's result will say (a subscriber sees it).
+  Send(identity, client::Accepted{m.request_id, m.id, JobStatusName(now->status)});
+}
+
+void NativeApi::OnGet(const std::string& identity, const client::Get& m) {
+  auto record = LoadForToken(m.token, m.id);
+  if (!record.ok()) return SendError(identity, m.request_id, record.status(), m.id);
+  Send(identity, client::Result{m.request_id, m.id, Dump(record->ToJson())});
+}
+
+common::StatusOr<JobRecord> NativeApi::LoadForToken(const std::string& token,
+                                                    const std::string& id) {
+  ASSIGN_OR_RETURN(Caller caller, AuthenticateToken(config_, token));
+  auto record = store_->Load(id);
+  if (!record.ok()) {
+    if (record.status().code() == Code::kNotFound) return record.status();
+    return submits_.StoreError(record.status());
+  }
+  // Another tenant's job is indistinguishable from a missing one.
+  if (!caller.admin && record->tenant != caller.tenant) {
+    return common::NotFound("no execution with id " + id);
+  }
+  return record;
+}
+
+void NativeApi::Send(const std::string& identity, const client::Message& m) {
+  SendFrame(identity, client::Encode(m));
+}
+
+void NativeApi::SendFrame(const std::string& identity, std::string_view frame) {
+  try {
+    if (!router_.send(zmq::buffer(identity),
+                      zmq::send_flags::sndmore | zmq::send_flags::dontwait) ||
+        !router_.send(zmq::buffer(frame), zmq::send_flags::dontwait)) {
+      spdlog::warn("native api: a client's queue is full ({} replies), dropped one", kClientHwm);
+    }
+  } catch (const zmq::error_t& e) {
+    // EHOSTUNREACH: the client has gone; nothing to tell it.
+    if (e.num() != EHOSTUNREACH) spdlog::warn("native api: send failed: {}", e.what());
+  }
+}
+
+void NativeApi::SendError(const std::string& identity, uint64_t request_id, const Status& st,
+                          const std::string& id) {
+  Send(identity, client::Error{request_id, std::string(common::CodeName(st.code())), st.message(),
+                               common::IsRetryable(st.code()), id});
+}
+
+Status NativeApi::Follow(Subscription sub) {
+  std::lock_guard lock(mu_);
+  if (active_ >= kMaxSubscriptions) {
+    return Status(Code::kLimitExceeded, "too many open subscriptions on this broker (" +
+                                            std::to_string(kMaxSubscriptions) + ")");
+  }
+  ++active_;
+  inbox_.push_back(std::move(sub));
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+void NativeApi::StreamLoop(std::stop_token stop) {
+  std::unique_ptr<RedisConnection> conn = RedisConnection::Lazy(redis_endpoint_);
+  zmq::socket_t out;
+  try {
+    out = zmq::socket_t(*ctx_, zmq::socket_type::push);
+    out.set(zmq::sockopt::linger, 0);
+    out.set(zmq::sockopt::sndhwm, kEventsHwm);
+    out.set(zmq::sockopt::sndtimeo, 200);
+    out.connect(events_endpoint_);
+  } catch (const zmq::error_t& e) {
+    spdlog::error("native api: streamer cannot start: {}", e.what());
+    return;
+  }
+  std::vector<Subscription> subs;
+  while (!stop.stop_requested()) {
+    {
+      std::lock_guard lock(mu_);
+      for (auto& s : inbox_) subs.push_back(std::move(s));
+      inbox_.clear();
+    }
+    bool progress = false;
+    size_t finished = 0;
+    for (size_t i = 0; i < subs.size() && !stop.stop_requested();) {
+      if (Step(conn.get(), out, subs[i], &progress, stop)) {
+        subs[i] = std::move(subs.back());
+        subs.pop_back();
+        ++finished;
+      } else {
+        ++i;
+      }
+    }
+    std::unique_lock lock(mu_);
+    active_ -= finished;
+    if (!progress && inbox_.empty()) {
+      cv_.wait_for(lock, kStreamIdle, [&] { return !inbox_.empty() || stop.stop_requested(); });
+    }
+  }
+}
+
+bool NativeApi::Step(RedisConnection* conn, zmq::socket_t& out, Subscription& sub, bool* progress,
+                     const std::stop_token& stop) {
+  auto emit = [&](const client::Message& m) {
+    const std::string frame = client::Encode(m);
+    while (!stop.stop_requested()) {
+      try {
+        if (out.send(zmq::buffer(sub.identity), zmq::send_flags::sndmore) &&
+            out.send(zmq::buffer(frame), zmq::send_flags::none)) {
+          return;
+        }
+        // Timed out: the loop is busy; try again (a half-sent message
+        // completes with the second part).
+      } catch (const zmq::error_t& e) {
+        if (e.num() == ETERM) return;
+        spdlog::warn("native api: streamer send failed: {}", e.what());
+        return;
+      }
+    }
+  };
+  auto fail = [&](const Status& st) {
+    emit(client::Error{sub.request_id, std::string(common::CodeName(st.code())), st.message(),
+                       common::IsRetryable(st.code()), sub.id});
+    return true;
+  };
+  // Whether the job had ended before this read: then the read drains every
+  // chunk there will ever be, and the result follows (as the SSE stream).
+  auto rec = store_->Load(sub.id);
+  if (!rec.ok()) return fail(submits_.StoreError(rec.status()));
+  const bool ended = IsTerminal(rec->status);
+  auto chunks = JobStore::ReadChunks(conn, sub.id, sub.after, -1);
+  if (!chunks.ok()) return fail(submits_.StoreError(chunks.status()));
+  for (auto& c : *chunks) {
+    emit(client::Output{sub.request_id, sub.id, c.chunk.stream, c.chunk.seq,
+                        std::move(c.chunk.data)});
+    sub.after = c.event_id;
+  }
+  if (!chunks->empty()) *progress = true;
+  if (ended && chunks->empty()) {
+    emit(client::Result{sub.request_id, sub.id, Dump(rec->ToJson())});
+    *progress = true;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace kiln::broker

@@ -1,0 +1,247 @@
+#include "cli/mcp/tool_calls.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "cli/api_client.hpp"
+#include "cli/run_request.hpp"
+
+namespace kiln::cli::mcp {
+namespace {
+
+using common::Status;
+using nlohmann::json;
+
+ToolOutcome InvalidArguments(const std::string& tool, const std::string& why) {
+  return {RpcError{kInvalidParams, "Invalid params: " + tool + ": " + why, nullptr}, nullptr};
+}
+
+// A CallToolResult: the structured content and the same JSON as text.
+ToolOutcome Result(json content, bool is_error) {
+  std::string text = content.dump(-1, ' ', false, json::error_handler_t::replace);
+  return {std::nullopt,
+          {{"content", json::array({{{"type", "text"}, {"text", std::move(text)}}})},
+           {"structuredContent", std::move(content)},
+           {"isError", is_error}}};
+}
+
+// The first problem with `args` against a flat schema: the allowed keys,
+// which are required, and a check per key. Empty when fine.
+struct Field {
+  const char* name;
+  bool required;
+  enum class Type { kString, kId, kPositiveInteger } type;
+};
+
+bool IsPositiveInteger(const json& v) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>() > 0;
+  if (v.is_number_integer()) return v.get<int64_t>() > 0;
+  if (v.is_number_float()) {
+    double d = v.get<double>();
+    return d >= 1 && d <= 1e15 && std::floor(d) == d;
+  }
+  return false;
+}
+
+std::string CheckArguments(const json& args, std::initializer_list<Field> fields) {
+  std::set<std::string> known;
+  for (const auto& f : fields) {
+    known.insert(f.name);
+    auto it = args.find(f.name);
+    if (it == args.end() || it->is_null()) {
+      if (f.required) return std::string("missing required argument \"") + f.name + "\"";
+      continue;
+    }
+    switch (f.type) {
+      case Field::Type::kString:
+        if (!it->is_string()) return std::string("\"") + f.name + "\" must be a string";
+        break;
+      case Field::Type::kId:
+        if (!it->is_string() || !IsSessionId(it->get<std::string>())) {
+          return std::string("\"") + f.name + "\" must be 1-128 of A-Z a-z 0-9 . _ : -";
+        }
+        break;
+      case Field::Type::kPositiveInteger:
+        if (!IsPositiveInteger(*it))
+          return std::string("\"") + f.name + "\" must be a positive integer";
+        break;
+    }
+  }
+  for (const auto& [key, value] : args.items()) {
+    if (!known.contains(key)) return "unknown argument \"" + key + "\"";
+  }
+  return "";
+}
+
+// Field accessors that never throw: a missing field or one of another type
+// gives the fallback (records come from the broker, arguments from the client).
+std::string StringOr(const json& object, const char* key, const char* fallback = "") {
+  auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
+bool BoolOr(const json& object, const char* key, bool fallback) {
+  auto it = object.find(key);
+  return it != object.end() && it->is_boolean() ? it->get<bool>() : fallback;
+}
+
+json StringOrNull(const json& object, const char* key) {
+  auto it = object.find(key);
+  return it != object.end() && it->is_string() ? *it : json(nullptr);
+}
+
+json IntegerOrNull(const json& object, const char* key) {
+  auto it = object.find(key);
+  return it != object.end() && it->is_number_integer() ? *it : json(nullptr);
+}
+
+bool IsPending(const std::string& status) {
+  return status == "queued" || status == "running" || status == "awaiting_approval";
+}
+
+}  // namespace
+
+json ErrorObject(const Status& status) {
+  return {{"code", std::string(common::CodeName(status.code()))},
+          {"message", status.message()},
+          {"retryable", common::IsRetryable(status.code())}};
+}
+
+json ExecutionContent(const json& record) {
+  const std::string status = StringOr(record, "status");
+  json error = nullptr;
+  if (auto it = record.find("error"); it != record.end() && it->is_object()) {
+    error = {{"code", StringOr(*it, "code")},
+             {"message", StringOr(*it, "message")},
+             {"retryable", BoolOr(*it, "retryable", false)}};
+    if (auto type = it->find("type"); type != it->end() && type->is_string()) {
+      error["type"] = *type;
+    }
+    if (auto tb = it->find("traceback"); tb != it->end() && tb->is_string()) {
+      error["traceback"] = *tb;
+    }
+  }
+  auto duration = record.find("duration_ms");
+  auto result = record.find("result");
+  return {{"executionId", StringOrNull(record, "id")},
+          {"status", status},
+          {"stdout", StringOr(record, "stdout")},
+          {"stderr", StringOr(record, "stderr")},
+          {"exitCode", IntegerOrNull(record, "exit_code")},
+          {"timedOut", status == "timed_out"},
+          {"truncated", BoolOr(record, "truncated", false)},
+          {"durationMs", duration != record.end() && duration->is_number() ? *duration : json()},
+          {"result", result != record.end() ? *result : json()},
+          {"sessionId", StringOrNull(record, "session_id")},
+          {"sessionEpoch", IntegerOrNull(record, "session_epoch")},
+          {"error", error}};
+}
+
+json RefusedExecutionContent(const Status& status, const json& session_id) {
+  return {{"executionId", nullptr},
+          {"status", "request_failed"},
+          {"stdout", ""},
+          {"stderr", ""},
+          {"exitCode", nullptr},
+          {"timedOut", false},
+          {"truncated", false},
+          {"durationMs", nullptr},
+          {"result", nullptr},
+          {"sessionId", session_id.is_string() ? session_id : json(nullptr)},
+          {"sessionEpoch", nullptr},
+          {"error", ErrorObject(status)}};
+}
+
+json SessionContent(const json& s) {
+  return {{"sessionId", StringOr(s, "id")},
+          {"runtime", StringOr(s, "language")},
+          {"state", StringOr(s, "state")},
+          {"worker", StringOrNull(s, "worker")},
+          {"createdAt", IntegerOrNull(s, "created_at")},
+          {"lastUsedAt", IntegerOrNull(s, "last_used_at")},
+          {"executionCount", IntegerOrNull(s, "execution_count")},
+          {"epoch", IntegerOrNull(s, "epoch")},
+          {"conversationId", StringOrNull(s, "conversation_id")}};
+}
+
+ToolOutcome ToolCalls::Call(const std::string& name, const json& arguments) const {
+  if (!catalog_->Offers(name)) {
+    std::string why = "Unknown tool: " + name;
+    if (name == kExecuteCode) why += " (code execution is disabled for this tenant)";
+    return {RpcError{kInvalidParams, why, nullptr}, nullptr};
+  }
+  if (!arguments.is_object()) return InvalidArguments(name, "\"arguments\" must be an object");
+  if (name == kExecuteCode) return ExecuteCode(arguments);
+  if (name == kListSessions) return ListSessions(arguments);
+  return KillSession(arguments);
+}
+
+ToolOutcome ToolCalls::ExecuteCode(const json& args) const {
+  using T = Field::Type;
+  std::string why = CheckArguments(args, {{"runtime", true, T::kString},
+                                          {"code", true, T::kString},
+                                          {"sessionId", false, T::kId},
+                                          {"conversationId", false, T::kId},
+                                          {"timeoutMs", false, T::kPositiveInteger}});
+  if (!why.empty()) return InvalidArguments(kExecuteCode, why);
+  const std::string runtime = args["runtime"];
+  const auto& runtimes = catalog_->offer().runtimes;
+  if (std::find(runtimes.begin(), runtimes.end(), runtime) == runtimes.end()) {
+    std::string list;
+    for (const auto& r : runtimes) list += (list.empty() ? "" : ", ") + r;
+    return InvalidArguments(kExecuteCode, "\"runtime\" must be one of " + list);
+  }
+  RunRequest request;
+  request.language = runtime;
+  request.code = args["code"];
+  const json session = args.value("sessionId", json());
+  if (session.is_string()) request.session_id = session;
+  if (auto c = args.value("conversationId", json()); c.is_string()) request.conversation_id = c;
+  if (auto t = args.value("timeoutMs", json()); t.is_number()) {
+    request.timeout_ms = static_cast<uint64_t>(t.get<double>());
+  }
+  auto record = backend_->Submit(BuildSubmitBody(request), WaitReadTimeout(request.timeout_ms));
+  if (!record.ok()) return Result(RefusedExecutionContent(record.status(), session), true);
+  json content = ExecutionContent(*record);
+  const std::string status = content["status"];
+  const bool is_error = status == "rejected" || status == "error" || IsPending(status);
+  return Result(std::move(content), is_error);
+}
+
+ToolOutcome ToolCalls::ListSessions(const json& args) const {
+  std::string why = CheckArguments(args, {{"conversationId", false, Field::Type::kId}});
+  if (!why.empty()) return InvalidArguments(kListSessions, why);
+  auto body = backend_->ListSessions(StringOr(args, "conversationId"));
+  if (!body.ok()) {
+    return Result({{"sessions", json::array()}, {"error", ErrorObject(body.status())}}, true);
+  }
+  json sessions = json::array();
+  if (auto it = body->find("sessions"); it != body->end() && it->is_array()) {
+    for (const auto& s : *it) {
+      if (s.is_object()) sessions.push_back(SessionContent(s));
+    }
+  }
+  return Result({{"sessions", std::move(sessions)}, {"error", nullptr}}, false);
+}
+
+ToolOutcome ToolCalls::KillSession(const json& args) const {
+  std::string why = CheckArguments(args, {{"sessionId", true, Field::Type::kId}});
+  if (!why.empty()) return InvalidArguments(kKillSession, why);
+  const std::string id = args["sessionId"];
+  auto body = backend_->DeleteSession(id);
+  if (!body.ok()) {
+    return Result({{"sessionId", id},
+                   {"deleted", false},
+                   {"state", nullptr},
+                   {"error", ErrorObject(body.status())}},
+                  true);
+  }
+  return Result({{"sessionId", id},
+                 {"deleted", true},
+                 {"state", StringOrNull(*body, "state")},
+                 {"error", nullptr}},
+                false);
+}
+
+}  // namespace kiln::cli::mcp

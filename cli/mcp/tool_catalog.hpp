@@ -1,0 +1,55 @@
+// ToolCatalog: which MCP tools `kiln mcp` offers and their JSON schemas.
+//
+//   ASSIGN_OR_RETURN(Offer offer, OfferFromCapabilities(backend->Capabilities()));
+//   ToolCatalog catalog(offer);  catalog.List();  // the tools/list answer's "tools"
+//
+// execute_code is offered only when the broker says code execution is enabled
+// for the caller's tenant (GET /v1/capabilities; a broker without that
+// endpoint answers 404 and counts as enabled), with `runtime` limited to the
+// runtimes it names. list_sessions and kill_session are always offered. Every
+// tool has an inputSchema and an outputSchema; error results (isError: true)
+// still match the outputSchema, since MCP clients validate them too.
+// Immutable after construction; any thread.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/status.hpp"
+
+namespace kiln::cli::mcp {
+
+inline constexpr char kExecuteCode[] = "execute_code";
+inline constexpr char kListSessions[] = "list_sessions";
+inline constexpr char kKillSession[] = "kill_session";
+
+// What the broker lets this tenant do.
+struct Offer {
+  bool code_execution = true;
+  std::vector<std::string> runtimes = {"python", "javascript", "shell"};
+  std::string note;  // why the probe was inconclusive, for the log; empty if it was not
+};
+
+// The offer that a GET /v1/capabilities answer implies. UNAUTHORIZED and
+// FORBIDDEN stay errors (the server cannot work with that token); NOT_FOUND
+// (an older broker) and network trouble mean "enabled, all runtimes" (with a
+// note for the latter); CODE_EXECUTION_DISABLED means disabled.
+common::StatusOr<Offer> OfferFromCapabilities(const common::StatusOr<nlohmann::json>& answer);
+
+class ToolCatalog {
+ public:
+  explicit ToolCatalog(Offer offer);
+
+  // The tool definitions, in the order offered.
+  const nlohmann::json& List() const { return tools_; }
+  // Whether `name` is offered.
+  bool Offers(const std::string& name) const;
+  const Offer& offer() const { return offer_; }
+
+ private:
+  Offer offer_;
+  nlohmann::json tools_;
+};
+
+}  // namespace kiln::cli::mcp

@@ -96,7 +96,8 @@ common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
     if (tc.name.empty()) t.Fail("name", "required");
     // Tenant names become Redis key parts and metric labels.
     if (tc.name.size() > 64 ||
-        tc.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") !=
+        tc.name.find_first_not_of(
+            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") !=
             std::string::npos) {
       t.Fail("name", "at most 64 letters, digits, '_', '-' and '.'");
     }

@@ -37,16 +37,16 @@ struct TenantConfig {
 // Cluster-wide scheduling (every broker should use the same values: they
 // meet in Redis).
 struct SchedulingConfig {
-  uint64_t global_slots = 0;           // jobs running at once in the cluster (0: no limit)
-  uint32_t worker_slots = 0;           // per-worker cap below its own slots (0: its own)
-  uint64_t tenant_slots = 0;           // per tenant (0: no limit)
+  uint64_t global_slots = 0;  // jobs running at once in the cluster (0: no limit)
+  uint32_t worker_slots = 0;  // per-worker cap below its own slots (0: its own)
+  uint64_t tenant_slots = 0;  // per tenant (0: no limit)
   uint32_t tenant_weight = 1;
-  uint64_t tenant_max_queue = 10000;   // waiting jobs per tenant; more -> 429 QUEUE_FULL
+  uint64_t tenant_max_queue = 10000;  // waiting jobs per tenant; more -> 429 QUEUE_FULL
   uint32_t tenant_max_sessions = 100;
   uint32_t worker_max_sessions = 64;
-  uint64_t session_ttl_s = 600;        // idle sessions expire
-  uint64_t slot_lease_ms = 15000;      // a dead broker's slots come back after this
-  uint32_t pump_interval_ms = 100;     // retry queued jobs this often while any wait
+  uint64_t session_ttl_s = 600;     // idle sessions expire
+  uint64_t slot_lease_ms = 15000;   // a dead broker's slots come back after this
+  uint32_t pump_interval_ms = 100;  // retry queued jobs this often while any wait
 };
 
 struct BrokerConfig {
@@ -74,8 +74,8 @@ struct BrokerConfig {
   uint64_t wait_grace_ms = 5000;  // wait:true answers after timeout + grace at the latest
   SchedulingConfig scheduling;
   // Governance.
-  PolicyConfig policy;                 // `policy:` (docs/policy.md)
-  uint64_t approval_timeout_s = 3600;  // a job awaiting approval longer ends APPROVAL_EXPIRED
+  PolicyConfig policy;                   // `policy:` (docs/policy.md)
+  uint64_t approval_timeout_s = 3600;    // a job awaiting approval longer ends APPROVAL_EXPIRED
   uint64_t audit_max_entries = 1000000;  // the audit stream keeps this many (0: all)
   // Auth.
   std::vector<TenantConfig> tenants;

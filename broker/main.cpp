@@ -50,7 +50,8 @@ int main(int argc, char** argv) {
   if (!http_listen.empty()) cfg->http_listen = http_listen;
   if (!worker_endpoint.empty()) cfg->worker_endpoint = worker_endpoint;
   if (!redis_url.empty()) cfg->redis_url = redis_url;
-  if (!client_endpoint.empty()) cfg->client_endpoint = client_endpoint == "off" ? "" : client_endpoint;
+  if (!client_endpoint.empty())
+    cfg->client_endpoint = client_endpoint == "off" ? "" : client_endpoint;
   if (auto st = common::InitLogging({"broker", cfg->log_level, cfg->log_format}); !st.ok()) {
     return Fail(st);
   }
@@ -103,8 +104,8 @@ int main(int argc, char** argv) {
   auto dispatcher = broker::Dispatcher::Create(dopts, &zmq_ctx, stores, &waiters);
   if (!dispatcher.ok()) return Fail(dispatcher.status());
   const broker::Governance governance{&*policy, &audit, &audit_writer};
-  auto api = broker::HttpApi::Create(*cfg, stores, dispatcher->get(), &waiters, &metrics,
-                                     governance);
+  auto api =
+      broker::HttpApi::Create(*cfg, stores, dispatcher->get(), &waiters, &metrics, governance);
   if (!api.ok()) return Fail(api.status());
   std::unique_ptr<broker::NativeApi> native;  // the native client protocol, unless off
   if (!cfg->client_endpoint.empty()) {

@@ -35,8 +35,8 @@ struct WorkerConfig {
   // A session execution past its timeout is interrupted; if it has not
   // stopped this much later, the session's sandbox is destroyed.
   uint32_t session_interrupt_grace_ms = 2000;
-  std::string metrics_endpoint;        // reported to brokers; empty when none
-  std::string metrics_listen;          // host:port of GET /metrics; empty: off
+  std::string metrics_endpoint;  // reported to brokers; empty when none
+  std::string metrics_listen;    // host:port of GET /metrics; empty: off
   sandbox::SandboxConfig sandbox;
   std::string log_level = "info";
   std::string log_format = "text";

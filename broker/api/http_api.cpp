@@ -36,7 +36,8 @@ const char* RouteName(const httplib::Request& req) {
   if (path == "/v1/approvals") return "approvals";
   if (path == "/v1/audit" || path == "/v1/audit/verify") return "audit";
   if (path == "/v1/sessions") return "sessions";
-  if (path.substr(0, 13) == "/v1/sessions/") return req.method == "DELETE" ? "session_delete" : "other";
+  if (path.substr(0, 13) == "/v1/sessions/")
+    return req.method == "DELETE" ? "session_delete" : "other";
   if (path == kExecutions) return req.method == "POST" ? "submit" : "other";
   if (path.substr(0, kExecutions.size() + 1) != "/v1/executions/") return "other";
   std::string_view rest = path.substr(kExecutions.size() + 1);
@@ -66,12 +67,9 @@ void ReplyError(httplib::Response& res, const Status& st) {
 
 }  // namespace
 
-common::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Create(const BrokerConfig& config,
-                                                           DispatcherStores stores,
-                                                           Dispatcher* dispatcher,
-                                                           JobWaiters* waiters,
-                                                           BrokerMetrics* metrics,
-                                                           Governance governance) {
+common::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Create(
+    const BrokerConfig& config, DispatcherStores stores, Dispatcher* dispatcher,
+    JobWaiters* waiters, BrokerMetrics* metrics, Governance governance) {
   std::unique_ptr<HttpApi> api(
       new HttpApi(config, stores, dispatcher, waiters, metrics, governance));
   ASSIGN_OR_RETURN(api->redis_endpoint_, RedisEndpoint::Parse(config.redis_url));
@@ -311,7 +309,8 @@ void HttpApi::Approve(const httplib::Request& req, httplib::Response& res) {
       return ReplyError(res, common::InvalidRequest("body must be a JSON object"));
     }
     for (const auto& [key, value] : body.items()) {
-      if (key != "trust_session") return ReplyError(res, common::InvalidRequest("unknown field '" + key + "'"));
+      if (key != "trust_session")
+        return ReplyError(res, common::InvalidRequest("unknown field '" + key + "'"));
       if (!value.is_boolean()) {
         return ReplyError(res, common::InvalidRequest("trust_session: expected true or false"));
       }
@@ -330,9 +329,9 @@ void HttpApi::Approve(const httplib::Request& req, httplib::Response& res) {
     case ApproveOutcome::Kind::kMissing:
       return ReplyError(res, common::NotFound("no execution with id " + id));
     case ApproveOutcome::Kind::kNotAwaiting:
-      return ReplyError(res, common::InvalidRequest("execution " + id +
-                                                    " is not awaiting approval (it is " +
-                                                    out->status + ")"));
+      return ReplyError(
+          res, common::InvalidRequest("execution " + id + " is not awaiting approval (it is " +
+                                      out->status + ")"));
     case ApproveOutcome::Kind::kSessionGone: {
       JobRecord ended = *record;
       ended.status = JobStatus::kCancelled;
@@ -362,8 +361,9 @@ void HttpApi::Deny(const httplib::Request& req, httplib::Response& res) {
                                                                      : StoreError(record.status()));
   }
   if (record->status != JobStatus::kAwaitingApproval) {
-    return ReplyError(res, common::InvalidRequest("execution " + id + " is not awaiting approval (it is " +
-                                                  JobStatusName(record->status) + ")"));
+    return ReplyError(
+        res, common::InvalidRequest("execution " + id + " is not awaiting approval (it is " +
+                                    JobStatusName(record->status) + ")"));
   }
   JobRecord ended = *record;
   ended.status = JobStatus::kRejected;
@@ -373,9 +373,9 @@ void HttpApi::Deny(const httplib::Request& req, httplib::Response& res) {
   auto out = dispatcher_->EndJob(ended, FinishExpect::kAwaitingApproval);
   if (!out.ok()) return ReplyError(res, StoreError(out.status()));
   if (out->kind != FinishOutcome::Kind::kStored) {
-    return ReplyError(res, common::InvalidRequest("execution " + id +
-                                                  " is no longer awaiting approval (it is " +
-                                                  out->status + ")"));
+    return ReplyError(
+        res, common::InvalidRequest("execution " + id + " is no longer awaiting approval (it is " +
+                                    out->status + ")"));
   }
   if (metrics_) metrics_->Approval(record->tenant, "denied");
   Reply(res, 200, ended.ToJson());
@@ -391,14 +391,15 @@ void HttpApi::ListApprovals(const httplib::Request& req, httplib::Response& res)
   for (const auto& [id, deadline] : *pending) {
     auto spec = store_->LoadSpec(id);
     if (!spec.ok()) continue;
-    list.push_back({{"id", id},
-                    {"tenant", spec->tenant},
-                    {"language", spec->language},
-                    {"session_id", spec->session_id.empty() ? json(nullptr) : json(spec->session_id)},
-                    {"code", spec->code},
-                    {"warnings", spec->warnings},
-                    {"created_at", spec->created_ms},
-                    {"expires_at", deadline}});
+    list.push_back(
+        {{"id", id},
+         {"tenant", spec->tenant},
+         {"language", spec->language},
+         {"session_id", spec->session_id.empty() ? json(nullptr) : json(spec->session_id)},
+         {"code", spec->code},
+         {"warnings", spec->warnings},
+         {"created_at", spec->created_ms},
+         {"expires_at", deadline}});
   }
   Reply(res, 200, {{"approvals", list}});
 }
@@ -418,15 +419,17 @@ void HttpApi::ReadAudit(const httplib::Request& req, httplib::Response& res) {
   }
   auto page = governance_.audit->Read(req.get_param_value("after"), count);
   if (!page.ok()) {
-    return ReplyError(res, page.status().code() == Code::kInvalidRequest ? page.status()
-                                                                         : StoreError(page.status()));
+    return ReplyError(res, page.status().code() == Code::kInvalidRequest
+                               ? page.status()
+                               : StoreError(page.status()));
   }
   json entries = json::array();
   for (const auto& e : page->entries) entries.push_back(e.ToExportJson());
-  Reply(res, 200, {{"entries", entries},
-                   {"anchor", page->anchor},
-                   {"head", page->head},
-                   {"next", page->entries.empty() ? json(nullptr) : json(page->entries.back().id)}});
+  Reply(res, 200,
+        {{"entries", entries},
+         {"anchor", page->anchor},
+         {"head", page->head},
+         {"next", page->entries.empty() ? json(nullptr) : json(page->entries.back().id)}});
 }
 
 void HttpApi::VerifyAudit(const httplib::Request& req, httplib::Response& res) {

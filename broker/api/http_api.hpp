@@ -26,8 +26,8 @@
 #include "broker/policy/policy.hpp"
 #include "broker/scheduler/audit_writer.hpp"
 #include "broker/scheduler/dispatcher.hpp"
-#include "broker/store/audit_store.hpp"
 #include "broker/scheduler/job_waiters.hpp"
+#include "broker/store/audit_store.hpp"
 #include "broker/store/job_store.hpp"
 #include "common/status.hpp"
 
@@ -43,12 +43,9 @@ class BrokerMetrics;
 
 class HttpApi {
  public:
-  static common::StatusOr<std::unique_ptr<HttpApi>> Create(const BrokerConfig& config,
-                                                           DispatcherStores stores,
-                                                           Dispatcher* dispatcher,
-                                                           JobWaiters* waiters,
-                                                           BrokerMetrics* metrics = nullptr,
-                                                           Governance governance = {});
+  static common::StatusOr<std::unique_ptr<HttpApi>> Create(
+      const BrokerConfig& config, DispatcherStores stores, Dispatcher* dispatcher,
+      JobWaiters* waiters, BrokerMetrics* metrics = nullptr, Governance governance = {});
   ~HttpApi();
   HttpApi(const HttpApi&) = delete;
   HttpApi& operator=(const HttpApi&) = delete;

@@ -17,16 +17,16 @@ using common::Status;
 using nlohmann::json;
 
 const std::set<std::string> kLanguages = {"python", "javascript", "shell"};
-const std::set<std::string> kFields = {
-    "language", "code", "session_id", "conversation_id", "input", "files",
-    "collect",  "env",  "limits",     "wait",            "priority"};
+const std::set<std::string> kFields = {"language", "code",  "session_id", "conversation_id",
+                                       "input",    "files", "collect",    "env",
+                                       "limits",   "wait",  "priority"};
 
 // Session and conversation ids: 1-128 characters of [A-Za-z0-9._:-].
 bool IsSessionName(const std::string& s) {
   bool ok = !s.empty() && s.size() <= 128;
   for (char c : s) {
-    ok = ok &&
-         (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' || c == ':');
+    ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ||
+                c == ':');
   }
   return ok;
 }

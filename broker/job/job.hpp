@@ -44,10 +44,10 @@ struct JobSpec {
   std::string language;
   std::string code;
   std::string session_id;
-  std::string conversation_id;  // groups sessions (MCP conversations); with session_id only
-  uint32_t priority = 0;        // 0-9: higher runs first within the tenant's queue
+  std::string conversation_id;        // groups sessions (MCP conversations); with session_id only
+  uint32_t priority = 0;              // 0-9: higher runs first within the tenant's queue
   std::vector<std::string> warnings;  // policy rules that warned (kept in the record)
-  std::string input_json;  // compact JSON object text, or empty
+  std::string input_json;             // compact JSON object text, or empty
   std::map<std::string, std::string> env;
   std::vector<common::protocol::FileEntry> files;
   std::vector<std::string> collect;

@@ -199,7 +199,8 @@ void BrokerMetrics::Approval(const std::string& tenant, const std::string& outco
 
 void BrokerMetrics::PolicyHit(const std::string& tenant, const std::string& language,
                               const std::string& rule, const std::string& action) {
-  policy_hits_->Add({{"tenant", tenant}, {"language", language}, {"rule", rule}, {"action", action}})
+  policy_hits_
+      ->Add({{"tenant", tenant}, {"language", language}, {"rule", rule}, {"action", action}})
       .Increment();
 }
 

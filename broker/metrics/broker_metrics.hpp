@@ -45,7 +45,8 @@ class BrokerMetrics {
   // same values: dashboards take max over brokers).
   void SetSchedule(const TickOutcome& tick);
   // Limits from the config (0: none), exported so saturation can be graphed.
-  void SetLimits(uint64_t global_slots, const std::vector<std::pair<std::string, uint64_t>>& tenant_slots);
+  void SetLimits(uint64_t global_slots,
+                 const std::vector<std::pair<std::string, uint64_t>>& tenant_slots);
   // One scheduling script's round trip (`op`: submit, finish, pump, tick, load).
   void RedisCall(const std::string& op, double seconds);
   // A job a worker refused (no free slot there), put back in its queue.

@@ -23,8 +23,8 @@ void AuditWriter::Add(const JobRecord& record, const JobSpec* spec, std::string 
       queue_.pop_front();
       if (metrics_) metrics_->AuditError();
     }
-    queue_.push_back({record, spec ? std::optional<JobSpec>(*spec) : std::nullopt,
-                      std::move(approval)});
+    queue_.push_back(
+        {record, spec ? std::optional<JobSpec>(*spec) : std::nullopt, std::move(approval)});
   }
   cv_.notify_one();
 }

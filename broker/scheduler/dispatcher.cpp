@@ -169,11 +169,10 @@ common::StatusOr<FinishOutcome> Dispatcher::EndJob(JobRecord record, FinishExpec
   return out;
 }
 
-common::StatusOr<ApproveOutcome> Dispatcher::Approve(const std::string& job_id,
-                                                     bool trust_session,
+common::StatusOr<ApproveOutcome> Dispatcher::Approve(const std::string& job_id, bool trust_session,
                                                      const std::string& approver) {
-  auto out = stores_.schedule->Approve(job_id, trust_session, approver, Candidates(),
-                                       common::NowMs());
+  auto out =
+      stores_.schedule->Approve(job_id, trust_session, approver, Candidates(), common::NowMs());
   if (!out.ok()) {
     if (options_.metrics) options_.metrics->RedisError();
     return out.status();
@@ -192,8 +191,8 @@ void Dispatcher::ExpireApprovals(const std::vector<std::string>& ids) {
     if (!record.ok() || record->status != JobStatus::kAwaitingApproval) continue;
     JobRecord r = *record;
     r.status = JobStatus::kRejected;
-    r.error = JobError{"APPROVAL_EXPIRED", "no admin approved it within the approval window",
-                       false, "", ""};
+    r.error = JobError{"APPROVAL_EXPIRED", "no admin approved it within the approval window", false,
+                       "", ""};
     r.finished_ms = common::NowMs();
     auto out = EndJob(std::move(r), FinishExpect::kAwaitingApproval);
     if (out.ok() && out->kind == FinishOutcome::Kind::kStored && options_.metrics) {
@@ -337,9 +336,10 @@ void Dispatcher::HandleRegister(const std::string& identity, protocol::Message& 
   auto& reg = std::get<protocol::Register>(m);
   if (reg.worker_id.empty() || reg.worker_id != identity || reg.slots == 0 ||
       reg.runtimes.empty()) {
-    spdlog::warn("refusing registration from '{}': needs an id (its routing id), slots and "
-                 "runtimes",
-                 identity);
+    spdlog::warn(
+        "refusing registration from '{}': needs an id (its routing id), slots and "
+        "runtimes",
+        identity);
     Send(identity, protocol::Disconnect{"registration needs worker_id, slots and runtimes"});
     return;
   }
@@ -620,8 +620,7 @@ void Dispatcher::LoseWorker(const std::string& worker, const std::vector<std::st
   auto queued = stores_.sessions->LoseWorker(worker);
   if (!queued.ok()) {
     if (options_.metrics) options_.metrics->RedisError();
-    spdlog::error("could not mark the sessions of {} lost: {}", worker,
-                  queued.status().ToString());
+    spdlog::error("could not mark the sessions of {} lost: {}", worker, queued.status().ToString());
     return;
   }
   for (const auto& id : *queued) {
@@ -653,8 +652,7 @@ void Dispatcher::Finish(JobRecord record, bool session_reset, const JobSpec* spe
     Counted(record, out->approval, spec);
     waiters_->Notify(record);
   } else if (out->kind == FinishOutcome::Kind::kEnded) {
-    spdlog::info("job {} had already ended ({}); its later end is dropped", record.id,
-                 out->status);
+    spdlog::info("job {} had already ended ({}); its later end is dropped", record.id, out->status);
   }
   StartAll(out->started);
 }

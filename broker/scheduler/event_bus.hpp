@@ -25,7 +25,10 @@ class EventBus {
  public:
   using CancelFn = std::function<void(const std::string& job_id)>;
   EventBus(RedisEndpoint endpoint, JobWaiters* waiters, JobStore* jobs, CancelFn cancel)
-      : endpoint_(std::move(endpoint)), waiters_(waiters), jobs_(jobs), cancel_(std::move(cancel)) {}
+      : endpoint_(std::move(endpoint)),
+        waiters_(waiters),
+        jobs_(jobs),
+        cancel_(std::move(cancel)) {}
 
   void Run(std::stop_token stop);
 

@@ -14,10 +14,10 @@ std::string Dump(const nlohmann::json& j) {
 common::Status JobStore::CreateEnded(const JobSpec& spec, const JobRecord& record) {
   const std::string key = JobKey(spec.id);
   auto conn = pool_->Acquire();
-  auto r = conn->Pipeline({{"HSET", key, "spec", Dump(spec.ToJson()), "record",
-                            Dump(record.ToJson()), "status", JobStatusName(record.status),
-                            "tenant", spec.tenant, "approval", "none"},
-                           {"EXPIRE", key, ttl_s_}});
+  auto r = conn->Pipeline(
+      {{"HSET", key, "spec", Dump(spec.ToJson()), "record", Dump(record.ToJson()), "status",
+        JobStatusName(record.status), "tenant", spec.tenant, "approval", "none"},
+       {"EXPIRE", key, ttl_s_}});
   return r.ok() ? common::Status::Ok() : r.status().WithContext("storing job " + spec.id);
 }
 

@@ -320,12 +320,12 @@ return admit(ctx, id, tenant, language, sid, score)
 )lua";
 
 // ARGV: id, status, record, job ttl s, expect, session
-// ttl ms, new session epoch ('' unless the worker reset the session), then ctx. Stores a terminal record unless the job has already
-// ended (one terminal state, whoever writes first), releases its leases and
-// queue places, moves its session on, announces it, then starts queued jobs.
-// `expect` is 'any' or the status the job must still have ('queued',
-// 'awaiting_approval'). Returns {'stored' | 'ended' | 'missing' | 'state',
-// {pop output}, status, approval ('auto', 'trusted_session', 'admin:<n>', 'none')}.
+// ttl ms, new session epoch ('' unless the worker reset the session), then ctx. Stores a terminal
+// record unless the job has already ended (one terminal state, whoever writes first), releases its
+// leases and queue places, moves its session on, announces it, then starts queued jobs. `expect` is
+// 'any' or the status the job must still have ('queued', 'awaiting_approval'). Returns {'stored' |
+// 'ended' | 'missing' | 'state', {pop output}, status, approval ('auto', 'trusted_session',
+// 'admin:<n>', 'none')}.
 constexpr const char* kFinish = R"lua(
 local id, status, record, ttl, expect, sess_ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local new_epoch = ARGV[7]

@@ -71,8 +71,7 @@ Status ScheduleStore::PublishTenants(const std::vector<TenantShare>& tenants) {
   return r.ok() ? Status::Ok() : r.status().WithContext("publishing tenant limits");
 }
 
-common::StatusOr<SubmitOutcome> ScheduleStore::Submit(const JobSpec& spec,
-                                                      const JobRecord& queued,
+common::StatusOr<SubmitOutcome> ScheduleStore::Submit(const JobSpec& spec, const JobRecord& queued,
                                                       const std::string& idempotency_key,
                                                       const TenantQuota& quota,
                                                       const std::vector<WorkerSlots>& workers,
@@ -211,13 +210,12 @@ common::StatusOr<ApproveOutcome> ScheduleStore::Approve(const std::string& job_i
 common::StatusOr<std::vector<std::pair<std::string, int64_t>>> ScheduleStore::PendingApprovals(
     size_t limit) {
   auto conn = pool_->Acquire();
-  auto r = conn->Command({"ZRANGE", "{kiln}:approvals", "0", std::to_string(limit - 1),
-                          "WITHSCORES"});
+  auto r =
+      conn->Command({"ZRANGE", "{kiln}:approvals", "0", std::to_string(limit - 1), "WITHSCORES"});
   if (!r.ok()) return r.status().WithContext("listing approvals");
   std::vector<std::pair<std::string, int64_t>> out;
   for (size_t i = 0; i + 1 < r->elements.size(); i += 2) {
-    out.emplace_back(r->elements[i].str,
-                     std::strtoll(r->elements[i + 1].str.c_str(), nullptr, 10));
+    out.emplace_back(r->elements[i].str, std::strtoll(r->elements[i + 1].str.c_str(), nullptr, 10));
   }
   return out;
 }
@@ -236,10 +234,9 @@ common::StatusOr<std::vector<StartedJob>> ScheduleStore::Pump(
 common::StatusOr<TickOutcome> ScheduleStore::Tick(const std::vector<InFlightRef>& in_flight,
                                                   int64_t now_ms, int64_t broker_dead_after_ms,
                                                   const std::vector<std::string>& workers) {
-  std::vector<std::string> args = {settings_.broker_id, std::to_string(now_ms),
-                                   std::to_string(settings_.lease_ms),
-                                   std::to_string(broker_dead_after_ms),
-                                   std::to_string(in_flight.size())};
+  std::vector<std::string> args = {
+      settings_.broker_id, std::to_string(now_ms), std::to_string(settings_.lease_ms),
+      std::to_string(broker_dead_after_ms), std::to_string(in_flight.size())};
   for (const auto& f : in_flight) {
     args.push_back(f.id);
     args.push_back(f.tenant);
@@ -274,9 +271,8 @@ common::StatusOr<TickOutcome> ScheduleStore::Tick(const std::vector<InFlightRef>
 common::StatusOr<std::vector<std::pair<std::string, std::string>>> ScheduleStore::Claim(
     int64_t dead_before_ms, bool include_self) {
   auto conn = pool_->Acquire();
-  auto reply = conn->Eval(scripts::Claim(), {settings_.broker_id,
-                                                 std::to_string(dead_before_ms),
-                                                 include_self ? "1" : "0"});
+  auto reply = conn->Eval(scripts::Claim(), {settings_.broker_id, std::to_string(dead_before_ms),
+                                             include_self ? "1" : "0"});
   if (!reply.ok()) return reply.status().WithContext("taking over dead brokers' jobs");
   const RedisReply& r = *reply;
   std::vector<std::pair<std::string, std::string>> out;

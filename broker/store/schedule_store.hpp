@@ -30,14 +30,14 @@ namespace kiln::broker {
 // A live worker a job may be sent to, as the calling broker sees it.
 struct WorkerSlots {
   std::string id;
-  uint32_t slots = 0;     // the per-worker limit
-  std::string runtimes;   // ",python,shell," (commas at both ends)
+  uint32_t slots = 0;    // the per-worker limit
+  std::string runtimes;  // ",python,shell," (commas at both ends)
 };
 
 struct ScheduleSettings {
   std::string broker_id;
-  uint64_t global_slots = 0;        // 0: no global limit beyond the workers' slots
-  uint64_t lease_ms = 15000;        // a slot lease lives this long unless renewed
+  uint64_t global_slots = 0;  // 0: no global limit beyond the workers' slots
+  uint64_t lease_ms = 15000;  // a slot lease lives this long unless renewed
   uint64_t job_ttl_s = 86400;
   uint64_t session_ttl_ms = 600000;  // idle sessions expire after this
   uint32_t sessions_per_worker = 64;
@@ -82,7 +82,7 @@ struct FinishOutcome {
     kNotQueued,  // not in the expected state (e.g. it started meanwhile)
   };
   Kind kind = Kind::kStored;
-  std::string status;  // the job's status after the call
+  std::string status;    // the job's status after the call
   std::string approval;  // kStored: auto, trusted_session, admin:<n> or none
   std::vector<StartedJob> started;
 };
@@ -106,14 +106,14 @@ struct TickOutcome {
   std::vector<Tenant> tenants;
   uint64_t sessions = 0;
   uint64_t approvals_pending = 0;
-  std::vector<std::string> approvals_expired;  // to end APPROVAL_EXPIRED
+  std::vector<std::string> approvals_expired;                         // to end APPROVAL_EXPIRED
   std::vector<std::pair<std::string, std::string>> sessions_expired;  // (worker, session)
 };
 
 struct ApproveOutcome {
   enum class Kind { kStarted, kQueued, kMissing, kNotAwaiting, kSessionGone };
   Kind kind = Kind::kQueued;
-  std::string status;             // kNotAwaiting: what it is now
+  std::string status;  // kNotAwaiting: what it is now
   std::optional<StartedJob> started;
 };
 
@@ -154,8 +154,7 @@ class ScheduleStore {
   // An admin approved a job awaiting approval (`approver`: "admin:<n>").
   common::StatusOr<ApproveOutcome> Approve(const std::string& job_id, bool trust_session,
                                            const std::string& approver,
-                                           const std::vector<WorkerSlots>& workers,
-                                           int64_t now_ms);
+                                           const std::vector<WorkerSlots>& workers, int64_t now_ms);
   // Jobs awaiting approval, oldest deadline first: (id, deadline ms).
   common::StatusOr<std::vector<std::pair<std::string, int64_t>>> PendingApprovals(size_t limit);
   // Starts queued jobs that can run now.

@@ -10,7 +10,9 @@ int64_t ToInt(const std::string& s) { return std::strtoll(s.c_str(), nullptr, 10
 }  // namespace
 
 nlohmann::json SessionInfo::ToJson() const {
-  auto opt = [](const std::string& s) { return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s); };
+  auto opt = [](const std::string& s) {
+    return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s);
+  };
   return {{"id", id},
           {"language", language},
           {"worker", opt(worker)},
@@ -35,15 +37,24 @@ common::StatusOr<std::vector<SessionInfo>> SessionStore::List(const std::string&
     for (size_t i = 1; i + 1 < e.elements.size(); i += 2) {
       const std::string& k = e.elements[i].str;
       const std::string& v = e.elements[i + 1].str;
-      if (k == "tenant") s.tenant = v;
-      else if (k == "language") s.language = v;
-      else if (k == "worker") s.worker = v;
-      else if (k == "state") s.state = v;
-      else if (k == "conversation") s.conversation_id = v;
-      else if (k == "epoch") s.epoch = static_cast<uint64_t>(ToInt(v));
-      else if (k == "created_ms") s.created_ms = ToInt(v);
-      else if (k == "last_used_ms") s.last_used_ms = ToInt(v);
-      else if (k == "executions") s.executions = static_cast<uint64_t>(ToInt(v));
+      if (k == "tenant")
+        s.tenant = v;
+      else if (k == "language")
+        s.language = v;
+      else if (k == "worker")
+        s.worker = v;
+      else if (k == "state")
+        s.state = v;
+      else if (k == "conversation")
+        s.conversation_id = v;
+      else if (k == "epoch")
+        s.epoch = static_cast<uint64_t>(ToInt(v));
+      else if (k == "created_ms")
+        s.created_ms = ToInt(v);
+      else if (k == "last_used_ms")
+        s.last_used_ms = ToInt(v);
+      else if (k == "executions")
+        s.executions = static_cast<uint64_t>(ToInt(v));
     }
     out.push_back(std::move(s));
   }

@@ -56,8 +56,8 @@ int Verify(const GlobalFlags& globals) {
     if (!verifier) verifier.emplace(anchor.empty() ? std::string(common::kAuditGenesis) : anchor);
     auto e = common::StoredAuditEntry::FromExportJson(j);
     if (!e.ok()) {
-      WriteErr("kiln: audit entry " + j.value("id", "?") + " is malformed: " +
-               e.status().message() + "\n");
+      WriteErr("kiln: audit entry " + j.value("id", "?") +
+               " is malformed: " + e.status().message() + "\n");
       return false;
     }
     last_hash = e->hash;
@@ -118,7 +118,8 @@ Command AddAuditCommand(CLI::App& root, const GlobalFlags* globals) {
   CLI::App* app = root.add_subcommand("audit", "Verify or export the audit trail (admin)");
   app->footer(kFooter);
   app->require_subcommand(1);
-  CLI::App* verify = app->add_subcommand("verify", "Check the hash chain; name the first broken entry");
+  CLI::App* verify =
+      app->add_subcommand("verify", "Check the hash chain; name the first broken entry");
   CLI::App* exp = app->add_subcommand("export", "Write every entry as JSON lines");
   exp->add_option("--out", flags->out, "File to write (default: stdout)");
   return {app, [flags, globals, verify] {

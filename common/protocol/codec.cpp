@@ -20,8 +20,6 @@
 
 #include "common/protocol/codec.hpp"
 
-#include "common/protocol/frame_parser.hpp"
-
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -32,6 +30,8 @@
 #include <new>
 #include <type_traits>
 #include <utility>
+
+#include "common/protocol/frame_parser.hpp"
 
 namespace kiln::common::protocol {
 namespace {

@@ -102,7 +102,7 @@ struct Execute {
   // another epoch (or none) starts a fresh interpreter for this one.
   uint64_t session_epoch = 0;
   uint64_t session_ttl_ms = 0;  // the worker destroys the session's sandbox when idle this long
-  std::string input_json;  // a JSON object, or empty for none
+  std::string input_json;       // a JSON object, or empty for none
   std::map<std::string, std::string> env;
   std::vector<FileEntry> files;
   std::vector<std::string> collect;  // glob patterns relative to the workspace

@@ -4,13 +4,12 @@
 // and the audit chain (an entry per terminal job; deleting one breaks
 // `verify` at that entry).
 #include <gtest/gtest.h>
-
-#include <nlohmann/json.hpp>
 #include <sys/wait.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <thread>
@@ -34,8 +33,8 @@ struct CliRun {
 // Runs the real `kiln` binary with an admin token; stdout and exit status.
 CliRun Kiln(const TestCluster& c, const std::string& args) {
   std::string cmd = "HOME=" + c.dir() + " KILN_URL=" + c.url() +
-                    " KILN_ADMIN_TOKEN=" + TestCluster::kAdminToken + " " KILN_BINARY_DIR
-                    "/bin/kiln " + args + " 2>&1";
+                    " KILN_ADMIN_TOKEN=" + TestCluster::kAdminToken +
+                    " " KILN_BINARY_DIR "/bin/kiln " + args + " 2>&1";
   CliRun r;
   FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
@@ -112,7 +111,8 @@ TEST_F(GovernanceTest, DisabledTenantIsRefused) {
 }
 
 TEST_F(GovernanceTest, PendingJobRunsOnceAnAdminApproves) {
-  std::string id = SubmitNoWait({{"language", "python"}, {"code", "print('approved')"}}, kGateToken);
+  std::string id =
+      SubmitNoWait({{"language", "python"}, {"code", "print('approved')"}}, kGateToken);
   EXPECT_EQ(Get(id)["status"], "awaiting_approval");
   auto list = Admin("GET", "/v1/approvals");
   bool listed = false;
@@ -189,10 +189,10 @@ TEST_F(GovernanceTest, PolicyBlocksAndWarnsInEveryLanguage) {
     EXPECT_TRUE(rec["worker"].is_null()) << "a blocked job never reaches a worker";
     EXPECT_TRUE(rec["started_at_ms"].is_null());
   }
-  const Case warned[] = {{"python", "import subprocess\nprint('w')", "python-subprocess"},
-                         {"javascript", "const cp = require('child_process'); console.log('w')",
-                          "js-child-process"},
-                         {"shell", "command -v sudo >/dev/null; echo w", "shell-privilege"}};
+  const Case warned[] = {
+      {"python", "import subprocess\nprint('w')", "python-subprocess"},
+      {"javascript", "const cp = require('child_process'); console.log('w')", "js-child-process"},
+      {"shell", "command -v sudo >/dev/null; echo w", "shell-privilege"}};
   for (const auto& c : warned) {
     SCOPED_TRACE(c.language);
     auto r = cluster_->Submit({{"language", c.language}, {"code", c.code}});

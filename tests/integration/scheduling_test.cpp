@@ -59,15 +59,14 @@ std::map<std::string, json> AwaitAll(TestCluster& c, const std::vector<Submitted
                                      std::chrono::seconds timeout) {
   std::map<std::string, json> done;
   auto deadline = std::chrono::steady_clock::now() + timeout;
-  static const std::set<std::string> kTerminal = {"succeeded", "failed",    "timed_out",
-                                                  "memory_exceeded", "cancelled", "rejected",
-                                                  "error"};
+  static const std::set<std::string> kTerminal = {
+      "succeeded", "failed", "timed_out", "memory_exceeded", "cancelled", "rejected", "error"};
   while (done.size() < jobs.size() && std::chrono::steady_clock::now() < deadline) {
     for (size_t i = 0; i < jobs.size(); ++i) {
       const auto& j = jobs[i];
       if (done.count(j.id)) continue;
-      auto r = c.Request("GET", "/v1/executions/" + j.id, "", Token(j.tenant),
-                         static_cast<int>(i % 3));
+      auto r =
+          c.Request("GET", "/v1/executions/" + j.id, "", Token(j.tenant), static_cast<int>(i % 3));
       if (r.status == 200 && kTerminal.count(r.body.value("status", ""))) done[j.id] = r.body;
     }
     if (done.size() < jobs.size()) std::this_thread::sleep_for(milliseconds(200));
@@ -81,10 +80,11 @@ TEST(Scheduling, ThreeBrokersThreeWorkersKeepEveryLimit) {
   o.workers = 3;
   o.slots = 3;
   o.warm_per_runtime = 2;
-  o.tenant_a_fields = ", slots: 4";     // the flooder
-  o.tenant_b_fields = ", slots: 3";     // sessions
-  o.extra_tenants_yaml = std::string("  - {name: tenant-c, tokens: [\"") + kLowToken +
-                         "\"], slots: 2, enabled: true, auto_approve: true}\n";  // the low-volume tenant
+  o.tenant_a_fields = ", slots: 4";  // the flooder
+  o.tenant_b_fields = ", slots: 3";  // sessions
+  o.extra_tenants_yaml =
+      std::string("  - {name: tenant-c, tokens: [\"") + kLowToken +
+      "\"], slots: 2, enabled: true, auto_approve: true}\n";  // the low-volume tenant
   o.extra_broker_yaml = "scheduling: {global_slots: 6, pump_interval_ms: 20}\n";
   auto c = TestCluster::Start(o);
   ASSERT_TRUE(c->WaitForWorkers(3, seconds(20))) << c->DumpLogs();
@@ -96,8 +96,8 @@ TEST(Scheduling, ThreeBrokersThreeWorkersKeepEveryLimit) {
                     const std::string& session, int order) {
     httplib::Client cli(c->url(broker));
     cli.set_read_timeout(30, 0);
-    auto r = cli.Post("/v1/executions", {{"Authorization", "Bearer " + Token(tenant)}},
-                      body.dump(), "application/json");
+    auto r = cli.Post("/v1/executions", {{"Authorization", "Bearer " + Token(tenant)}}, body.dump(),
+                      "application/json");
     if (!r || r->status != 202) {
       ++refused;
       return;
@@ -201,7 +201,8 @@ TEST(Scheduling, ThreeBrokersThreeWorkersKeepEveryLimit) {
           auto page = c->Request("GET", "/v1/audit?count=10000&after=" + after, "",
                                  TestCluster::kAdminToken);
           if (page.status != 200 || page.body["entries"].empty()) break;
-          for (const auto& e : page.body["entries"]) audited.insert(e["entry"]["job_id"].get<std::string>());
+          for (const auto& e : page.body["entries"])
+            audited.insert(e["entry"]["job_id"].get<std::string>());
           after = page.body["next"].get<std::string>();
         }
         for (const auto& j : jobs) {
@@ -261,8 +262,8 @@ TEST(Scheduling, QueuedJobsShowTheirPlaceAndFullQueuesAnswer429) {
   auto other = c->Request("POST", "/v1/executions", slow.dump(), TestCluster::kOtherToken);
   EXPECT_EQ(other.status, 202) << other.raw;
   // Cancelling the second moves the third up.
-  auto cancel = c->Request("POST", "/v1/executions/" + second.body["id"].get<std::string>() +
-                                       "/cancel");
+  auto cancel =
+      c->Request("POST", "/v1/executions/" + second.body["id"].get<std::string>() + "/cancel");
   EXPECT_EQ(cancel.status, 200) << cancel.raw;
   EXPECT_EQ(cancel.body["status"], "cancelled");
   rec = c->Request("GET", "/v1/executions/" + third.body["id"].get<std::string>());

@@ -99,21 +99,21 @@ TEST_F(SessionsTest, ShellKeepsDirectoryAndEnvironment) {
 
 TEST_F(SessionsTest, SessionsDoNotShareState) {
   Run("iso-a", "python", "secret = 'a-only'\nopen('mine.txt', 'w').write('a')");
-  json b = Run("iso-b", "python",
-               "import os\nprint('secret' in globals(), os.path.exists('mine.txt'))");
+  json b =
+      Run("iso-b", "python", "import os\nprint('secret' in globals(), os.path.exists('mine.txt'))");
   EXPECT_EQ(b["stdout"], "False False\n") << b.dump();
   // Another tenant cannot use it.
-  HttpReply other = cluster_->Submit(
-      {{"language", "python"}, {"code", "print(secret)"}, {"session_id", "iso-a"}},
-      TestCluster::kOtherToken);
+  HttpReply other =
+      cluster_->Submit({{"language", "python"}, {"code", "print(secret)"}, {"session_id", "iso-a"}},
+                       TestCluster::kOtherToken);
   EXPECT_EQ(other.status, 403) << other.raw;
   EXPECT_EQ(other.body["error"]["code"], "SESSION_FORBIDDEN");
 }
 
 TEST_F(SessionsTest, TimeoutInterruptsAndKeepsACooperativeSession) {
   Run("to-1", "python", "kept = 'still here'");
-  json t = Run("to-1", "python", "import time\ntime.sleep(100)",
-               {{"limits", {{"timeout_ms", 1000}}}});
+  json t =
+      Run("to-1", "python", "import time\ntime.sleep(100)", {{"limits", {{"timeout_ms", 1000}}}});
   EXPECT_EQ(t["status"], "timed_out") << t.dump();
   EXPECT_EQ(t["error"]["code"], "TIMEOUT");
   json after = Run("to-1", "python", "print(kept)");

@@ -69,10 +69,8 @@ void TestCluster::StartBroker(int i) {
     << SecretsList(options_.tenant_a_secrets) << "], enabled: true, auto_approve: true"
     << options_.tenant_a_fields << "}\n"
     << "  - {name: tenant-b, tokens: [\"" << kOtherToken << "\"], enabled: true, auto_approve: true"
-    << options_.tenant_b_fields
-    << "}\n"
-    << options_.extra_tenants_yaml
-    << "admin_tokens: [\"" << kAdminToken << "\"]\n"
+    << options_.tenant_b_fields << "}\n"
+    << options_.extra_tenants_yaml << "admin_tokens: [\"" << kAdminToken << "\"]\n"
     << options_.extra_broker_yaml;
   WriteFile(cfg, y.str());
   if (static_cast<int>(brokers_.size()) <= i) brokers_.resize(i + 1);

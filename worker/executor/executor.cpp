@@ -107,8 +107,8 @@ protocol::Result Executor::RunSession(const protocol::Execute& job, const RunOpt
     return r;
   }
   auto language = runtimes::ParseLanguage(job.language);
-  SessionRun run = RunSessionExecution(job, *lease->session, pool_->runtimes().at(*language),
-                                       opts, cancel_fd, opts.interrupt_grace);
+  SessionRun run = RunSessionExecution(job, *lease->session, pool_->runtimes().at(*language), opts,
+                                       cancel_fd, opts.interrupt_grace);
   run.result.session_epoch = job.session_epoch;
   run.result.session_reset = lease->state_lost || run.destroy;
   if (run.destroy) {

@@ -57,8 +57,8 @@ class Executor {
 
  private:
   void RunOne(common::protocol::Execute job, std::string broker, int cancel_fd);
-  common::protocol::Result RunSession(const common::protocol::Execute& job,
-                                      const RunOptions& opts, int cancel_fd);
+  common::protocol::Result RunSession(const common::protocol::Execute& job, const RunOptions& opts,
+                                      int cancel_fd);
 
   RunOptions options_;
   uint32_t slots_;

@@ -71,5 +71,4 @@ void FitToWire(protocol::Result* r) {
   r->files.resize(keep);
 }
 
-
 }  // namespace kiln::worker

@@ -35,7 +35,7 @@ namespace protocol = common::protocol;
 class OutputPump {
  public:
   OutputPump(const protocol::Execute& job, const RunOptions& options,
-       const std::shared_ptr<const common::SecretsPolicy>& policy)
+             const std::shared_ptr<const common::SecretsPolicy>& policy)
       : job_(job),
         options_(options),
         cap_(std::min(

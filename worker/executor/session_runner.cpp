@@ -48,8 +48,8 @@ SessionRun RunSessionExecution(const protocol::Execute& job, SessionSandbox& s,
     }
   }
   const double cpu_start = sb.process->Usage().cpu_ms;
-  const double cpu_budget = static_cast<double>(job.limits.cpu_ms ? job.limits.cpu_ms
-                                                                  : job.limits.timeout_ms);
+  const double cpu_budget =
+      static_cast<double>(job.limits.cpu_ms ? job.limits.cpu_ms : job.limits.timeout_ms);
   const uint64_t timeout_ms =
       std::min(job.limits.timeout_ms ? job.limits.timeout_ms : options.max_timeout_ms,
                options.max_timeout_ms);
@@ -172,7 +172,8 @@ SessionRun RunSessionExecution(const protocol::Execute& job, SessionSandbox& s,
     if (exit.ok()) {
       result.exit_code = exit->exit_code;
       result.signal = exit->signal;
-      if (exit->oom_killed && stop == Stop::kNone) result.reason = protocol::EndReason::kMemoryExceeded;
+      if (exit->oom_killed && stop == Stop::kNone)
+        result.reason = protocol::EndReason::kMemoryExceeded;
       if (exit->seccomp_killed && stop == Stop::kNone) {
         result.reason = protocol::EndReason::kSandboxViolation;
       }

@@ -1,7 +1,7 @@
 #include "worker/executor/session_table.hpp"
 
-#include <spdlog/spdlog.h>
 #include <poll.h>
+#include <spdlog/spdlog.h>
 
 #include <vector>
 
@@ -51,8 +51,7 @@ SessionTable::~SessionTable() {
   sessions_.clear();  // each SandboxProcess kills and reaps its driver
 }
 
-common::StatusOr<SessionTable::Lease> SessionTable::Acquire(
-    const common::protocol::Execute& job) {
+common::StatusOr<SessionTable::Lease> SessionTable::Acquire(const common::protocol::Execute& job) {
   ASSIGN_OR_RETURN(runtimes::Language language, runtimes::ParseLanguage(job.language));
   std::shared_ptr<SessionSandbox> old;  // destroyed outside the lock
   Lease lease;
@@ -62,10 +61,11 @@ common::StatusOr<SessionTable::Lease> SessionTable::Acquire(
     if (it != sessions_.end()) {
       auto& s = it->second;
       if (s->busy) {
-        return common::Unavailable("session " + job.session_id + " is already running an execution");
+        return common::Unavailable("session " + job.session_id +
+                                   " is already running an execution");
       }
-      if (s->epoch == job.session_epoch && s->language == language &&
-          s->tenant == job.tenant && !Exited(s->sandbox)) {
+      if (s->epoch == job.session_epoch && s->language == language && s->tenant == job.tenant &&
+          !Exited(s->sandbox)) {
         s->busy = true;
         s->ttl_ms = job.session_ttl_ms;
         lease.session = s;

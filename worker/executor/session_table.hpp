@@ -20,12 +20,12 @@
 #include <condition_variable>
 #include <deque>
 #include <future>
-#include <stop_token>
-#include <thread>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <stop_token>
 #include <string>
+#include <thread>
 
 #include "common/protocol/messages.hpp"
 #include "common/status.hpp"
@@ -39,7 +39,7 @@ struct SessionSandbox {
   std::string tenant;
   runtimes::Language language = runtimes::Language::kPython;
   uint64_t epoch = 0;
-  WarmSandbox sandbox;               // the driver process and the worker's pipe ends
+  WarmSandbox sandbox;  // the driver process and the worker's pipe ends
   runtimes::ControlStream control{runtimes::Language::kPython};  // the driver's frames
   uint64_t executions = 0;
   uint64_t ttl_ms = 0;

@@ -71,9 +71,7 @@ WorkerMetrics::~WorkerMetrics() = default;
 
 void WorkerMetrics::SetRunning(size_t jobs) { running_->Set(static_cast<double>(jobs)); }
 
-void WorkerMetrics::SetSessions(size_t sessions) {
-  sessions_->Set(static_cast<double>(sessions));
-}
+void WorkerMetrics::SetSessions(size_t sessions) { sessions_->Set(static_cast<double>(sessions)); }
 
 void WorkerMetrics::JobFinished(const std::string& language, const std::string& reason) {
   finished_->Add({{"language", language}, {"reason", reason}}).Increment();

@@ -31,7 +31,8 @@ TEST(BrokerConfig, ClientEndpoint) {
   auto d = LoadBrokerConfig(Write(kMinimal));
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_EQ(d->client_endpoint, "tcp://127.0.0.1:5556");
-  auto off = LoadBrokerConfig(Write(std::string(kMinimal) + "broker: {clients: {endpoint: \"\"}}\n"));
+  auto off =
+      LoadBrokerConfig(Write(std::string(kMinimal) + "broker: {clients: {endpoint: \"\"}}\n"));
   ASSERT_TRUE(off.ok()) << off.status().ToString();
   EXPECT_EQ(off->client_endpoint, "");
   auto bad = LoadBrokerConfig(Write(std::string(kMinimal) + "broker: {clients: {port: 1}}\n"));

@@ -2,6 +2,8 @@
 // against a real redis-server: slot leases, fair queues, priorities,
 // idempotency, sessions, broker takeover. No broker process, no sockets of
 // ours: each test calls the store the way the broker does.
+#include "broker/store/schedule_store.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,7 +12,6 @@
 #include <thread>
 
 #include "broker/store/job_store.hpp"
-#include "broker/store/schedule_store.hpp"
 #include "broker/store/session_store.hpp"
 #include "common/clock.hpp"
 #include "tests/support/process.hpp"
@@ -30,10 +31,10 @@ class ScheduleStoreTest : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = MakeTempDir("kiln-sched");
     port_ = FreePort();
-    redis_ = new ChildProcess(ChildProcess::Start(
-        {"/usr/bin/redis-server", "--port", std::to_string(port_), "--bind", "127.0.0.1", "--dir",
-         dir_, "--save", "", "--appendonly", "no"},
-        dir_ + "/redis.log"));
+    redis_ = new ChildProcess(
+        ChildProcess::Start({"/usr/bin/redis-server", "--port", std::to_string(port_), "--bind",
+                             "127.0.0.1", "--dir", dir_, "--save", "", "--appendonly", "no"},
+                            dir_ + "/redis.log"));
     ASSERT_TRUE(WaitFor([] { return CanConnect(port_); }, std::chrono::seconds(10)));
   }
   static void TearDownTestSuite() {
@@ -234,8 +235,8 @@ TEST_F(ScheduleStoreTest, WeightedRoundRobinAcrossTenants) {
 
 TEST_F(ScheduleStoreTest, HigherPriorityRunsFirstWithinATenant) {
   std::vector<WorkerSlots> w = {Worker("x", 1)};
-  Submit(Spec("t"), w);              // ex_1 runs
-  Submit(Spec("t"), w);              // ex_2, priority 0
+  Submit(Spec("t"), w);                   // ex_1 runs
+  Submit(Spec("t"), w);                   // ex_2, priority 0
   Submit(Spec("t", "", "python", 9), w);  // ex_3, priority 9
   auto rec = jobs_->Load("ex_3");
   ASSERT_TRUE(rec.ok());
@@ -307,13 +308,13 @@ TEST_F(ScheduleStoreTest, SessionWaitsForItsBusyWorkerWithoutBlockingItsTenant) 
   // Fill s1's worker with a plain job, then queue a session job and a plain one.
   std::vector<WorkerSlots> home = {Worker(s.worker, 1)};
   ASSERT_EQ(Submit(Spec("t"), home).kind, SubmitOutcome::Kind::kStarted);  // ex_2
-  auto sess = Submit(Spec("t", "s1"), w);                                     // ex_3
+  auto sess = Submit(Spec("t", "s1"), w);                                  // ex_3
   EXPECT_EQ(sess.kind, SubmitOutcome::Kind::kQueued);
   EXPECT_EQ(sess.wait_reason, "worker");
   // A plain job behind it in the same tenant still starts on the other worker.
   auto started = sched_->Pump(w, common::NowMs());
   ASSERT_TRUE(started.ok());
-  EXPECT_TRUE(started->empty());  // nothing else queued yet
+  EXPECT_TRUE(started->empty());      // nothing else queued yet
   auto plain = Submit(Spec("t"), w);  // ex_4: queue not empty -> fifo
   EXPECT_EQ(plain.kind, SubmitOutcome::Kind::kQueued);
   started = sched_->Pump(w, common::NowMs());

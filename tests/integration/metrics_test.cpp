@@ -95,7 +95,17 @@ TEST_F(MetricsTest, BrokerAndWorkersCountWhatJobsDid) {
   run("import time\ntime.sleep(30)", 1000, "timed_out");
 
   // --- broker ---
-  auto scrape = Scrape();
+  // Redis publishes a job's end (waking the waiting HTTP request, possibly on
+  // the event-bus thread) a moment before the dispatcher counts it, so wait
+  // for the count rather than read it once.
+  HttpReply scrape;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        scrape = Scrape();
+        return Sample(scrape.raw, "kiln_executions_finished_total") == 4;
+      },
+      std::chrono::seconds(5)))
+      << scrape.raw;
   ASSERT_EQ(scrape.status, 200) << scrape.raw;
   auto ct = scrape.headers.find("Content-Type");
   ASSERT_NE(ct, scrape.headers.end());

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "broker/policy/policy_config.hpp"
+#include "common/log/log_options.hpp"
 #include "common/protocol/messages.hpp"
 #include "common/status.hpp"
 
@@ -49,6 +50,15 @@ struct SchedulingConfig {
   uint32_t pump_interval_ms = 100;  // retry queued jobs this often while any wait
 };
 
+// The broker's log subsystems, each with its own level under log.levels
+// (docs/operations.md, "Logs").
+inline common::LogOptions DefaultLogOptions() {
+  common::LogOptions o;
+  o.component = "broker";
+  o.subsystems = {"http", "scheduler", "jobs", "events", "audit", "native"};
+  return o;
+}
+
 struct BrokerConfig {
   std::string id;  // default: <hostname>-<pid>
   // HTTP front end.
@@ -80,9 +90,8 @@ struct BrokerConfig {
   // Auth.
   std::vector<TenantConfig> tenants;
   std::vector<std::string> admin_tokens;
-  // Logging.
-  std::string log_level = "info";
-  std::string log_format = "text";
+  // Logging (log.level, log.format, log.levels per subsystem).
+  common::LogOptions log = DefaultLogOptions();
 };
 
 common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file);

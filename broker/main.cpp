@@ -52,7 +52,8 @@ int main(int argc, char** argv) {
   if (!redis_url.empty()) cfg->redis_url = redis_url;
   if (!client_endpoint.empty())
     cfg->client_endpoint = client_endpoint == "off" ? "" : client_endpoint;
-  if (auto st = common::InitLogging({"broker", cfg->log_level, cfg->log_format}); !st.ok()) {
+  cfg->log.instance = cfg->id;
+  if (auto st = common::InitLogging(cfg->log); !st.ok()) {
     return Fail(st);
   }
 

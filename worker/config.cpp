@@ -71,9 +71,12 @@ common::StatusOr<WorkerConfig> LoadWorkerConfig(const std::string& file) {
   if (st.ok()) st = s.Finish();
 
   common::YamlReader log = top.Child("log");
-  log.GetEnum("level", &c.log_level, {"trace", "debug", "info", "warn", "error", "off"});
-  log.GetEnum("format", &c.log_format, {"text", "json"});
+  log.GetEnum("level", &c.log.level,
+              {"trace", "debug", "info", "warn", "error", "critical", "off"});
+  log.GetEnum("format", &c.log.format, {"text", "json"});
+  log.Get("levels", &c.log.levels);
   if (st.ok()) st = log.Finish();
+  if (st.ok()) st = common::ValidateLogOptions(c.log);
   if (st.ok()) st = top.Finish();
   if (!st.ok()) return st.WithContext(file);
 

@@ -11,11 +11,21 @@
 #include <string>
 #include <vector>
 
+#include "common/log/log_options.hpp"
 #include "common/status.hpp"
 #include "worker/runtimes/runtime.hpp"
 #include "worker/sandbox/sandbox.hpp"
 
 namespace kiln::worker {
+
+// The worker's log subsystems, each with its own level under log.levels
+// (docs/operations.md, "Logs").
+inline common::LogOptions DefaultLogOptions() {
+  common::LogOptions o;
+  o.component = "worker";
+  o.subsystems = {"link", "jobs", "sessions", "pool"};
+  return o;
+}
 
 struct WorkerConfig {
   std::string id;                    // default: <hostname>-<pid>
@@ -38,8 +48,8 @@ struct WorkerConfig {
   std::string metrics_endpoint;  // reported to brokers; empty when none
   std::string metrics_listen;    // host:port of GET /metrics; empty: off
   sandbox::SandboxConfig sandbox;
-  std::string log_level = "info";
-  std::string log_format = "text";
+  // Logging (log.level, log.format, log.levels per subsystem).
+  common::LogOptions log = DefaultLogOptions();
 };
 
 common::StatusOr<WorkerConfig> LoadWorkerConfig(const std::string& file);

@@ -42,7 +42,8 @@ int main(int argc, char** argv) {
     fprintf(stderr, "kiln-worker: no broker: set worker.brokers or pass --broker\n");
     return 2;
   }
-  if (auto st = common::InitLogging({"worker", cfg->log_level, cfg->log_format}); !st.ok()) {
+  cfg->log.instance = cfg->id;
+  if (auto st = common::InitLogging(cfg->log); !st.ok()) {
     fprintf(stderr, "kiln-worker: %s\n", st.ToString().c_str());
     return 2;
   }

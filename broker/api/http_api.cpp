@@ -1,7 +1,6 @@
 #include "broker/api/http_api.hpp"
 
 #include <httplib.h>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <charconv>
@@ -10,9 +9,12 @@
 #include "broker/api/submit_request.hpp"
 #include "broker/metrics/broker_metrics.hpp"
 #include "common/clock.hpp"
+#include "common/log/logging.hpp"
 
 namespace kiln::broker {
 namespace {
+
+const common::SubsystemLog kLog("http");
 
 using common::Code;
 using common::Status;
@@ -152,12 +154,16 @@ void HttpApi::Routes() {
         [this](const httplib::Request& q, httplib::Response& r) { ListWorkers(q, r); });
   s.Get("/v1/health", [this](const httplib::Request& q, httplib::Response& r) { Health(q, r); });
   s.Get("/metrics", [this](const httplib::Request& q, httplib::Response& r) { Metrics(q, r); });
-  if (metrics_) {
-    // Called once each request has been answered.
-    s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-      metrics_->HttpRequest(RouteName(req), res.status);
-    });
-  }
+  // Called once each request has been answered: an access log at debug
+  // (server errors at warn), and the request counter.
+  s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    if (metrics_) metrics_->HttpRequest(RouteName(req), res.status);
+    const auto level = res.status >= 500 ? spdlog::level::warn : spdlog::level::debug;
+    if (kLog.enabled(level)) {
+      kLog.Log(level, {}, "{} {} -> {} ({} bytes)", req.method, req.path, res.status,
+               res.body.size());
+    }
+  });
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     // Only fill bodies httplib left empty (its own 400/404/413 answers).
     if (!res.body.empty()) return;
@@ -177,7 +183,7 @@ void HttpApi::Routes() {
           what = e.what();
         } catch (...) {
         }
-        spdlog::error("{} {} failed: {}", req.method, req.path, what);
+        kLog.Error({}, "{} {} failed: {}", req.method, req.path, what);
         Reply(res, 500, ErrorJson(common::Internal("internal error")));
       });
 }

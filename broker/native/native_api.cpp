@@ -1,7 +1,5 @@
 #include "broker/native/native_api.hpp"
 
-#include <spdlog/spdlog.h>
-
 #include <chrono>
 #include <thread>
 #include <zmq_addon.hpp>
@@ -9,6 +7,7 @@
 #include "broker/store/job_store.hpp"
 #include "broker/store/schedule_store.hpp"
 #include "common/clock.hpp"
+#include "common/log/logging.hpp"
 #include "common/protocol/client_codec.hpp"
 
 namespace kiln::broker {
@@ -18,6 +17,8 @@ namespace client = common::protocol::client;
 using common::Code;
 using common::Status;
 using nlohmann::json;
+
+const common::SubsystemLog kLog("native");
 
 // How long the loop waits for a frame before it checks for a stop.
 constexpr auto kPollInterval = std::chrono::milliseconds(100);
@@ -114,7 +115,7 @@ void NativeApi::Run(std::stop_token stop) {
       }
     } catch (const zmq::error_t& e) {
       if (e.num() == ETERM) break;
-      spdlog::warn("native api: {}", e.what());
+      kLog.Warn({}, "{}", e.what());
     }
   }
   streamer.request_stop();
@@ -251,11 +252,11 @@ void NativeApi::SendFrame(const std::string& identity, std::string_view frame) {
     if (!router_.send(zmq::buffer(identity),
                       zmq::send_flags::sndmore | zmq::send_flags::dontwait) ||
         !router_.send(zmq::buffer(frame), zmq::send_flags::dontwait)) {
-      spdlog::warn("native api: a client's queue is full ({} replies), dropped one", kClientHwm);
+      kLog.Warn({}, "a client's queue is full ({} replies), dropped one", kClientHwm);
     }
   } catch (const zmq::error_t& e) {
     // EHOSTUNREACH: the client has gone; nothing to tell it.
-    if (e.num() != EHOSTUNREACH) spdlog::warn("native api: send failed: {}", e.what());
+    if (e.num() != EHOSTUNREACH) kLog.Warn({}, "send failed: {}", e.what());
   }
 }
 
@@ -287,7 +288,7 @@ void NativeApi::StreamLoop(std::stop_token stop) {
     out.set(zmq::sockopt::sndtimeo, 200);
     out.connect(events_endpoint_);
   } catch (const zmq::error_t& e) {
-    spdlog::error("native api: streamer cannot start: {}", e.what());
+    kLog.Error({}, "streamer cannot start: {}", e.what());
     return;
   }
   std::vector<Subscription> subs;
@@ -330,7 +331,7 @@ bool NativeApi::Step(RedisConnection* conn, zmq::socket_t& out, Subscription& su
         // completes with the second part).
       } catch (const zmq::error_t& e) {
         if (e.num() == ETERM) return;
-        spdlog::warn("native api: streamer send failed: {}", e.what());
+        kLog.Warn({}, "streamer send failed: {}", e.what());
         return;
       }
     }

@@ -1,13 +1,14 @@
 #include "broker/scheduler/audit_writer.hpp"
 
-#include <spdlog/spdlog.h>
-
 #include <thread>
 
 #include "broker/metrics/broker_metrics.hpp"
+#include "common/log/logging.hpp"
 
 namespace kiln::broker {
 namespace {
+
+const common::SubsystemLog kLog("audit");
 
 // Bounds memory while Redis is down: the oldest entries are dropped (and
 // counted as audit errors) beyond this.
@@ -19,7 +20,8 @@ void AuditWriter::Add(const JobRecord& record, const JobSpec* spec, std::string 
   {
     std::lock_guard lock(mu_);
     if (queue_.size() >= kMaxQueued) {
-      spdlog::error("audit queue full: dropping the entry of {}", queue_.front().record.id);
+      kLog.Error({.job = queue_.front().record.id, .tenant = queue_.front().record.tenant},
+                 "audit queue full: dropping the job's entry");
       queue_.pop_front();
       if (metrics_) metrics_->AuditError();
     }
@@ -46,7 +48,8 @@ void AuditWriter::Write(Pending& p) {
   if (!p.spec) {
     auto spec = jobs_->LoadSpec(p.record.id);
     if (!spec.ok()) {
-      spdlog::error("audit entry of {} not written: {}", p.record.id, spec.status().ToString());
+      kLog.Error({.job = p.record.id, .tenant = p.record.tenant}, "audit entry not written: {}",
+                 spec.status().ToString());
       if (metrics_) metrics_->AuditError();
       return;
     }
@@ -57,7 +60,8 @@ void AuditWriter::Write(Pending& p) {
   for (int attempt = 0; attempt < 5; ++attempt) {
     auto id = store_->Append(entry);
     if (id.ok()) return;
-    spdlog::warn("audit append for {} failed: {}", p.record.id, id.status().ToString());
+    kLog.Warn({.job = p.record.id, .tenant = p.record.tenant}, "audit append failed: {}",
+              id.status().ToString());
     std::this_thread::sleep_for(std::chrono::milliseconds(200 << attempt));
   }
   if (metrics_) metrics_->AuditError();

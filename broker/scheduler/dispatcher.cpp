@@ -1,6 +1,5 @@
 #include "broker/scheduler/dispatcher.hpp"
 
-#include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 
 #include <algorithm>
@@ -9,6 +8,7 @@
 #include "broker/metrics/broker_metrics.hpp"
 #include "broker/scheduler/audit_writer.hpp"
 #include "common/clock.hpp"
+#include "common/log/logging.hpp"
 #include "common/protocol/codec.hpp"
 
 namespace kiln::broker {
@@ -25,6 +25,10 @@ constexpr int64_t kResultGraceMs = 30'000;
 double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
+
+// Scheduling and workers; one line per job end and per job mishap under "jobs".
+const common::SubsystemLog kLog("scheduler");
+const common::SubsystemLog kJobsLog("jobs");
 
 }  // namespace
 
@@ -92,7 +96,7 @@ void Dispatcher::StartAll(const std::vector<StartedJob>& started) {
                                    : JobSpec::FromJson(j);
       if (!spec.ok()) {
         // Cannot happen unless Redis holds garbage; the job ends overdue.
-        spdlog::error("job {} has a damaged spec in Redis: {}", s.job_id, spec.status().ToString());
+        kLog.Error({.job = s.job_id}, "damaged spec in Redis: {}", spec.status().ToString());
         continue;
       }
       inbox_.push_back({std::move(*spec), s.worker, s.session_epoch});
@@ -228,7 +232,7 @@ void Dispatcher::Run(std::stop_token stop) {
                     std::max<Clock::duration>(wait, Clock::duration::zero())));
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;
-      spdlog::error("dispatcher poll failed: {}", e.what());
+      kLog.Error({}, "poll failed: {}", e.what());
       continue;
     }
     if (items[1].revents & ZMQ_POLLIN) DrainInbox();
@@ -285,7 +289,8 @@ void Dispatcher::SendStart(StartRequest req) {
   if (!table_.Known(req.worker) || !Send(req.worker, protocol::Message(std::move(execute)))) {
     // The worker left between the script and now: the job goes back to its
     // place in the queue (it never ran).
-    spdlog::info("worker {} is gone before job {} reached it: requeueing", req.worker, id);
+    kJobsLog.Info({.job = id, .worker = req.worker},
+                  "worker gone before the job reached it: requeueing");
     Requeue(id);
     return;
   }
@@ -315,15 +320,15 @@ void Dispatcher::ReceiveAll() {
       }
       if (payload.more() || extra) continue;
     } catch (const zmq::error_t& e) {
-      spdlog::error("dispatcher receive failed: {}", e.what());
+      kLog.Error({}, "receive failed: {}", e.what());
       return;
     }
     std::string identity = identity_frame.to_string();
     auto decoded = protocol::Decode(
         std::string_view(static_cast<const char*>(payload.data()), payload.size()));
     if (!decoded.ok()) {
-      spdlog::warn("dropping a bad message from worker '{}': {}", identity,
-                   decoded.status().message());
+      kLog.Warn({.worker = identity}, "dropping a bad message from a worker: {}",
+                decoded.status().message());
       continue;
     }
     table_.Touch(identity, Clock::now(), common::NowMs());
@@ -336,17 +341,17 @@ void Dispatcher::HandleRegister(const std::string& identity, protocol::Message& 
   auto& reg = std::get<protocol::Register>(m);
   if (reg.worker_id.empty() || reg.worker_id != identity || reg.slots == 0 ||
       reg.runtimes.empty()) {
-    spdlog::warn(
-        "refusing registration from '{}': needs an id (its routing id), slots and "
-        "runtimes",
-        identity);
+    kLog.Warn({.worker = identity},
+              "refusing registration from '{}': needs an id (its routing id), slots and "
+              "runtimes",
+              identity);
     Send(identity, protocol::Disconnect{"registration needs worker_id, slots and runtimes"});
     return;
   }
   auto lost = table_.OnRegister(identity, reg, Clock::now(), common::NowMs());
   if (!lost.empty()) LoseWorker(identity, lost, "the worker restarted");
-  spdlog::info("worker {} registered: {} slots, runtimes [{}], layers [{}]", reg.worker_id,
-               reg.slots, fmt::join(reg.runtimes, ","), fmt::join(reg.sandbox_layers, ","));
+  kLog.Info({.worker = reg.worker_id}, "worker registered: {} slots, runtimes [{}], layers [{}]",
+            reg.slots, fmt::join(reg.runtimes, ","), fmt::join(reg.sandbox_layers, ","));
   Send(identity, protocol::RegisterAck{options_.broker_id,
                                        static_cast<uint32_t>(options_.heartbeat_interval.count()),
                                        options_.liveness});
@@ -372,7 +377,8 @@ void Dispatcher::HandleOutputChunk(const std::string&, protocol::Message& m) {
   // Stored before the Result is: a subscriber sees every chunk, then the end.
   if (auto st = stores_.jobs->AppendChunk(chunk); !st.ok()) {
     if (options_.metrics) options_.metrics->RedisError();
-    spdlog::warn("{} (live output lost; the final record keeps it)", st.ToString());
+    kLog.Warn({.job = chunk.job_id}, "{} (live output lost; the final record keeps it)",
+              st.ToString());
   }
 }
 
@@ -386,7 +392,8 @@ void Dispatcher::HandleResult(const std::string& identity, protocol::Message& m)
   if (res.reason == protocol::EndReason::kRefused) {
     // It never ran (the worker's slots are taken, or it is draining): back to
     // its place in the queue; the worker gets nothing until its next heartbeat.
-    spdlog::debug("worker {} refused {}: {}", identity, res.job_id, res.worker_error);
+    kJobsLog.Debug({.job = res.job_id, .worker = identity}, "refused by the worker: {}",
+                   res.worker_error);
     in_flight_.erase(it);
     table_.Release(identity, res.job_id);
     table_.MarkFull(identity);
@@ -409,8 +416,9 @@ void Dispatcher::RenewEpoch(const protocol::Result& res, JobRecord* record) {
   auto epoch = stores_.schedule->NewSessionEpoch();
   if (!epoch.ok()) {
     if (options_.metrics) options_.metrics->RedisError();
-    spdlog::error("session {} lost its state but no new epoch could be allocated: {}",
-                  record->session_id, epoch.status().ToString());
+    kLog.Error({.job = record->id, .session = record->session_id, .tenant = record->tenant},
+               "session lost its state but no new epoch could be allocated: {}",
+               epoch.status().ToString());
     return;
   }
   record->session_epoch = *epoch;
@@ -430,27 +438,28 @@ void Dispatcher::FinishForeign(const std::string& identity, const protocol::Resu
     options_.metrics->RedisError();
   }
   if (!record.ok() || IsTerminal(record->status)) {
-    spdlog::warn("result for job {} from worker {} ignored: {}", res.job_id, identity,
-                 record.ok() ? "it has already ended" : record.status().ToString());
+    kJobsLog.Warn({.job = res.job_id, .worker = identity}, "result ignored: {}",
+                  record.ok() ? "it has already ended" : record.status().ToString());
     return;
   }
   record->ApplyResult(res, common::NowMs());
   RenewEpoch(res, &*record);
-  spdlog::info("storing the result of job {} dispatched by another broker", res.job_id);
+  kJobsLog.Info({.job = res.job_id, .tenant = record->tenant, .worker = identity},
+                "storing the result of a job another broker dispatched");
   Finish(std::move(*record), res.session_reset);
 }
 
 void Dispatcher::HandleDisconnect(const std::string& identity, protocol::Message& m) {
   auto& d = std::get<protocol::Disconnect>(m);
-  spdlog::info("worker {} disconnected: {}", identity, d.reason);
+  kLog.Info({.worker = identity}, "worker disconnected: {}", d.reason);
   auto jobs = table_.Remove(identity);
   LoseWorker(identity, jobs, "the worker disconnected: " + d.reason);
   PublishWorkers();
 }
 
 void Dispatcher::HandleUnexpected(const std::string& identity, protocol::Message& m) {
-  spdlog::warn("worker {} sent a {} message, which only brokers send", identity,
-               protocol::TypeName(protocol::TypeOf(m)));
+  kLog.Warn({.worker = identity}, "worker sent a {} message, which only brokers send",
+            protocol::TypeName(protocol::TypeOf(m)));
 }
 
 void Dispatcher::Tick() {
@@ -458,7 +467,7 @@ void Dispatcher::Tick() {
     Send(id, protocol::Heartbeat{options_.broker_id, 0, 0, false});
   }
   for (auto& [id, jobs] : table_.Expire(Clock::now())) {
-    spdlog::warn("worker {} missed {} heartbeats: declared dead", id, options_.liveness);
+    kLog.Warn({.worker = id}, "worker missed {} heartbeats: declared dead", options_.liveness);
     LoseWorker(id, jobs, "the worker stopped answering heartbeats", /*expired=*/true);
   }
   PublishWorkers();
@@ -492,7 +501,7 @@ void Dispatcher::RenewLeases() {
   if (options_.metrics) options_.metrics->RedisCall("tick", SecondsSince(t0));
   if (!tick.ok()) {
     if (options_.metrics) options_.metrics->RedisError();
-    spdlog::warn("could not renew leases: {}", tick.status().ToString());
+    kLog.Warn({}, "could not renew leases: {}", tick.status().ToString());
     return;
   }
   for (const auto& id : tick->not_owned) {
@@ -512,7 +521,7 @@ void Dispatcher::RenewLeases() {
   if (options_.metrics) options_.metrics->SetSchedule(*tick);
   ExpireApprovals(tick->approvals_expired);
   for (const auto& [worker, sid] : tick->sessions_expired) {
-    spdlog::info("session {} expired: closing it on worker {}", sid, worker);
+    kLog.Info({.session = sid, .worker = worker}, "session expired: closing it");
     Send(worker, protocol::CloseSession{sid});
   }
 }
@@ -532,7 +541,8 @@ void Dispatcher::TakeOver(bool include_self) {
     auto record = stores_.jobs->Load(id);
     if (!spec.ok() || !record.ok() || IsTerminal(record->status)) continue;
     if (record->status != JobStatus::kRunning) continue;
-    spdlog::warn("took over job {} on worker {} from a broker that stopped", id, worker);
+    kJobsLog.Warn({.job = id, .tenant = record->tenant, .worker = worker},
+                  "took over the job from a broker that stopped");
     if (options_.metrics) options_.metrics->TakenOver();
     if (!table_.Known(worker)) {
       in_flight_.emplace(id, InFlight{std::move(*spec), std::move(*record), worker});
@@ -567,7 +577,7 @@ void Dispatcher::Requeue(const std::string& job_id) {
     // The lease expires and the job stays `running` in Redis until
     // FailOverdue on the broker that owns it: log loudly.
     if (options_.metrics) options_.metrics->RedisError();
-    spdlog::error("could not requeue {}: {}", job_id, started.status().ToString());
+    kJobsLog.Error({.job = job_id}, "could not requeue: {}", started.status().ToString());
     return;
   }
   StartAll(*started);
@@ -587,8 +597,8 @@ void Dispatcher::FailOverdue() {
     in_flight_.erase(it);
     table_.Release(f.worker, id);
     Send(f.worker, protocol::Cancel{id});
-    spdlog::error("job {} on worker {} sent no result {} ms after its timeout: ending it", id,
-                  f.record.worker, kResultGraceMs);
+    kJobsLog.Error({.job = id, .tenant = f.record.tenant, .worker = f.record.worker},
+                   "no result {} ms after the timeout: ending the job", kResultGraceMs);
     f.record.status = JobStatus::kError;
     f.record.error = JobError{"INTERNAL", "the worker sent no result for this job", true, "", ""};
     f.record.finished_ms = now;
@@ -608,7 +618,8 @@ void Dispatcher::LoseWorker(const std::string& worker, const std::vector<std::st
     r.error = JobError{"WORKER_LOST", why + "; the job may have partly run and is not retried",
                        true, "", ""};
     r.finished_ms = common::NowMs();
-    spdlog::warn("job {} lost with worker {}", id, worker);
+    kJobsLog.Warn({.job = id, .session = r.session_id, .tenant = r.tenant, .worker = worker},
+                  "job lost with its worker");
     Finish(std::move(r));
     ++lost;
   }
@@ -620,7 +631,8 @@ void Dispatcher::LoseWorker(const std::string& worker, const std::vector<std::st
   auto queued = stores_.sessions->LoseWorker(worker);
   if (!queued.ok()) {
     if (options_.metrics) options_.metrics->RedisError();
-    spdlog::error("could not mark the sessions of {} lost: {}", worker, queued.status().ToString());
+    kLog.Error({.worker = worker}, "could not mark the worker's sessions lost: {}",
+               queued.status().ToString());
     return;
   }
   for (const auto& id : *queued) {
@@ -641,8 +653,8 @@ void Dispatcher::Finish(JobRecord record, bool session_reset, const JobSpec* spe
   if (options_.metrics) options_.metrics->RedisCall("finish", SecondsSince(t0));
   if (!out.ok()) {
     if (options_.metrics) options_.metrics->RedisError();
-    spdlog::error("could not store the result of {}: {} (retrying)", record.id,
-                  out.status().ToString());
+    kJobsLog.Error({.job = record.id, .tenant = record.tenant},
+                   "could not store the result: {} (retrying)", out.status().ToString());
     // Waiters get it now; Redis gets it on a later tick.
     waiters_->Notify(record);
     unsaved_.emplace_back(std::move(record), session_reset);
@@ -652,7 +664,8 @@ void Dispatcher::Finish(JobRecord record, bool session_reset, const JobSpec* spe
     Counted(record, out->approval, spec);
     waiters_->Notify(record);
   } else if (out->kind == FinishOutcome::Kind::kEnded) {
-    spdlog::info("job {} had already ended ({}); its later end is dropped", record.id, out->status);
+    kJobsLog.Info({.job = record.id, .tenant = record.tenant},
+                  "the job had already ended ({}); its later end is dropped", out->status);
   }
   StartAll(out->started);
 }
@@ -660,6 +673,16 @@ void Dispatcher::Finish(JobRecord record, bool session_reset, const JobSpec* spe
 void Dispatcher::Counted(const JobRecord& record, const std::string& approval,
                          const JobSpec* spec) {
   if (options_.metrics) options_.metrics->Finished(record);
+  if (kJobsLog.enabled(spdlog::level::info)) {
+    kJobsLog.Info({.job = record.id,
+                   .session = record.session_id,
+                   .tenant = record.tenant,
+                   .worker = record.worker},
+                  "job ended: {} {}{}{} in {:.1f} ms", record.language,
+                  JobStatusName(record.status), record.error ? " " : "",
+                  record.error ? record.error->code : std::string(),
+                  record.duration_ms.value_or(0));
+  }
   if (options_.audit) options_.audit->Add(record, spec, approval);
 }
 
@@ -672,7 +695,7 @@ bool Dispatcher::Send(const std::string& identity, const protocol::Message& m) {
     }
     return router_.send(zmq::buffer(bytes), zmq::send_flags::dontwait).has_value();
   } catch (const zmq::error_t& e) {
-    if (e.num() != EHOSTUNREACH) spdlog::warn("send to {} failed: {}", identity, e.what());
+    if (e.num() != EHOSTUNREACH) kLog.Warn({.worker = identity}, "send failed: {}", e.what());
     return false;
   }
 }

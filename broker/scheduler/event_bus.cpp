@@ -1,25 +1,29 @@
 #include "broker/scheduler/event_bus.hpp"
 
-#include <spdlog/spdlog.h>
-
 #include <thread>
 
 #include "broker/store/schedule_store.hpp"
+#include "common/log/logging.hpp"
 
 namespace kiln::broker {
+namespace {
+
+const common::SubsystemLog kLog("events");
+
+}  // namespace
 
 void EventBus::Run(std::stop_token stop) {
   while (!stop.stop_requested()) {
     auto conn = RedisConnection::Lazy(endpoint_);
     if (auto st = conn->Subscribe({ScheduleStore::kEventsChannel}); !st.ok()) {
-      spdlog::debug("event bus: {} (retrying)", st.ToString());
+      kLog.Debug({}, "{} (retrying)", st.ToString());
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
       continue;
     }
     while (!stop.stop_requested()) {
       auto msg = conn->Receive(200);
       if (!msg.ok()) {
-        spdlog::debug("event bus: {} (reconnecting)", msg.status().ToString());
+        kLog.Debug({}, "{} (reconnecting)", msg.status().ToString());
         break;
       }
       // ["message", channel, payload]

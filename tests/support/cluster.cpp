@@ -71,7 +71,7 @@ void TestCluster::StartBroker(int i) {
     << "  - {name: tenant-b, tokens: [\"" << kOtherToken << "\"], enabled: true, auto_approve: true"
     << options_.tenant_b_fields << "}\n"
     << options_.extra_tenants_yaml << "admin_tokens: [\"" << kAdminToken << "\"]\n"
-    << options_.extra_broker_yaml;
+    << options_.extra_broker_yaml << options_.broker_log_yaml;
   WriteFile(cfg, y.str());
   if (static_cast<int>(brokers_.size()) <= i) brokers_.resize(i + 1);
   brokers_[i] = ChildProcess::Start({kBin + "kiln-broker", "--config", cfg},
@@ -102,7 +102,7 @@ void TestCluster::StartWorker(int i) {
     << "  uid_base: " << kUidBase + 10000 * i << "\n"
     << "  uid_count: 10000\n"
     << "  cgroup_mode: " << options_.cgroup_mode << "\n"
-    << options_.extra_sandbox_yaml;
+    << options_.extra_sandbox_yaml << options_.worker_log_yaml;
   WriteFile(worker_config(i), y.str());
   workers_.at(i) =
       ChildProcess::Start({kBin + "kiln-worker", "--config", worker_config(i)},

@@ -37,6 +37,10 @@ struct ClusterOptions {
   // More "  - {name: ..., tokens: [...]}" lines. tenant-a and tenant-b have
   // code execution enabled and auto-approved; others get what they say.
   std::string extra_tenants_yaml;
+  // The top-level `log:` section of brokers (broker_log_yaml) and workers,
+  // e.g. "log: {format: json}\n"; their logs are <dir>/broker<i>.log, worker<i>.log.
+  std::string broker_log_yaml;
+  std::string worker_log_yaml;
 };
 
 struct HttpReply {

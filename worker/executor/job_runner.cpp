@@ -2,17 +2,19 @@
 
 #include <poll.h>
 #include <signal.h>
-#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 
 #include "common/clock.hpp"
+#include "common/log/logging.hpp"
 #include "worker/executor/output_pump.hpp"
 
 namespace kiln::worker {
 namespace {
+
+const common::SubsystemLog kLog("jobs");
 
 // After pid 1 exits, give the pipes this long to reach end-of-file.
 constexpr auto kDrainGrace = std::chrono::milliseconds(500);
@@ -144,8 +146,9 @@ protocol::Result RunJob(const protocol::Execute& job, WarmSandbox& sb,
   sb.stdin_w.Reset();
   if (out_open) pump.FinishOpen(protocol::Stream::kStdout, &result.stdout_data);
   if (err_open) pump.FinishOpen(protocol::Stream::kStderr, &result.stderr_data);
-  spdlog::debug("job {}: setup {:.2f} ms, exit seen {:.2f} ms, done {:.2f} ms{}", job.job_id,
-                setup_ms, exit_seen_ms, result.duration_ms, early ? " (before exit)" : "");
+  kLog.Debug({.job = job.job_id, .tenant = job.tenant},
+             "job done: setup {:.2f} ms, exit seen {:.2f} ms, done {:.2f} ms{}", setup_ms,
+             exit_seen_ms, result.duration_ms, early ? " (before exit)" : "");
 
   auto outcome = runtime.ParseControl(control);
   // `result` and error texts leave the worker too: mask them as well.

@@ -1,17 +1,19 @@
 #include "worker/executor/session_runner.hpp"
 
 #include <poll.h>
-#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <array>
 #include <optional>
 
 #include "common/clock.hpp"
+#include "common/log/logging.hpp"
 #include "worker/executor/output_pump.hpp"
 
 namespace kiln::worker {
 namespace {
+
+const common::SubsystemLog kLog("sessions");
 
 constexpr auto kCpuCheck = std::chrono::milliseconds(50);
 // A session driver lives across many executions: the per-process cpu rlimit
@@ -214,8 +216,9 @@ SessionRun RunSessionExecution(const protocol::Execute& job, SessionSandbox& s,
       result.stderr_data += "\n[kiln] collecting output files failed: " + files.status().message();
     }
   }
-  spdlog::debug("session {} execution {}: {:.2f} ms{}", s.id, job.job_id, result.duration_ms,
-                run.destroy ? " (sandbox destroyed)" : "");
+  kLog.Debug({.job = job.job_id, .session = s.id, .tenant = job.tenant},
+             "execution done: {:.2f} ms{}", result.duration_ms,
+             run.destroy ? " (sandbox destroyed)" : "");
   FitToWire(&result);
   return run;
 }

@@ -1,12 +1,15 @@
 #include "worker/executor/session_table.hpp"
 
 #include <poll.h>
-#include <spdlog/spdlog.h>
 
 #include <vector>
 
+#include "common/log/logging.hpp"
+
 namespace kiln::worker {
 namespace {
+
+const common::SubsystemLog kLog("sessions");
 
 // Bounds the memory of epochs run (one entry per session id).
 constexpr size_t kMaxRemembered = 100000;
@@ -133,7 +136,7 @@ void SessionTable::Close(const std::string& id) {
     doomed = std::move(it->second);
     sessions_.erase(it);
   }
-  spdlog::info("session {} closed", id);
+  kLog.Info({.session = id}, "session closed");
 }
 
 size_t SessionTable::ExpireIdle(std::chrono::steady_clock::time_point now) {
@@ -144,7 +147,7 @@ size_t SessionTable::ExpireIdle(std::chrono::steady_clock::time_point now) {
       const auto& s = it->second;
       auto ttl = std::chrono::milliseconds(s->ttl_ms) + kTtlMargin;
       if (!s->busy && s->ttl_ms > 0 && now - s->last_used > ttl) {
-        spdlog::info("session {} idle for its TTL: destroying its sandbox", s->id);
+        kLog.Info({.session = s->id}, "session idle for its TTL: destroying its sandbox");
         doomed.push_back(std::move(it->second));
         it = sessions_.erase(it);
       } else {

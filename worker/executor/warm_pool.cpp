@@ -2,12 +2,14 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <spdlog/spdlog.h>
 
+#include "common/log/logging.hpp"
 #include "worker/metrics/worker_metrics.hpp"
 
 namespace kiln::worker {
 namespace {
+
+const common::SubsystemLog kLog("pool");
 
 struct Pipe {
   common::UniqueFd read, write;
@@ -103,8 +105,8 @@ common::StatusOr<WarmSandbox> WarmPool::Take(runtimes::Language language) {
       q.pop_front();
       PublishReady(language);
       if (Exited(sb)) {
-        spdlog::warn("a warm {} sandbox died while waiting; discarding it",
-                     runtimes::LanguageName(language));
+        kLog.Warn({}, "a warm {} sandbox died while waiting; discarding it",
+                  runtimes::LanguageName(language));
         continue;
       }
       wake_.notify_all();
@@ -133,8 +135,8 @@ void WarmPool::Run(std::stop_token stop) {
       }
       auto sb = SpawnOne(language);
       if (!sb.ok()) {
-        spdlog::error("cannot start a warm {} sandbox: {}", runtimes::LanguageName(language),
-                      sb.status().ToString());
+        kLog.Error({}, "cannot start a warm {} sandbox: {}", runtimes::LanguageName(language),
+                   sb.status().ToString());
         failed = true;
         continue;
       }

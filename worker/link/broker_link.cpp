@@ -1,12 +1,15 @@
 #include "worker/link/broker_link.hpp"
 
-#include <spdlog/spdlog.h>
-
+#include "common/log/logging.hpp"
 #include "common/protocol/codec.hpp"
 
 namespace kiln::worker {
 
 namespace protocol = common::protocol;
+
+namespace {
+const common::SubsystemLog kLog("link");
+}  // namespace
 
 BrokerLink::BrokerLink(zmq::context_t* ctx, std::string endpoint, protocol::Register reg,
                        std::chrono::milliseconds interval, uint32_t liveness)
@@ -42,7 +45,7 @@ bool BrokerLink::Send(const protocol::Message& m) {
   try {
     return socket_->send(zmq::buffer(bytes), zmq::send_flags::dontwait).has_value();
   } catch (const zmq::error_t& e) {
-    spdlog::warn("send to broker {} failed: {}", endpoint_, e.what());
+    kLog.Warn({}, "send to broker {} failed: {}", endpoint_, e.what());
     return false;
   }
 }
@@ -53,7 +56,7 @@ std::optional<protocol::Message> BrokerLink::Receive() {
     try {
       if (!socket_->recv(frame, zmq::recv_flags::dontwait)) return std::nullopt;
     } catch (const zmq::error_t& e) {
-      spdlog::warn("receive from broker {} failed: {}", endpoint_, e.what());
+      kLog.Warn({}, "receive from broker {} failed: {}", endpoint_, e.what());
       return std::nullopt;
     }
     bool more = frame.more();
@@ -67,7 +70,7 @@ std::optional<protocol::Message> BrokerLink::Receive() {
     auto m =
         protocol::Decode(std::string_view(static_cast<const char*>(frame.data()), frame.size()));
     if (!m.ok()) {
-      spdlog::warn("bad message from broker {}: {}", endpoint_, m.status().message());
+      kLog.Warn({}, "bad message from broker {}: {}", endpoint_, m.status().message());
       continue;
     }
     return std::move(*m);

@@ -40,6 +40,23 @@ TEST(BrokerConfig, ClientEndpoint) {
   EXPECT_THAT(bad.status().message(), HasSubstr("broker.clients.port: unknown key"));
 }
 
+TEST(BrokerConfig, LogLevelsPerSubsystem) {
+  auto c = LoadBrokerConfig(Write(std::string(kMinimal) +
+                                  "log: {level: warn, format: json, levels: {jobs: info, "
+                                  "scheduler: debug}}\n"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->log.component, "broker");
+  EXPECT_EQ(c->log.level, "warn");
+  EXPECT_EQ(c->log.format, "json");
+  EXPECT_EQ(c->log.levels.at("scheduler"), "debug");
+  auto typo = LoadBrokerConfig(Write(std::string(kMinimal) + "log: {levels: {jbos: info}}\n"));
+  ASSERT_FALSE(typo.ok());
+  EXPECT_THAT(typo.status().message(), HasSubstr("log.levels: unknown subsystem 'jbos'"));
+  auto level = LoadBrokerConfig(Write(std::string(kMinimal) + "log: {levels: {http: loud}}\n"));
+  ASSERT_FALSE(level.ok());
+  EXPECT_THAT(level.status().message(), HasSubstr("log.levels.http: unknown level 'loud'"));
+}
+
 TEST(BrokerConfig, DefaultsApply) {
   auto c = LoadBrokerConfig(Write(kMinimal));
   ASSERT_TRUE(c.ok()) << c.status().ToString();

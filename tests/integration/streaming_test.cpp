@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "tests/support/cluster.hpp"
@@ -72,8 +73,8 @@ std::unique_ptr<TestCluster> StreamingTest::cluster_;
 const char* kTicker =
     "import sys, time\n"
     "for i in range(15):\n"
-    "    print('tick', i, flush=True)\n"
-    "    if i % 5 == 4: print('err', i, file=sys.stderr, flush=True)\n"
+    "    print('tick', i)  # no flush: stdout is line-buffered\n"
+    "    if i % 5 == 4: print('err', i, file=sys.stderr)\n"
     "    time.sleep(0.1)\n";
 
 TEST_F(StreamingTest, ChunksArriveLiveThenTheEnd) {
@@ -108,6 +109,27 @@ TEST_F(StreamingTest, ChunksArriveLiveThenTheEnd) {
     EXPECT_GT(e.data["seq"].get<int64_t>(), last);
     last = e.data["seq"];
   }
+}
+
+// A session execution streams the same way (its driver keeps stdout
+// line-buffered too), and the chunks add up to the record.
+TEST_F(StreamingTest, SessionExecutionStreamsLive) {
+  auto r = cluster_->Submit({{"language", "python"},
+                             {"code", kTicker},
+                             {"session_id", "stream-session-1"},
+                             {"wait", false}});
+  ASSERT_EQ(r.status, 202) << r.raw;
+  std::vector<SseEvent> events = ReadEvents(*cluster_, r.body["id"], /*broker=*/1);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back().event, "execution_end");
+  auto first = std::find_if(events.begin(), events.end(),
+                            [](const SseEvent& e) { return e.event == "output_chunk"; });
+  ASSERT_NE(first, events.end());
+  EXPECT_GT(events.back().at - first->at, std::chrono::milliseconds(700));
+  const json& rec = events.back().data;
+  EXPECT_EQ(rec["status"], "succeeded") << rec.dump();
+  EXPECT_EQ(Concat(events, "stdout"), rec["stdout"].get<std::string>());
+  EXPECT_EQ(Concat(events, "stderr"), rec["stderr"].get<std::string>());
 }
 
 TEST_F(StreamingTest, LateSubscriberGetsTheReplayOnAnyBroker) {

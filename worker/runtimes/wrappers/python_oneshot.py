@@ -10,6 +10,8 @@ def _kiln_main():
     ctl = 3
     os.set_inheritable(ctl, False)  # inherited fds are inheritable: keep it from os.system & co.
     state = {"status": 0, "error": None}
+    # Line-buffered as on a terminal, so print() streams without flush=True.
+    sys.stdout.reconfigure(line_buffering=True)
 
     # Everything above ran while the sandbox was warm; this blocks until the job arrives.
     # Afterwards fd 0 is a pipe at EOF, i.e. an empty stdin for the user's code.

@@ -58,6 +58,8 @@ def _kiln_session():
             raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, on_sigint)
+    # Line-buffered as on a terminal, so print() streams without flush=True.
+    sys.stdout.reconfigure(line_buffering=True)
 
     def default(o):  # numpy arrays/scalars and sets; everything else is an error
         if hasattr(o, "tolist"):

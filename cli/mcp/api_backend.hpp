@@ -17,7 +17,9 @@ class ApiBackend final : public Backend {
   explicit ApiBackend(ClientConfig config) : config_(std::move(config)) {}
 
   common::StatusOr<nlohmann::json> Submit(const nlohmann::json& body,
-                                          std::chrono::seconds read_timeout) override;
+                                          std::chrono::seconds read_timeout,
+                                          const std::string& idempotency_key) override;
+  common::StatusOr<nlohmann::json> Cancel(const std::string& execution_id) override;
   common::StatusOr<nlohmann::json> ListSessions(const std::string& conversation_id) override;
   common::StatusOr<nlohmann::json> DeleteSession(const std::string& session_id) override;
   common::StatusOr<nlohmann::json> Capabilities() override;

@@ -26,9 +26,13 @@ class Backend {
   Backend(Backend&&) = delete;
   Backend& operator=(Backend&&) = delete;
 
-  // POST /v1/executions; `read_timeout` covers the wait of a `wait: true` submit.
+  // POST /v1/executions; `read_timeout` covers the wait of a `wait: true`
+  // submit; a non-empty `idempotency_key` is sent as Idempotency-Key.
   virtual common::StatusOr<nlohmann::json> Submit(const nlohmann::json& body,
-                                                  std::chrono::seconds read_timeout) = 0;
+                                                  std::chrono::seconds read_timeout,
+                                                  const std::string& idempotency_key) = 0;
+  // POST /v1/executions/{id}/cancel.
+  virtual common::StatusOr<nlohmann::json> Cancel(const std::string& execution_id) = 0;
   // GET /v1/sessions[?conversation_id=X] (empty: all the caller's sessions).
   virtual common::StatusOr<nlohmann::json> ListSessions(const std::string& conversation_id) = 0;
   // DELETE /v1/sessions/{id}.

@@ -23,7 +23,7 @@ StatusOr<std::unique_ptr<McpServer>> McpServer::Create(Backend* backend) {
 }
 
 McpServer::McpServer(Backend* backend, Offer offer)
-    : catalog_(std::move(offer)), calls_(backend, &catalog_) {}
+    : backend_(backend), catalog_(std::move(offer)), calls_(backend, &catalog_) {}
 
 std::string McpServer::protocol_version() const {
   std::lock_guard lock(mu_);
@@ -52,8 +52,15 @@ std::optional<json> McpServer::Handle(const Message& message) {
 
 std::optional<json> McpServer::Dispatch(const Message& message) {
   // Responses (this server asks nothing) and notifications get no answer:
-  // notifications/initialized needs no action; after notifications/cancelled
-  // the execution runs to its end and its (ignored) answer is still sent.
+  // notifications/initialized needs no action; notifications/cancelled stops
+  // the call it names (its execution is cancelled; the call gets no answer).
+  if (message.kind == Message::Kind::kNotification && message.method == "notifications/cancelled" &&
+      message.params.is_object()) {
+    auto id = message.params.find("requestId");
+    if (id != message.params.end() && (id->is_string() || id->is_number_integer())) {
+      cancels_.Cancel(*id, backend_);
+    }
+  }
   if (message.kind != Message::Kind::kRequest) return std::nullopt;
   const std::string& method = message.method;
   Outcome out;
@@ -67,7 +74,10 @@ std::optional<json> McpServer::Dispatch(const Message& message) {
     } else if (method == "tools/list") {
       out = ListTools(message.params);
     } else {
-      out = CallTool(message.params);
+      auto ticket = cancels_.Open(message.id);
+      out = CallTool(message.params, ticket.get());
+      cancels_.Close(message.id);
+      if (ticket->cancelled()) return std::nullopt;  // the spec: no response
     }
   } else {
     out.error = Error(kMethodNotFound, "Method not found: " + method);
@@ -115,14 +125,14 @@ McpServer::Outcome McpServer::ListTools(const json& params) const {
   return {{{"tools", catalog_.List()}}, std::nullopt};
 }
 
-McpServer::Outcome McpServer::CallTool(const json& params) const {
+McpServer::Outcome McpServer::CallTool(const json& params, CancelTicket* ticket) const {
   auto name = params.find("name");
   if (name == params.end() || !name->is_string()) {
     return {nullptr, Error(kInvalidParams, "Invalid params: \"name\" must be a string")};
   }
   json arguments = params.value("arguments", json::object());
   if (arguments.is_null()) arguments = json::object();
-  ToolOutcome out = calls_.Call(*name, arguments);
+  ToolOutcome out = calls_.Call(*name, arguments, ticket);
   if (out.error) return {nullptr, out.error};
   return {std::move(out.result), std::nullopt};
 }

@@ -10,8 +10,10 @@
 // kLatestVersion. Requests other than initialize and ping before initialize
 // are refused (-32600). Unknown methods get -32601, bad params -32602 (also
 // unknown tools), malformed lines -32700/-32600 (cli/mcp/json_rpc.hpp).
-// Notifications are never answered; responses from the client (this server
-// sends no requests) are ignored. Create() asks the broker once what this
+// Notifications are never answered; notifications/cancelled cancels the
+// execution behind a tools/call in progress, which then gets no response
+// (cli/mcp/call_cancel.hpp). Responses from the client (this server sends no
+// requests) are ignored. Create() asks the broker once what this
 // tenant may do (GET /v1/capabilities) and fixes the tool list for the life
 // of the server (listChanged: false).
 //
@@ -28,6 +30,7 @@
 #include <string_view>
 
 #include "cli/mcp/backend.hpp"
+#include "cli/mcp/call_cancel.hpp"
 #include "cli/mcp/json_rpc.hpp"
 #include "cli/mcp/tool_calls.hpp"
 #include "cli/mcp/tool_catalog.hpp"
@@ -64,10 +67,12 @@ class McpServer {
   };
   Outcome Initialize(const nlohmann::json& params);
   Outcome ListTools(const nlohmann::json& params) const;
-  Outcome CallTool(const nlohmann::json& params) const;
+  Outcome CallTool(const nlohmann::json& params, CancelTicket* ticket) const;
 
+  Backend* backend_;
   ToolCatalog catalog_;
   ToolCalls calls_;
+  CallCancels cancels_;  // tools/call requests in progress
 
   mutable std::mutex mu_;
   std::string version_;  // guarded by mu_; set by initialize

@@ -74,6 +74,14 @@ void StdioServer::OnLine(std::string_view line) {
   if (in.message->kind == Message::Kind::kRequest && in.message->method == "tools/call") {
     return Enqueue(std::move(*in.message));
   }
+  if (in.message->kind == Message::Kind::kNotification &&
+      in.message->method == "notifications/cancelled" && in.message->params.is_object()) {
+    // A call still waiting for a caller thread is dropped unanswered; one
+    // that runs is cancelled by the server.
+    const auto id = in.message->params.value("requestId", nlohmann::json());
+    std::lock_guard lock(queue_mu_);
+    std::erase_if(queue_, [&](const Message& m) { return m.id == id; });
+  }
   if (auto reply = server_->Handle(*in.message)) Write(EncodeLine(*reply));
 }
 

@@ -165,19 +165,20 @@ json SessionContent(const json& s) {
           {"conversationId", StringOrNull(s, "conversation_id")}};
 }
 
-ToolOutcome ToolCalls::Call(const std::string& name, const json& arguments) const {
+ToolOutcome ToolCalls::Call(const std::string& name, const json& arguments,
+                            CancelTicket* ticket) const {
   if (!catalog_->Offers(name)) {
     std::string why = "Unknown tool: " + name;
     if (name == kExecuteCode) why += " (code execution is disabled for this tenant)";
     return {RpcError{kInvalidParams, why, nullptr}, nullptr};
   }
   if (!arguments.is_object()) return InvalidArguments(name, "\"arguments\" must be an object");
-  if (name == kExecuteCode) return ExecuteCode(arguments);
+  if (name == kExecuteCode) return ExecuteCode(arguments, ticket);
   if (name == kListSessions) return ListSessions(arguments);
   return KillSession(arguments);
 }
 
-ToolOutcome ToolCalls::ExecuteCode(const json& args) const {
+ToolOutcome ToolCalls::ExecuteCode(const json& args, CancelTicket* ticket) const {
   using T = Field::Type;
   std::string why = CheckArguments(args, {{"runtime", true, T::kString},
                                           {"code", true, T::kString},
@@ -201,7 +202,17 @@ ToolOutcome ToolCalls::ExecuteCode(const json& args) const {
   if (auto t = args.value("timeoutMs", json()); t.is_number()) {
     request.timeout_ms = static_cast<uint64_t>(t.get<double>());
   }
-  auto record = backend_->Submit(BuildSubmitBody(request), WaitReadTimeout(request.timeout_ms));
+  // Its own Idempotency-Key: a cancellation finds the job through it, and
+  // the broker never runs the call twice.
+  json body = BuildSubmitBody(request);
+  const std::string key = CallCancels::NewKey();
+  if (ticket != nullptr && !ticket->Arm(body, key)) {
+    return Result(
+        RefusedExecutionContent(
+            common::Status(common::Code::kCancelled, "the client cancelled the call"), session),
+        true);
+  }
+  auto record = backend_->Submit(body, WaitReadTimeout(request.timeout_ms), key);
   if (!record.ok()) return Result(RefusedExecutionContent(record.status(), session), true);
   json content = ExecutionContent(*record);
   const std::string status = content["status"];

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "cli/mcp/backend.hpp"
+#include "cli/mcp/call_cancel.hpp"
 #include "cli/mcp/json_rpc.hpp"
 #include "cli/mcp/tool_catalog.hpp"
 #include "common/status.hpp"
@@ -45,10 +46,13 @@ class ToolCalls {
  public:
   ToolCalls(Backend* backend, const ToolCatalog* catalog) : backend_(backend), catalog_(catalog) {}
 
-  ToolOutcome Call(const std::string& name, const nlohmann::json& arguments) const;
+  // `ticket` (may be null) lets notifications/cancelled stop an execute_code
+  // call while it waits (cli/mcp/call_cancel.hpp).
+  ToolOutcome Call(const std::string& name, const nlohmann::json& arguments,
+                   CancelTicket* ticket = nullptr) const;
 
  private:
-  ToolOutcome ExecuteCode(const nlohmann::json& args) const;
+  ToolOutcome ExecuteCode(const nlohmann::json& args, CancelTicket* ticket) const;
   ToolOutcome ListSessions(const nlohmann::json& args) const;
   ToolOutcome KillSession(const nlohmann::json& args) const;
 

@@ -176,6 +176,30 @@ await check('execute_code keeps state in a session', async () => {
   assert.equal(r.structuredContent.sessionEpoch, epoch, 'the interpreter was not recreated');
 });
 
+await check('a cancelled call (AbortSignal: notifications/cancelled) stops its execution', async () => {
+  const s = `${session}-cancel`;
+  let r = await client.callTool({ name: 'execute_code',
+                                  arguments: { runtime: 'python', code: 'x = 1', sessionId: s } });
+  assert.ok(!r.isError, JSON.stringify(r.structuredContent));
+  const abort = new AbortController();
+  const started = Date.now();
+  const sleeping = client.callTool({ name: 'execute_code', arguments: {
+    runtime: 'python', code: 'import time\ntime.sleep(50)', sessionId: s, timeoutMs: 60000 } },
+  undefined, { signal: abort.signal, timeout: 120000 });
+  setTimeout(() => abort.abort('the user changed their mind'), 1500);
+  await assert.rejects(sleeping);
+  // A session runs one execution at a time: this one starts only once the
+  // sleep has ended, so it comes back early only if the sleep was cancelled.
+  r = await client.callTool({ name: 'execute_code',
+                              arguments: { runtime: 'python', code: 'print(x)', sessionId: s } },
+  undefined, { timeout: 120000 });
+  const took = Date.now() - started;
+  assert.ok(took < 20000, `the next call came back after ${took} ms: the sleep ran on`);
+  // The cancellation interrupted the code; the session and its state live on.
+  assert.equal(r.structuredContent.stdout, '1\n', JSON.stringify(r.structuredContent));
+  await client.callTool({ name: 'kill_session', arguments: { sessionId: s } });
+});
+
 await check('list_sessions lists the conversation\'s session', async () => {
   const r = await client.callTool({ name: 'list_sessions',
                                     arguments: { conversationId: conversation } });

@@ -23,12 +23,16 @@ class FakeBackend final : public Backend {
   std::chrono::milliseconds submit_delay{0};
 
   common::StatusOr<nlohmann::json> Submit(const nlohmann::json& body,
-                                          std::chrono::seconds read_timeout) override {
+                                          std::chrono::seconds read_timeout,
+                                          const std::string& idempotency_key) override {
     {
       std::lock_guard lock(mu_);
       submits_.push_back(body);
       read_timeouts_.push_back(read_timeout);
+      keys_.push_back(idempotency_key);
     }
+    // A `wait: false` submit (how a cancellation learns the job's id) answers at once.
+    if (!body.value("wait", true)) return nlohmann::json{{"id", "ex_1"}, {"status", "running"}};
     std::this_thread::sleep_for(submit_delay);
     // Echo the code so concurrent calls can be told apart.
     if (submit_answer.ok() && submit_answer->contains("echo")) {
@@ -45,6 +49,11 @@ class FakeBackend final : public Backend {
     std::lock_guard lock(mu_);
     deleted_.push_back(id);
     return delete_answer;
+  }
+  common::StatusOr<nlohmann::json> Cancel(const std::string& id) override {
+    std::lock_guard lock(mu_);
+    cancelled_.push_back(id);
+    return nlohmann::json{{"id", id}, {"status", "cancelled"}};
   }
   common::StatusOr<nlohmann::json> Capabilities() override {
     std::lock_guard lock(mu_);
@@ -68,6 +77,14 @@ class FakeBackend final : public Backend {
     std::lock_guard lock(mu_);
     return deleted_;
   }
+  std::vector<std::string> keys() const {
+    std::lock_guard lock(mu_);
+    return keys_;
+  }
+  std::vector<std::string> cancelled() const {
+    std::lock_guard lock(mu_);
+    return cancelled_;
+  }
   int probes() const {
     std::lock_guard lock(mu_);
     return probes_;
@@ -79,6 +96,8 @@ class FakeBackend final : public Backend {
   std::vector<std::chrono::seconds> read_timeouts_;
   std::vector<std::string> listed_;
   std::vector<std::string> deleted_;
+  std::vector<std::string> keys_;
+  std::vector<std::string> cancelled_;
   int probes_ = 0;
 };
 

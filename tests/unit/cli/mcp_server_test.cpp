@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <thread>
+
 #include "tests/unit/cli/fake_backend.hpp"
 
 namespace kiln::cli::mcp {
@@ -319,6 +322,61 @@ TEST_F(McpServerTest, SessionsAreListedAndKilled) {
   EXPECT_EQ(r["result"]["structuredContent"]["deleted"], true);
   EXPECT_EQ(r["result"]["structuredContent"]["state"], "deleted");
   EXPECT_EQ(backend_.deleted(), std::vector<std::string>{"s1"});
+}
+
+TEST_F(McpServerTest, EveryExecutionCarriesItsOwnIdempotencyKey) {
+  auto s = Initialized();
+  backend_.submit_answer = json{{"id", "ex_1"}, {"status", "succeeded"}};
+  Call(*s, "execute_code", {{"runtime", "python"}, {"code", "1"}});
+  Call(*s, "execute_code", {{"runtime", "python"}, {"code", "1"}});
+  auto keys = backend_.keys();
+  ASSERT_EQ(keys.size(), 2u);
+  EXPECT_EQ(keys[0].rfind("mcp-", 0), 0u) << keys[0];
+  EXPECT_EQ(keys[0].size(), 4u + 32u);
+  EXPECT_NE(keys[0], keys[1]);
+}
+
+TEST_F(McpServerTest, CancelledCallCancelsItsExecutionAndGetsNoResponse) {
+  auto s = Initialized();
+  backend_.submit_answer = json{{"id", "ex_1"}, {"status", "cancelled"}};
+  backend_.submit_delay = std::chrono::milliseconds(1500);
+  std::optional<std::string> answer = "not yet";
+  std::thread call([&] {
+    answer = s->HandleLine(
+        Request(42, "tools/call",
+                {{"name", "execute_code"}, {"arguments", {{"runtime", "python"}, {"code", "x"}}}})
+            .dump());
+  });
+  // Cancel once the call has submitted (the fake records the submit first).
+  for (int i = 0; i < 200 && backend_.submits().empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(backend_.submits().size(), 1u);
+  // Another request id, and a malformed one, cancel nothing.
+  s->HandleLine(
+      R"({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":41}})");
+  s->HandleLine(R"({"jsonrpc":"2.0","method":"notifications/cancelled","params":{}})");
+  EXPECT_TRUE(backend_.cancelled().empty());
+  EXPECT_FALSE(s->HandleLine(R"({"jsonrpc":"2.0","method":"notifications/cancelled",)"
+                             R"("params":{"requestId":42,"reason":"user"}})")
+                   .has_value());
+  call.join();
+  EXPECT_FALSE(answer.has_value()) << *answer;
+  // The same submit again without waiting (same key: the same job), then its cancel.
+  auto submits = backend_.submits();
+  auto keys = backend_.keys();
+  ASSERT_EQ(submits.size(), 2u);
+  EXPECT_EQ(submits[1]["wait"], false);
+  EXPECT_EQ(submits[1]["code"], "x");
+  EXPECT_EQ(keys[1], keys[0]);
+  EXPECT_EQ(backend_.cancelled(), std::vector<std::string>{"ex_1"});
+  // A finished call can no longer be cancelled; later calls answer as usual.
+  backend_.submit_delay = std::chrono::milliseconds(0);
+  s->HandleLine(
+      R"({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":42}})");
+  EXPECT_EQ(backend_.cancelled().size(), 1u);
+  json r = Call(*s, "execute_code", {{"runtime", "python"}, {"code", "y"}});
+  EXPECT_EQ(r["id"], 9);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "broker/metrics/broker_metrics.hpp"
+#include "common/clock.hpp"
 #include "common/log/logging.hpp"
 
 namespace kiln::broker {
@@ -32,39 +33,72 @@ void AuditWriter::Add(const JobRecord& record, const JobSpec* spec, std::string 
 }
 
 void AuditWriter::Run(std::stop_token stop) {
+  auto next_sweep = std::chrono::steady_clock::now() + sweep_.interval;
   while (true) {
     std::deque<Pending> batch;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, stop, [&] { return !queue_.empty(); });
+      cv_.wait_until(lock, stop, next_sweep, [&] { return !queue_.empty(); });
       batch.swap(queue_);
     }
     if (batch.empty() && stop.stop_requested()) return;
     for (auto& p : batch) Write(p);
+    if (std::chrono::steady_clock::now() >= next_sweep) {
+      Sweep();
+      next_sweep = std::chrono::steady_clock::now() + sweep_.interval;
+    }
   }
 }
 
-void AuditWriter::Write(Pending& p) {
+size_t AuditWriter::Sweep() {
+  const int64_t before = common::NowMs() - sweep_.after.count();
+  auto ids = store_->Pending(before, 100);
+  if (!ids.ok()) return 0;  // Redis is away; the next sweep tries again
+  size_t written = 0;
+  for (const auto& id : *ids) {
+    auto record = jobs_->Load(id);
+    if (record.ok() && !IsTerminal(record->status)) continue;  // cannot be: wait
+    if (!record.ok()) {
+      if (record.status().code() == common::Code::kNotFound) {
+        // Its record expired first: nothing left to write the entry from.
+        kLog.Error({.job = id}, "audit entry never written and the job's record is gone");
+        if (metrics_) metrics_->AuditError();
+        (void)store_->DropPending(id);
+      }
+      continue;
+    }
+    auto approval = jobs_->Approval(id);
+    Pending p{std::move(*record), std::nullopt, approval.ok() ? *approval : "none"};
+    kLog.Warn({.job = id, .tenant = p.record.tenant},
+              "writing the audit entry of a job whose broker did not");
+    if (Write(p, /*swept=*/true)) ++written;
+  }
+  return written;
+}
+
+bool AuditWriter::Write(Pending& p, bool swept) {
   if (!p.spec) {
     auto spec = jobs_->LoadSpec(p.record.id);
     if (!spec.ok()) {
       kLog.Error({.job = p.record.id, .tenant = p.record.tenant}, "audit entry not written: {}",
                  spec.status().ToString());
       if (metrics_) metrics_->AuditError();
-      return;
+      return false;
     }
     p.spec = std::move(*spec);
   }
   common::AuditEntry entry = MakeAuditEntry(*p.spec, p.record, p.approval);
-  // Redis may be restarting: retry a few times before giving up on it.
+  // Redis may be restarting: retry a few times before leaving the entry to
+  // a later sweep (the job stays pending in Redis).
   for (int attempt = 0; attempt < 5; ++attempt) {
-    auto id = store_->Append(entry);
-    if (id.ok()) return;
+    auto id = store_->Append(entry, /*only_if_pending=*/true);
+    if (id.ok()) return !swept || !id->empty();
     kLog.Warn({.job = p.record.id, .tenant = p.record.tenant}, "audit append failed: {}",
               id.status().ToString());
     std::this_thread::sleep_for(std::chrono::milliseconds(200 << attempt));
   }
   if (metrics_) metrics_->AuditError();
+  return false;
 }
 
 }  // namespace kiln::broker

@@ -6,11 +6,16 @@
 //   audit.Add(record, spec_or_null, "auto");   // any thread, after the end is stored
 //
 // Entries queue in memory and are appended by Run() in order; Run() drains
-// the queue before it returns. A job whose end was stored but whose entry was
-// still queued when the broker crashed has no entry (docs/audit.md). Add()
-// is thread-safe; Run() belongs to one thread.
+// the queue before it returns. Every ended job is also in Redis's pending set
+// until its entry is written (AuditStore), so the entry of a job whose broker
+// died first is not lost: Run() sweeps, every sweep_interval, the jobs pending
+// for longer than sweep_after and writes their entries from the stored
+// records. Appends only happen while the job is pending, so a job never gets
+// two entries, however many brokers sweep. Add() is thread-safe; Run()
+// belongs to one thread.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -26,14 +31,23 @@ namespace kiln::broker {
 
 class BrokerMetrics;
 
+struct AuditSweep {
+  // Long enough that the broker that ended a job has written its entry
+  // (it retries through a short Redis outage first).
+  std::chrono::milliseconds after{30'000};
+  std::chrono::milliseconds interval{5'000};
+};
+
 class AuditWriter {
  public:
-  AuditWriter(AuditStore* store, JobStore* jobs, BrokerMetrics* metrics)
-      : store_(store), jobs_(jobs), metrics_(metrics) {}
+  AuditWriter(AuditStore* store, JobStore* jobs, BrokerMetrics* metrics, AuditSweep sweep = {})
+      : store_(store), jobs_(jobs), metrics_(metrics), sweep_(sweep) {}
 
   // `spec` may be null: it is read from Redis then.
   void Add(const JobRecord& record, const JobSpec* spec, std::string approval);
   void Run(std::stop_token stop);
+  // One sweep now; returns how many entries it wrote. Run() calls it.
+  size_t Sweep();
 
  private:
   struct Pending {
@@ -41,11 +55,14 @@ class AuditWriter {
     std::optional<JobSpec> spec;
     std::string approval;
   };
-  void Write(Pending& p);
+  // True once the entry is in the stream (by another broker too, unless
+  // `swept`: then only when this call wrote it).
+  bool Write(Pending& p, bool swept = false);
 
   AuditStore* store_;
   JobStore* jobs_;
   BrokerMetrics* metrics_;
+  const AuditSweep sweep_;
   std::mutex mu_;
   std::condition_variable_any cv_;
   std::deque<Pending> queue_;

@@ -18,13 +18,16 @@ local function field(fields, name)
 end
 )lua";
 
-// KEYS: stream, head, anchor. ARGV: prev, entry, hash, max_entries, genesis.
-// Returns {1, id} once appended, {0, current head} when `prev` is stale.
+// KEYS: stream, head, anchor, pending. ARGV: prev, entry, hash, max_entries,
+// genesis, job id, only-if-pending ('1'/'0'). Returns {1, id} once appended,
+// {0, current head} when `prev` is stale, {2, ''} when the job is not pending.
 const std::string kAppendScript = std::string(kFieldFunction) + R"lua(
+if ARGV[7] == '1' and not redis.call('ZSCORE', KEYS[4], ARGV[6]) then return {2, ''} end
 local head = redis.call('GET', KEYS[2]) or ARGV[5]
 if head ~= ARGV[1] then return {0, head} end
 local id = redis.call('XADD', KEYS[1], '*', 'entry', ARGV[2], 'prev', ARGV[1], 'hash', ARGV[3])
 redis.call('SET', KEYS[2], ARGV[3])
+redis.call('ZREM', KEYS[4], ARGV[6])
 local max = tonumber(ARGV[4])
 if max > 0 and redis.call('XTRIM', KEYS[1], 'MAXLEN', '~', max) > 0 then
   local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)[1]
@@ -86,19 +89,22 @@ common::StatusOr<std::vector<common::StoredAuditEntry>> ParseEntries(const Redis
 
 }  // namespace
 
-common::StatusOr<std::string> AuditStore::Append(const common::AuditEntry& entry) {
+common::StatusOr<std::string> AuditStore::Append(const common::AuditEntry& entry,
+                                                 bool only_if_pending) {
   const std::string text = entry.Canonical();
   std::lock_guard lock(append_mu_);
   std::string prev = head_hint_.empty() ? kGenesis : head_hint_;
   auto conn = pool_->Acquire();
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     const std::string hash = common::AuditLinkHash(prev, text);
-    auto r = conn->Command({"EVAL", kAppendScript, "3", kStreamKey, kHeadKey, kAnchorKey, prev,
-                            text, hash, max_entries_, kGenesis});
+    auto r = conn->Command({"EVAL", kAppendScript, "4", kStreamKey, kHeadKey, kAnchorKey,
+                            kPendingKey, prev, text, hash, max_entries_, kGenesis, entry.job_id,
+                            only_if_pending ? "1" : "0"});
     if (!r.ok()) return r.status().WithContext("appending audit entry of " + entry.job_id);
     if (r->type != RedisReply::Type::kArray || r->elements.size() != 2) {
       return common::Internal("audit append: unexpected reply");
     }
+    if (r->elements[0].integer == 2) return std::string();
     if (r->elements[0].integer == 1) {
       head_hint_ = hash;
       return r->elements[1].str;
@@ -108,6 +114,24 @@ common::StatusOr<std::string> AuditStore::Append(const common::AuditEntry& entry
   head_hint_.clear();
   return common::Unavailable("audit append of " + entry.job_id + ": the chain head moved " +
                              std::to_string(kMaxAttempts) + " times in a row");
+}
+
+common::StatusOr<std::vector<std::string>> AuditStore::Pending(int64_t ended_before_ms,
+                                                               size_t limit) {
+  auto conn = pool_->Acquire();
+  ASSIGN_OR_RETURN(
+      RedisReply r,
+      conn->Command({"ZRANGE", kPendingKey, "-inf", "(" + std::to_string(ended_before_ms),
+                     "BYSCORE", "LIMIT", "0", std::to_string(std::max<size_t>(limit, 1))}));
+  std::vector<std::string> ids;
+  for (const auto& e : r.elements) ids.push_back(e.str);
+  return ids;
+}
+
+common::Status AuditStore::DropPending(const std::string& job_id) {
+  auto conn = pool_->Acquire();
+  auto r = conn->Command({"ZREM", kPendingKey, job_id});
+  return r.ok() ? common::Status::Ok() : r.status();
 }
 
 common::StatusOr<AuditStore::Page> AuditStore::Read(const std::string& after_id, size_t count) {

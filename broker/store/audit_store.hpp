@@ -11,6 +11,14 @@
 //   {kiln}:audit:head    string  hash of the last appended entry (absent: genesis)
 //   {kiln}:audit:anchor  string  prev of the first kept entry, written when
 //                                trimming (absent: genesis)
+//   {kiln}:audit:pending zset    ids of ended jobs whose entry is not written yet,
+//                                scored by end time (ms). The scripts that store a
+//                                job's end add it in the same step (Finish,
+//                                JobStore::CreateEnded); the append that writes its
+//                                entry removes it. So a broker that dies between
+//                                the two leaves the id behind, and AuditWriter's
+//                                sweep (any broker) writes the entry later:
+//                                exactly one entry per job, never none.
 // Append: the link hash (SHA-256 over up to 1 MiB of code) is computed here,
 // not in Lua: Redis scripts have no SHA-256, and hashing there would stall the
 // one Redis thread every broker shares. A script then appends only if the head
@@ -41,6 +49,7 @@ class AuditStore {
   static constexpr const char* kStreamKey = "{kiln}:audit";
   static constexpr const char* kHeadKey = "{kiln}:audit:head";
   static constexpr const char* kAnchorKey = "{kiln}:audit:anchor";
+  static constexpr const char* kPendingKey = "{kiln}:audit:pending";
   static constexpr int kMaxAttempts = 100;
 
   // max_entries: retention; each append trims the stream to about that many
@@ -48,9 +57,17 @@ class AuditStore {
   AuditStore(RedisPool* pool, uint64_t max_entries)
       : pool_(pool), max_entries_(std::to_string(max_entries)) {}
 
-  // Appends one entry at the end of the chain; returns its stream id.
-  // UNAVAILABLE when the head kept moving for kMaxAttempts tries.
-  common::StatusOr<std::string> Append(const common::AuditEntry& entry);
+  // Appends one entry at the end of the chain and takes its job off the
+  // pending set; returns its stream id. With only_if_pending, appends only
+  // while entry.job_id is pending and answers "" otherwise (another broker
+  // wrote it already). UNAVAILABLE when the head kept moving kMaxAttempts times.
+  common::StatusOr<std::string> Append(const common::AuditEntry& entry,
+                                       bool only_if_pending = false);
+
+  // Ids of jobs pending since before `ended_before_ms`, oldest first.
+  common::StatusOr<std::vector<std::string>> Pending(int64_t ended_before_ms, size_t limit);
+  // Gives up on a pending job (its record expired before its entry was written).
+  common::Status DropPending(const std::string& job_id);
 
   // Entries and the keys that describe them, read in one script (one snapshot).
   struct Page {

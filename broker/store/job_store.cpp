@@ -1,5 +1,6 @@
 #include "broker/store/job_store.hpp"
 
+#include "broker/store/audit_store.hpp"
 #include "broker/store/schedule_scripts.hpp"
 
 namespace kiln::broker {
@@ -17,7 +18,9 @@ common::Status JobStore::CreateEnded(const JobSpec& spec, const JobRecord& recor
   auto r = conn->Pipeline(
       {{"HSET", key, "spec", Dump(spec.ToJson()), "record", Dump(record.ToJson()), "status",
         JobStatusName(record.status), "tenant", spec.tenant, "approval", "none"},
-       {"EXPIRE", key, ttl_s_}});
+       {"EXPIRE", key, ttl_s_},
+       // Ended at once: its audit entry is owed (AuditStore, "pending").
+       {"ZADD", AuditStore::kPendingKey, std::to_string(record.finished_ms), spec.id}});
   return r.ok() ? common::Status::Ok() : r.status().WithContext("storing job " + spec.id);
 }
 
@@ -67,6 +70,12 @@ common::StatusOr<JobSpec> JobStore::LoadSpec(const std::string& id) {
   auto j = nlohmann::json::parse(r.str, nullptr, false);
   if (j.is_discarded()) return common::Internal("stored spec of " + id + " is not JSON");
   return JobSpec::FromJson(j);
+}
+
+common::StatusOr<std::string> JobStore::Approval(const std::string& id) {
+  auto conn = pool_->Acquire();
+  ASSIGN_OR_RETURN(RedisReply r, conn->Command({"HGET", JobKey(id), "approval"}));
+  return r.is_nil() || r.str.empty() ? std::string("none") : r.str;
 }
 
 common::Status JobStore::AppendChunk(const common::protocol::OutputChunk& c) {

@@ -39,6 +39,8 @@ class JobStore {
   // NOT_FOUND when the job is unknown or expired.
   common::StatusOr<JobRecord> Load(const std::string& id);
   common::StatusOr<JobSpec> LoadSpec(const std::string& id);
+  // How the job was approved: "auto", "trusted_session", "admin:<name>" or "none".
+  common::StatusOr<std::string> Approval(const std::string& id);
   common::Status Ping();
 
   struct StoredChunk {

@@ -337,6 +337,7 @@ if TERMINAL[cur[1]] then return {'ended', pop(ctx), cur[1], ''} end
 if expect ~= 'any' and cur[1] ~= expect then return {'state', {}, cur[1], ''} end
 local tenant, worker, owner, sid = cur[2], cur[3] or '', cur[4] or '', cur[5] or ''
 redis.call('HSET', jk, 'record', record, 'status', status, 'finished_ms', ctx.now_s)
+redis.call('ZADD', P .. 'audit:pending', ctx.now, id)  -- AuditStore: until its entry is written
 redis.call('HDEL', jk, 'wait_reason')
 redis.call('EXPIRE', jk, ttl)
 local qk = P .. 'q:' .. tenant

@@ -7,7 +7,10 @@
 #include <set>
 #include <thread>
 
+#include "broker/scheduler/audit_writer.hpp"
+#include "broker/store/job_store.hpp"
 #include "common/audit/sha256.hpp"
+#include "common/clock.hpp"
 #include "tests/support/process.hpp"
 
 namespace kiln::broker {
@@ -319,6 +322,73 @@ TEST_F(AuditStoreTest, RetentionTrimsOnAppendAndKeepsTheChainVerifiable) {
   auto anchor = Cmd({"GET", AuditStore::kAnchorKey});
   ASSERT_TRUE(anchor.ok());
   EXPECT_NE(anchor->str, common::kAuditGenesis);
+}
+
+TEST_F(AuditStoreTest, OnlyIfPendingAppendsOnceAndClearsThePendingJob) {
+  AuditStore store(pool_.get(), 0);
+  ASSERT_TRUE(Cmd({"ZADD", AuditStore::kPendingKey, "1", "j1"}).ok());
+  auto first = store.Append(Entry("j1"), /*only_if_pending=*/true);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_FALSE(first->empty());
+  EXPECT_EQ(Cmd({"ZCARD", AuditStore::kPendingKey})->integer, 0);
+  // A second writer (another broker's sweep) finds it done: no second entry.
+  auto again = store.Append(Entry("j1"), true);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, "");
+  auto never = store.Append(Entry("j2"), true);
+  ASSERT_TRUE(never.ok());
+  EXPECT_EQ(*never, "");
+  ASSERT_EQ(All(store).size(), 1u);
+  EXPECT_EQ(VerifyOk(store).checked, 1u);
+}
+
+// A broker stored a job's end and died before its audit append: the id stays
+// pending in Redis, and any broker's sweep writes the entry, exactly once.
+TEST_F(AuditStoreTest, SweepWritesTheEntriesABrokerDidNot) {
+  AuditStore store(pool_.get(), 0);
+  JobStore jobs(pool_.get(), 3600);
+  JobSpec spec;
+  spec.id = "ex_orphan";
+  spec.tenant = "acme";
+  spec.language = "python";
+  spec.code = "print('left behind')";
+  spec.created_ms = common::NowMs() - 1000;
+  JobRecord record = JobRecord::Ended(spec, JobStatus::kRejected, common::Code::kSecurityBlocked,
+                                      "blocked by rule x");
+  record.finished_ms = common::NowMs() - 500;
+  ASSERT_TRUE(jobs.CreateEnded(spec, record).ok());
+  // A pending id whose record expired before anyone wrote its entry.
+  ASSERT_TRUE(Cmd({"ZADD", AuditStore::kPendingKey, "1", "ex_gone"}).ok());
+  EXPECT_EQ(Cmd({"ZCARD", AuditStore::kPendingKey})->integer, 2);
+
+  // Not yet: the owning broker may still be writing it.
+  AuditWriter patient(&store, &jobs, nullptr, {.after = std::chrono::minutes(1)});
+  EXPECT_EQ(patient.Sweep(), 0u);
+  EXPECT_TRUE(All(store).empty());
+
+  AuditWriter broker_a(&store, &jobs, nullptr, {.after = std::chrono::milliseconds(0)});
+  AuditWriter broker_b(&store, &jobs, nullptr, {.after = std::chrono::milliseconds(0)});
+  EXPECT_EQ(broker_a.Sweep(), 1u);
+  EXPECT_EQ(broker_b.Sweep(), 0u);
+  EXPECT_EQ(broker_a.Sweep(), 0u);
+  auto entries = All(store);
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_THAT(entries[0].entry, HasSubstr("\"job_id\":\"ex_orphan\""));
+  EXPECT_THAT(entries[0].entry, HasSubstr("\"status\":\"rejected\""));
+  EXPECT_EQ(Cmd({"ZCARD", AuditStore::kPendingKey})->integer, 0);  // ex_gone dropped too
+  EXPECT_EQ(VerifyOk(store).checked, 1u);
+
+  // The normal path: the broker's own write after the end, then nothing to sweep.
+  spec.id = "ex_normal";
+  record.id = "ex_normal";
+  ASSERT_TRUE(jobs.CreateEnded(spec, record).ok());
+  std::jthread run([&](std::stop_token st) { broker_a.Run(st); });
+  broker_a.Add(record, &spec, "none");
+  ASSERT_TRUE(testing::WaitFor([&] { return All(store).size() == 2; }, std::chrono::seconds(10)));
+  run.request_stop();
+  run.join();
+  EXPECT_EQ(broker_b.Sweep(), 0u);
+  EXPECT_EQ(All(store).size(), 2u);
 }
 
 TEST(MakeAuditEntry, DigestsAndSummarisesTheJob) {

@@ -171,10 +171,13 @@ TEST_F(ScheduleStoreTest, GlobalLimitQueuesAndAFinishStartsTheNext) {
   EXPECT_EQ(third.wait_reason, "global");
   auto fourth = Submit(Spec("u"), w);  // another tenant waits as well
   EXPECT_EQ(fourth.kind, SubmitOutcome::Kind::kQueued);
+  EXPECT_EQ(Zcard("{kiln}:audit:pending"), 0);
   auto fin = End("ex_1", w);
   EXPECT_EQ(fin.kind, FinishOutcome::Kind::kStored);
   ASSERT_EQ(fin.started.size(), 1u);  // exactly one slot freed
   EXPECT_EQ(Zcard("{kiln}:lease:global"), 2);
+  // Stored with its end in the same step: the audit entry it is owed.
+  EXPECT_EQ(Zcard("{kiln}:audit:pending"), 1);
   // The job's own end is announced once: a second end is refused.
   EXPECT_EQ(End("ex_1", w).kind, FinishOutcome::Kind::kEnded);
 }

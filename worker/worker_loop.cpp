@@ -1,14 +1,21 @@
 #include "worker/worker_loop.hpp"
 
 #include <poll.h>
-#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
 
+#include "common/log/logging.hpp"
+
 namespace kiln::worker {
 
 namespace protocol = common::protocol;
+
+namespace {
+// Links to brokers and draining; refused jobs under "jobs".
+const common::SubsystemLog kLog("link");
+const common::SubsystemLog kJobsLog("jobs");
+}  // namespace
 using Clock = BrokerLink::Clock;
 
 WorkerLoop::WorkerLoop(const WorkerConfig& config, zmq::context_t* ctx, Executor* executor,
@@ -54,7 +61,7 @@ void WorkerLoop::Run(int stop_fd) {
     try {
       zmq::poll(items.data(), items.size(), std::chrono::milliseconds(50));
     } catch (const zmq::error_t& e) {
-      if (e.num() != EINTR) spdlog::error("worker poll failed: {}", e.what());
+      if (e.num() != EINTR) kLog.Error({}, "poll failed: {}", e.what());
       continue;
     }
     now = Clock::now();
@@ -73,13 +80,13 @@ void WorkerLoop::Run(int stop_fd) {
     if (!draining_ && (items[links_.size() + 1].revents & ZMQ_POLLIN)) {
       draining_ = true;
       drain_deadline = now + std::chrono::milliseconds(config_.drain_timeout_ms);
-      spdlog::info("draining: {} jobs running, taking no new ones", executor_->Running());
+      kLog.Info({}, "draining: {} jobs running, taking no new ones", executor_->Running());
       for (auto& link : links_) link->Send(MakeHeartbeat());
     }
     Tick();
     if (draining_ && (executor_->Running() == 0 || Clock::now() >= drain_deadline)) {
       if (executor_->Running() != 0) {
-        spdlog::warn("drain timeout: cancelling {} running jobs", executor_->Running());
+        kLog.Warn({}, "drain timeout: cancelling {} running jobs", executor_->Running());
         executor_->CancelAll();
       }
       break;
@@ -94,7 +101,7 @@ void WorkerLoop::Run(int stop_fd) {
 void WorkerLoop::OnRegisterAck(BrokerLink& link, protocol::Message& m) {
   auto& ack = std::get<protocol::RegisterAck>(m);
   if (!link.registered()) {
-    spdlog::info("registered with broker {} at {}", ack.broker_id, link.endpoint());
+    kLog.Info({}, "registered with broker {} at {}", ack.broker_id, link.endpoint());
   }
   link.OnRegistered(ack, Clock::now());
   SendEvents();  // results kept while no broker was there
@@ -106,10 +113,11 @@ void WorkerLoop::OnHeartbeat(BrokerLink&, protocol::Message&) {}
 void WorkerLoop::OnExecute(BrokerLink& link, protocol::Message& m) {
   auto& exec = std::get<protocol::Execute>(m);
   std::string job_id = exec.job_id;
+  std::string tenant = exec.tenant;
   common::Status st = draining_ ? common::Unavailable("the worker is draining")
                                 : executor_->Start(std::move(exec), link.endpoint());
   if (!st.ok()) {
-    spdlog::warn("refusing job {}: {}", job_id, st.ToString());
+    kJobsLog.Warn({.job = job_id, .tenant = tenant}, "refusing the job: {}", st.ToString());
     protocol::Result r;
     r.job_id = job_id;
     // Busy or draining: the code never ran, so the broker may send it elsewhere.
@@ -129,14 +137,14 @@ void WorkerLoop::OnCloseSession(BrokerLink&, protocol::Message& m) {
 }
 
 void WorkerLoop::OnDisconnect(BrokerLink& link, protocol::Message& m) {
-  spdlog::info("broker at {} asked us to register again: {}", link.endpoint(),
-               std::get<protocol::Disconnect>(m).reason);
+  kLog.Info({}, "broker at {} asked us to register again: {}", link.endpoint(),
+            std::get<protocol::Disconnect>(m).reason);
   link.Reset(Clock::now());
 }
 
 void WorkerLoop::OnUnexpected(BrokerLink& link, protocol::Message& m) {
-  spdlog::warn("broker at {} sent a {} message, which only workers send", link.endpoint(),
-               protocol::TypeName(protocol::TypeOf(m)));
+  kLog.Warn({}, "broker at {} sent a {} message, which only workers send", link.endpoint(),
+            protocol::TypeName(protocol::TypeOf(m)));
 }
 
 void WorkerLoop::SendEvents() {
@@ -167,16 +175,17 @@ void WorkerLoop::SendEvents() {
 
 void WorkerLoop::Tick() {
   auto now = Clock::now();
-  if (now >= next_session_expiry_) {
+  if (now >= next_housekeeping_) {
     // Idle sessions past their TTL lose their sandboxes.
     executor_->ExpireSessions();
-    next_session_expiry_ = now + std::chrono::seconds(1);
+    executor_->RefreshCgroupUsage();
+    next_housekeeping_ = now + std::chrono::seconds(1);
   }
   for (auto& link : links_) {
     if (link->Silent(now)) {
       if (link->registered()) {
-        spdlog::warn("broker {} at {} went silent; reconnecting", link->broker_id(),
-                     link->endpoint());
+        kLog.Warn({}, "broker {} at {} went silent; reconnecting", link->broker_id(),
+                  link->endpoint());
       }
       link->Connect(now);
       continue;

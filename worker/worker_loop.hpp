@@ -59,7 +59,7 @@ class WorkerLoop {
   std::deque<OutboundEvent> unsent_;
   static constexpr size_t kMaxUnsent = 100000;
   bool draining_ = false;
-  std::chrono::steady_clock::time_point next_session_expiry_{};
+  std::chrono::steady_clock::time_point next_housekeeping_{};  // once a second
 };
 
 }  // namespace kiln::worker

@@ -444,7 +444,13 @@ TEST_F(ChaosTest, FrozenWorkerIsDeclaredDeadAndRejoinsAfterThaw) {
   // finds it already ended and ignores it) and leaves the stored record alone.
   const std::string broker_log = cluster_->dir() + "/broker0.log";
   EXPECT_TRUE(WaitFor(
-      [&] { return ReadFile(broker_log).find("result for job " + on0) != std::string::npos; }, 6s))
+      [&] {
+        // The broker's "jobs" log line for it: "result ignored: ... job=<id>".
+        std::string log = ReadFile(broker_log);
+        auto at = log.find("result ignored: it has already ended job=" + on0);
+        return at != std::string::npos;
+      },
+      6s))
       << "the thawed worker never sent its result for " << on0;
   json after = Record(on0);
   EXPECT_EQ(after.value("status", ""), "error") << after.dump();

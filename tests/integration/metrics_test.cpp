@@ -180,6 +180,19 @@ TEST_F(MetricsTest, BrokerAndWorkersCountWhatJobsDid) {
         std::chrono::seconds(20)))
         << endpoint << ":\n"
         << text;
+    // Its sandboxes' cgroup, read every second: the warm one's memory now, and
+    // the CPU of every sandbox so far (the jobs' included).
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          auto res = client.Get("/metrics");
+          if (!res || res->status != 200) return false;
+          text = res->body;
+          return Sample(text, "kiln_worker_sandbox_memory_bytes") > 0 &&
+                 Sample(text, "kiln_worker_sandbox_cpu_seconds_total") > 0;
+        },
+        std::chrono::seconds(5)))
+        << endpoint << ":\n"
+        << text;
     EXPECT_EQ(Sample(text, "kiln_worker_jobs_running"), 0) << text;
     EXPECT_EQ(Sample(text, "kiln_worker_slots"), 2) << text;
     EXPECT_EQ(Sample(text, "kiln_build_info", {"version=\"" KILN_VERSION "\""}), 1) << text;

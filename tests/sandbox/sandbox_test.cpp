@@ -534,6 +534,51 @@ TEST_P(SandboxTest, CpuSpinIsStoppedByRlimitCpu) {
   EXPECT_LT(wall, 10);
 }
 
+// What the worker's kiln_worker_sandbox_* metrics read: the prefix cgroup
+// holds what its sandboxes use now, and keeps their CPU once they are gone.
+TEST_P(SandboxTest, CgroupUsageCoversSandboxesAndKeepsTheirCpu) {
+  const CgroupManager* cgroups = sandbox_->cgroups();
+  ASSERT_NE(cgroups, nullptr);
+  const CgroupUsage before = cgroups->Usage();
+  ASSERT_TRUE(before.memory_bytes.has_value());
+  ASSERT_TRUE(before.cpu_seconds.has_value());
+  constexpr uint64_t kHeld = 48ull << 20;
+  CgroupUsage running;
+  RunOptions opt;
+  opt.stdin_data = "x";
+  opt.before_input = [&](SandboxProcess&) {
+    // The sandbox holds 48 MiB and spins for 0.6 s of CPU, then waits for stdin.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+    do {
+      running = cgroups->Usage();
+      if (running.memory_bytes.value_or(0) >= kHeld &&
+          running.cpu_seconds.value_or(0) >= *before.cpu_seconds + 0.5) {
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    } while (std::chrono::steady_clock::now() < deadline);
+  };
+  RunResult r =
+      Py("import sys, time\n"
+         "held = b'x' * (48 << 20)\n"
+         "t = time.process_time()\n"
+         "while time.process_time() - t < 0.6: pass\n"
+         "sys.stdin.read()\n"
+         "print(len(held))\n",
+         opt);
+  EXPECT_EXIT0(r);
+  EXPECT_EQ(r.out, std::to_string(kHeld) + "\n");
+  EXPECT_GE(running.memory_bytes.value_or(0), kHeld);
+  EXPECT_GE(running.cpu_seconds.value_or(0), *before.cpu_seconds + 0.5);
+  EXPECT_LT(running.cpu_seconds.value_or(0), *before.cpu_seconds + 5) << "seconds, not ms";
+  // The sandbox is gone: its memory is no longer charged, its CPU still counts.
+  const CgroupUsage after = cgroups->Usage();
+  ASSERT_TRUE(after.memory_bytes.has_value());
+  ASSERT_TRUE(after.cpu_seconds.has_value());
+  EXPECT_LT(*after.memory_bytes + kHeld / 2, running.memory_bytes.value_or(0));
+  EXPECT_GE(*after.cpu_seconds, running.cpu_seconds.value_or(0));
+}
+
 TEST_P(SandboxTest, TmpIsPrivatePerSandbox) {
   RunResult a =
       Py("open('/tmp/marker', 'w').write('secret'); open('/workspace/marker', 'w').write('s')");
@@ -735,6 +780,8 @@ TEST(CgroupV2, JoinKillAndRemoveOnThisHost) {
   ASSERT_TRUE(manager.ok()) << manager.status().ToString();
   auto cg = (*manager)->CreateFor("1-1", SandboxLimits{});
   ASSERT_TRUE(cg.ok()) << cg.status().ToString();
+  const CgroupUsage before = (*manager)->Usage();
+  ASSERT_TRUE(before.cpu_seconds.has_value()) << "cpu.stat needs no controller";
   int join = (*cg)->join_fds().at(0).get();
   pid_t child = ::fork();
   if (child == 0) {
@@ -760,8 +807,16 @@ TEST(CgroupV2, JoinKillAndRemoveOnThisHost) {
   CgroupStats stats = (*cg)->Stats();
   ASSERT_TRUE(stats.cpu_ms.has_value());
   EXPECT_GT(*stats.cpu_ms, 1.0);
+  // The prefix counts the child's CPU, and still does once its cgroup is gone.
+  const CgroupUsage usage = (*manager)->Usage();
+  ASSERT_TRUE(usage.cpu_seconds.has_value());
+  EXPECT_GE(*usage.cpu_seconds - *before.cpu_seconds, *stats.cpu_ms / 1e3 * 0.9);
+  EXPECT_LT(*usage.cpu_seconds - *before.cpu_seconds, *stats.cpu_ms / 1e3 + 0.5);
+  EXPECT_EQ(usage.memory_bytes.has_value(),
+            PathExists(FindCgroup2Mount() + "/kiln-test-v2mech/memory.current"));
   EXPECT_TRUE((*cg)->Destroy().ok());
   EXPECT_FALSE(PathExists(dir));
+  EXPECT_GE((*manager)->Usage().cpu_seconds.value_or(0), *usage.cpu_seconds);
 }
 
 }  // namespace

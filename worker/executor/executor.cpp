@@ -1,15 +1,22 @@
 #include "worker/executor/executor.hpp"
 
-#include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 
 #include <optional>
 #include <thread>
 
+#include "common/log/logging.hpp"
 #include "worker/executor/session_runner.hpp"
 #include "worker/metrics/worker_metrics.hpp"
+#include "worker/sandbox/cgroups.hpp"
 
 namespace kiln::worker {
+namespace {
+
+const common::SubsystemLog kJobsLog("jobs");
+const common::SubsystemLog kSessionsLog("sessions");
+
+}  // namespace
 
 namespace protocol = common::protocol;
 
@@ -74,7 +81,8 @@ void Executor::RunOne(protocol::Execute job, std::string broker, int cancel_fd) 
       result = RunJob(job, **sb, pool_->runtimes().at(*language), opts, cancel_fd);
     }
     if (result.reason == protocol::EndReason::kError) {
-      spdlog::warn("job {} could not run: {}", job.job_id, result.worker_error);
+      kJobsLog.Warn({.job = job.job_id, .tenant = job.tenant}, "the job could not run: {}",
+                    result.worker_error);
     }
     // Free the slot before the Result leaves: the broker may send the next
     // job as soon as it sees it.
@@ -112,8 +120,9 @@ protocol::Result Executor::RunSession(const protocol::Execute& job, const RunOpt
   run.result.session_epoch = job.session_epoch;
   run.result.session_reset = lease->state_lost || run.destroy;
   if (run.destroy) {
-    spdlog::info("session {}: sandbox destroyed after execution {} ({})", job.session_id,
-                 job.job_id, protocol::EndReasonName(run.result.reason));
+    kSessionsLog.Info({.job = job.job_id, .session = job.session_id, .tenant = job.tenant},
+                      "session sandbox destroyed after the execution ({})",
+                      protocol::EndReasonName(run.result.reason));
   }
   sessions_.Release(lease->session, run.destroy);
   if (metrics_) metrics_->SetSessions(sessions_.size());
@@ -129,6 +138,11 @@ size_t Executor::ExpireSessions() {
   size_t n = sessions_.ExpireIdle(std::chrono::steady_clock::now());
   if (metrics_) metrics_->SetSessions(sessions_.size());
   return n;
+}
+
+void Executor::RefreshCgroupUsage() {
+  const sandbox::CgroupManager* cgroups = pool_->sandbox()->cgroups();
+  if (metrics_ && cgroups) metrics_->SetCgroupUsage(cgroups->Usage());
 }
 
 void Executor::Cancel(const std::string& job_id) {

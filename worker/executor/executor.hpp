@@ -49,6 +49,10 @@ class Executor {
   void CloseSession(const std::string& session_id);
   size_t ExpireSessions();
   size_t Sessions() const { return sessions_.size(); }
+  // Reads the cgroup usage of all this worker's sandboxes into the metrics
+  // (two small files); the event loop calls it about once a second. Does
+  // nothing without metrics or cgroups.
+  void RefreshCgroupUsage();
 
   uint32_t slots() const { return slots_; }
   uint32_t Running() const;

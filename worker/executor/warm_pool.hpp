@@ -53,6 +53,7 @@ class WarmPool {
 
   size_t Ready(runtimes::Language language) const;
   const std::map<runtimes::Language, runtimes::Runtime>& runtimes() const { return runtimes_; }
+  sandbox::Sandbox* sandbox() const { return sandbox_; }
 
   // Keeps per_runtime sandboxes ready for every runtime until stop; then
   // destroys the stock.

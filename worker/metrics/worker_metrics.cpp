@@ -9,6 +9,7 @@
 #include <exception>
 
 #include "common/metrics/metrics_common.hpp"
+#include "worker/sandbox/cgroups.hpp"
 
 namespace kiln::worker {
 using common::SecondsBuckets;
@@ -58,6 +59,14 @@ WorkerMetrics::WorkerMetrics(uint32_t slots) : registry_(std::make_shared<promet
                .Name("kiln_worker_warm_sandboxes")
                .Help("Sandboxes started and waiting for a job")
                .Register(r);
+  sandbox_memory_family_ = &prometheus::BuildGauge()
+                                .Name("kiln_worker_sandbox_memory_bytes")
+                                .Help("Memory charged to this worker's sandboxes (cgroups)")
+                                .Register(r);
+  sandbox_cpu_family_ = &prometheus::BuildCounter()
+                             .Name("kiln_worker_sandbox_cpu_seconds_total")
+                             .Help("CPU time (user+system) used by this worker's sandboxes")
+                             .Register(r);
   prometheus::BuildGauge()
       .Name("kiln_worker_slots")
       .Help("Concurrent job slots of this worker")
@@ -83,6 +92,23 @@ void WorkerMetrics::SandboxStarted(const std::string& language, double spawn_ms)
 
 void WorkerMetrics::SetWarm(const std::string& language, size_t ready) {
   warm_->Add({{"language", language}}).Set(static_cast<double>(ready));
+}
+
+void WorkerMetrics::SetCgroupUsage(const sandbox::CgroupUsage& usage) {
+  std::lock_guard lock(usage_mu_);
+  if (usage.memory_bytes) {
+    if (sandbox_memory_ == nullptr) sandbox_memory_ = &sandbox_memory_family_->Add({});
+    sandbox_memory_->Set(static_cast<double>(*usage.memory_bytes));
+  }
+  if (usage.cpu_seconds) {
+    if (sandbox_cpu_ == nullptr) sandbox_cpu_ = &sandbox_cpu_family_->Add({});
+    // The first reading counts all the prefix used so far (normally since
+    // this worker created it). A drop means the cgroup was made anew: it
+    // becomes the new baseline, as a counter never goes down.
+    if (*usage.cpu_seconds > last_cpu_seconds_)
+      sandbox_cpu_->Increment(*usage.cpu_seconds - last_cpu_seconds_);
+    last_cpu_seconds_ = *usage.cpu_seconds;
+  }
 }
 
 }  // namespace kiln::worker

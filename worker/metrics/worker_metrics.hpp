@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "common/status.hpp"
@@ -28,6 +29,10 @@ class Family;
 }  // namespace prometheus
 
 namespace kiln::worker {
+
+namespace sandbox {
+struct CgroupUsage;
+}
 
 class WorkerMetrics {
  public:
@@ -48,6 +53,11 @@ class WorkerMetrics {
   void JobFinished(const std::string& language, const std::string& reason);
   void SandboxStarted(const std::string& language, double spawn_ms);
   void SetWarm(const std::string& language, size_t ready);
+  // The cgroup usage of all this worker's sandboxes (CgroupManager::Usage):
+  // sets kiln_worker_sandbox_memory_bytes and adds the CPU used since the
+  // previous reading to kiln_worker_sandbox_cpu_seconds_total. Each series
+  // appears with the first reading that has its figure.
+  void SetCgroupUsage(const sandbox::CgroupUsage& usage);
 
  private:
   explicit WorkerMetrics(uint32_t slots);
@@ -60,6 +70,13 @@ class WorkerMetrics {
   prometheus::Family<prometheus::Counter>* finished_;
   prometheus::Family<prometheus::Histogram>* sandbox_start_;
   prometheus::Family<prometheus::Gauge>* warm_;
+  prometheus::Family<prometheus::Gauge>* sandbox_memory_family_;
+  prometheus::Family<prometheus::Counter>* sandbox_cpu_family_;
+
+  std::mutex usage_mu_;                          // guards the three below
+  prometheus::Gauge* sandbox_memory_ = nullptr;  // from the first reading on
+  prometheus::Counter* sandbox_cpu_ = nullptr;
+  double last_cpu_seconds_ = 0;  // the cgroup's counter at the previous reading
 };
 
 }  // namespace kiln::worker

@@ -134,6 +134,19 @@ class CgroupV1Manager final : public CgroupManager {
     return std::unique_ptr<SandboxCgroup>(std::move(cg));
   }
 
+  // Memory is hierarchical (see Create) and cpuacct charges every ancestor
+  // as it goes: the prefix's figures cover all its sandboxes.
+  CgroupUsage Usage() const override {
+    CgroupUsage u;
+    if (auto bytes = ReadFileU64(base_.memory + "/memory.usage_in_bytes"); bytes.ok())
+      u.memory_bytes = *bytes;
+    if (!base_.cpuacct.empty()) {
+      if (auto ns = ReadFileU64(base_.cpuacct + "/cpuacct.usage"); ns.ok())
+        u.cpu_seconds = *ns / 1e9;
+    }
+    return u;
+  }
+
   void CleanupStale(const std::function<bool(const std::string&)>& is_stale) override {
     for (const std::string* b : {&base_.pids, &base_.memory, &base_.cpu, &base_.cpuacct}) {
       if (b->empty()) continue;
@@ -185,6 +198,9 @@ StatusOr<std::unique_ptr<CgroupManager>> CreateCgroupV1(const CgroupOptions& opt
       return common::ErrnoStatus("cgroup v1: cannot write " + *b + "/cgroup.procs", errno);
     }
   }
+  // So that the prefix's memory.usage_in_bytes includes its sandboxes: the
+  // only mode since Linux 5.11; older kernels take it while it has no children.
+  (void)WriteFileString(base.memory + "/memory.use_hierarchy", "1");
   if (!PathExists(base.memory + "/memory.limit_in_bytes")) {
     return common::Unavailable("cgroup v1: memory.limit_in_bytes missing under " + base.memory);
   }

@@ -110,6 +110,17 @@ class CgroupV2Manager final : public CgroupManager {
     return std::unique_ptr<SandboxCgroup>(std::move(cg));
   }
 
+  // Both files are hierarchical; cpu.stat's usage_usec exists even without
+  // the cpu controller, memory.current only with memory.
+  CgroupUsage Usage() const override {
+    CgroupUsage u;
+    if (auto bytes = ReadFileU64(base_ + "/memory.current"); bytes.ok()) u.memory_bytes = *bytes;
+    if (auto st = ReadFileString(base_ + "/cpu.stat"); st.ok()) {
+      if (auto us = ParseKeyedU64(*st, "usage_usec")) u.cpu_seconds = *us / 1e6;
+    }
+    return u;
+  }
+
   void CleanupStale(const std::function<bool(const std::string&)>& is_stale) override {
     for (const std::string& name : ListSubdirs(base_)) {
       if (!is_stale(name)) continue;

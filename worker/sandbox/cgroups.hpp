@@ -1,7 +1,12 @@
-// cgroups: per-sandbox memory (no swap), pids and CPU limits, and the usage
-// figures reported when a sandbox ends. Two drivers behind one small
-// interface: v2 (unified hierarchy, needs memory+pids+cpu delegated to our
-// prefix) and v1 (one hierarchy per controller, our prefix in each).
+// cgroups: per-sandbox memory (no swap), pids and CPU limits, the usage
+// figures reported when a sandbox ends, and the usage of all sandboxes
+// together (the prefix cgroup) for the worker's metrics. Two drivers behind
+// one small interface: v2 (unified hierarchy, needs memory+pids+cpu
+// delegated to our prefix) and v1 (one hierarchy per controller, our prefix
+// in each).
+//
+//   ASSIGN_OR_RETURN(auto manager, CgroupManager::Create(options));
+//   CgroupUsage all = manager->Usage();   // e.g. once a second, any thread
 //
 // Parent side only. The child joins its cgroups itself, before it unshares
 // its cgroup namespace, by writing "0" to the pre-opened cgroup.procs
@@ -11,6 +16,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +30,17 @@ struct CgroupStats {
   std::optional<double> cpu_ms;        // user+system of every process that ran in it
   std::optional<uint64_t> peak_bytes;  // high-water mark of charged memory
   bool oom_killed = false;             // the kernel's OOM killer acted in it
+};
+
+// Every sandbox under <prefix> together (warm, running and session ones),
+// from the prefix cgroup's hierarchical counters. A field is unset when the
+// host lacks its file (v1 without a cpuacct hierarchy, v2 without memory).
+struct CgroupUsage {
+  // Charged now: v1 memory.usage_in_bytes, v2 memory.current.
+  std::optional<uint64_t> memory_bytes;
+  // user+system of everything that ever ran under <prefix>, removed sandboxes
+  // included, so it only grows: v1 cpuacct.usage, v2 cpu.stat usage_usec.
+  std::optional<double> cpu_seconds;
 };
 
 // One sandbox's cgroup(s). Destroy() (or the destructor) removes them.
@@ -59,6 +76,9 @@ class CgroupManager {
   virtual std::string version() const = 0;  // "v1" or "v2"
   virtual common::StatusOr<std::unique_ptr<SandboxCgroup>> CreateFor(
       const std::string& id, const SandboxLimits& limits) = 0;
+  // Reads one or two small files of <prefix>; only reads, so any thread may
+  // call it while others create sandboxes.
+  virtual CgroupUsage Usage() const = 0;
   // Kills and removes sub-cgroups of <prefix> for which is_stale(name) holds.
   virtual void CleanupStale(const std::function<bool(const std::string&)>& is_stale) = 0;
 };

@@ -271,6 +271,8 @@ class LinuxSandbox final : public Sandbox {
     return out;
   }
 
+  const CgroupManager* cgroups() const override { return shared_->cgroups.get(); }
+
   StatusOr<std::unique_ptr<SandboxProcess>> Spawn(SpawnSpec spec) override {
     ASSIGN_OR_RETURN(auto proc, SpawnImpl(spec));
     return std::unique_ptr<SandboxProcess>(std::move(proc));

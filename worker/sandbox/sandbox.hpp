@@ -113,6 +113,8 @@ class SandboxProcess {
   virtual common::StatusOr<ExitStatus> Wait() = 0;
 };
 
+class CgroupManager;
+
 class Sandbox {
  public:
   virtual ~Sandbox() = default;
@@ -123,6 +125,9 @@ class Sandbox {
   static common::StatusOr<std::unique_ptr<Sandbox>> Create(const SandboxConfig& config);
 
   virtual std::vector<std::string> ActiveLayers() const = 0;
+  // The cgroups every spawn lives under (their usage all together:
+  // CgroupManager::Usage); null when the cgroups layer is relaxed away.
+  virtual const CgroupManager* cgroups() const = 0;
   virtual common::StatusOr<std::unique_ptr<SandboxProcess>> Spawn(SpawnSpec spec) = 0;
 };
 

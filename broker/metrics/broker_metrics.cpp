@@ -41,6 +41,19 @@ BrokerMetrics::BrokerMetrics() : registry_(std::make_shared<prometheus::Registry
                         .Name("kiln_http_requests_total")
                         .Help("HTTP requests answered, by route and status code")
                         .Register(r);
+  native_requests_ = &prometheus::BuildCounter()
+                          .Name("kiln_native_requests_total")
+                          .Help("Requests on the native ZeroMQ client protocol, by message type")
+                          .Register(r);
+  native_errors_ = &prometheus::BuildCounter()
+                        .Name("kiln_native_errors_total")
+                        .Help("Native client protocol requests answered with an error, by API code")
+                        .Register(r);
+  native_subscriptions_ = &prometheus::BuildGauge()
+                               .Name("kiln_native_subscriptions")
+                               .Help("Native client protocol subscriptions open on this broker")
+                               .Register(r)
+                               .Add({});
   queue_length_ = &prometheus::BuildGauge()
                        .Name("kiln_queue_length")
                        .Help("Executions waiting in a tenant's queue (cluster-wide, from Redis)")
@@ -216,6 +229,18 @@ void BrokerMetrics::WorkerLost() { workers_lost_->Increment(); }
 
 void BrokerMetrics::JobsWorkerLost(size_t jobs) {
   jobs_worker_lost_->Increment(static_cast<double>(jobs));
+}
+
+void BrokerMetrics::NativeRequest(const std::string& type) {
+  native_requests_->Add({{"type", type}}).Increment();
+}
+
+void BrokerMetrics::NativeError(const std::string& code) {
+  native_errors_->Add({{"code", code}}).Increment();
+}
+
+void BrokerMetrics::SetNativeSubscriptions(size_t open) {
+  native_subscriptions_->Set(static_cast<double>(open));
 }
 
 void BrokerMetrics::HttpRequest(const std::string& route, int code) {

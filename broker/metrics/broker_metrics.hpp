@@ -66,6 +66,12 @@ class BrokerMetrics {
   void JobsWorkerLost(size_t jobs);
   // `route` is a route name ("submit", "get", ...), never a path.
   void HttpRequest(const std::string& route, int code);
+  // Native ZeroMQ client protocol: one request of `type` (submit, subscribe,
+  // cancel, get, or "malformed"); one error answered with API code `code`;
+  // subscriptions open now.
+  void NativeRequest(const std::string& type);
+  void NativeError(const std::string& code);
+  void SetNativeSubscriptions(size_t open);
   void RedisError();
 
   // The text exposition format (version 0.0.4).
@@ -80,6 +86,9 @@ class BrokerMetrics {
   prometheus::Family<prometheus::Counter>* redactions_;
   prometheus::Family<prometheus::Counter>* output_bytes_;
   prometheus::Family<prometheus::Counter>* http_requests_;
+  prometheus::Family<prometheus::Counter>* native_requests_;
+  prometheus::Family<prometheus::Counter>* native_errors_;
+  prometheus::Gauge* native_subscriptions_;
   prometheus::Family<prometheus::Gauge>* queue_length_;
   prometheus::Family<prometheus::Gauge>* tenant_slots_busy_;
   prometheus::Family<prometheus::Gauge>* tenant_slots_limit_;

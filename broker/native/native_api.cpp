@@ -4,6 +4,7 @@
 #include <thread>
 #include <zmq_addon.hpp>
 
+#include "broker/metrics/broker_metrics.hpp"
 #include "broker/store/job_store.hpp"
 #include "broker/store/schedule_store.hpp"
 #include "common/clock.hpp"
@@ -74,6 +75,7 @@ NativeApi::NativeApi(const BrokerConfig& config, zmq::context_t* ctx, Dispatcher
       store_(stores.jobs),
       schedule_(stores.schedule),
       dispatcher_(dispatcher),
+      metrics_(metrics),
       submits_(config, stores, dispatcher, waiters, metrics, governance) {}
 
 NativeApi::~NativeApi() = default;
@@ -123,6 +125,10 @@ void NativeApi::Run(std::stop_token stop) {
 
 void NativeApi::HandleFrame(const std::string& identity, std::string_view frame) {
   auto message = client::Decode(frame);
+  if (metrics_) {
+    metrics_->NativeRequest(message.ok() ? client::TypeName(client::TypeOf(*message))
+                                         : "malformed");
+  }
   if (!message.ok()) {
     return SendError(identity, client::PeekRequestId(frame), message.status());
   }
@@ -262,6 +268,7 @@ void NativeApi::SendFrame(const std::string& identity, std::string_view frame) {
 
 void NativeApi::SendError(const std::string& identity, uint64_t request_id, const Status& st,
                           const std::string& id) {
+  if (metrics_) metrics_->NativeError(std::string(common::CodeName(st.code())));
   Send(identity, client::Error{request_id, std::string(common::CodeName(st.code())), st.message(),
                                common::IsRetryable(st.code()), id});
 }
@@ -273,6 +280,7 @@ Status NativeApi::Follow(Subscription sub) {
                                             std::to_string(kMaxSubscriptions) + ")");
   }
   ++active_;
+  if (metrics_) metrics_->SetNativeSubscriptions(active_);
   inbox_.push_back(std::move(sub));
   cv_.notify_all();
   return Status::Ok();
@@ -311,6 +319,7 @@ void NativeApi::StreamLoop(std::stop_token stop) {
     }
     std::unique_lock lock(mu_);
     active_ -= finished;
+    if (metrics_ && finished > 0) metrics_->SetNativeSubscriptions(active_);
     if (!progress && inbox_.empty()) {
       cv_.wait_for(lock, kStreamIdle, [&] { return !inbox_.empty() || stop.stop_requested(); });
     }

@@ -93,6 +93,7 @@ class NativeApi {
   JobStore* store_;
   ScheduleStore* schedule_;
   Dispatcher* dispatcher_;
+  BrokerMetrics* metrics_;  // may be null
   SubmitService submits_;
   RedisEndpoint redis_endpoint_;
   zmq::socket_t router_;

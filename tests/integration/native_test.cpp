@@ -306,6 +306,18 @@ TEST_F(NativeTest, TokensAreChecked) {
   EXPECT_EQ(As<client::Error>(cl.Next(18)).code, "INVALID_REQUEST");
   cl.Send(client::Submit{19, TestCluster::kToken, "{not json", "", false});
   EXPECT_EQ(As<client::Error>(cl.Next(19)).code, "INVALID_REQUEST");
+
+  // The broker counts native requests by type and errors by code.
+  const std::string metrics = c().Request("GET", "/metrics").raw;
+  auto sample = [&](const std::string& series) {
+    auto at = metrics.find("\n" + series + " ");
+    return at == std::string::npos ? -1.0 : std::stod(metrics.substr(at + series.size() + 2));
+  };
+  EXPECT_GE(sample(R"(kiln_native_requests_total{type="submit"})"), 5) << metrics;
+  EXPECT_GE(sample(R"(kiln_native_requests_total{type="get"})"), 2) << metrics;
+  EXPECT_GE(sample(R"(kiln_native_errors_total{code="UNAUTHORIZED"})"), 2) << metrics;
+  EXPECT_GE(sample(R"(kiln_native_errors_total{code="NOT_FOUND"})"), 3) << metrics;
+  EXPECT_GE(sample("kiln_native_subscriptions"), 0) << metrics;
 }
 
 TEST_F(NativeTest, HostileFramesGetErrorsAndHarmNothing) {

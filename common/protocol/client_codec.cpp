@@ -160,47 +160,6 @@ class BodyEncoder {
 // ---------------------------------------------------------------------------
 // Decoding
 
-std::string_view View(const msgpack::object& o) {
-  return o.type == msgpack::type::STR ? std::string_view(o.via.str.ptr, o.via.str.size)
-                                      : std::string_view(o.via.bin.ptr, o.via.bin.size);
-}
-
-bool IsText(const msgpack::object& o) {
-  return o.type == msgpack::type::STR || o.type == msgpack::type::BIN;
-}
-
-const char* Label(const msgpack::object& o) {
-  switch (o.type) {
-    case msgpack::type::NIL:
-      return "nil";
-    case msgpack::type::BOOLEAN:
-      return "bool";
-    case msgpack::type::POSITIVE_INTEGER:
-      return "unsigned integer";
-    case msgpack::type::NEGATIVE_INTEGER:
-      return "negative integer";
-    case msgpack::type::FLOAT32:
-      return "float32";
-    case msgpack::type::FLOAT64:
-      return "float64";
-    case msgpack::type::STR:
-      return "str";
-    case msgpack::type::BIN:
-      return "bin";
-    case msgpack::type::ARRAY:
-      return "array";
-    case msgpack::type::MAP:
-      return "map";
-    case msgpack::type::EXT:
-      return "ext";
-  }
-  return "unknown";
-}
-
-Status WrongType(std::string_view expected, const msgpack::object& o) {
-  return InvalidRequest("expected " + std::string(expected) + ", got " + Label(o));
-}
-
 // Reads the fields Describe() lists out of one flat map; the first error wins.
 class BodyDecoder {
  public:
@@ -287,7 +246,8 @@ StatusOr<Message> DecodeBody(const msgpack::object& body, MessageType type) {
   const msgpack::object_map& map = body.via.map;
   for (uint32_t i = 0; i < map.size; ++i) {
     if (!IsText(map.ptr[i].key)) {
-      return InvalidRequest(std::string("map keys must be strings, got ") + Label(map.ptr[i].key))
+      return InvalidRequest(std::string("map keys must be strings, got ") +
+                            std::string(TypeLabel(map.ptr[i].key.type)))
           .WithContext(name);
     }
   }
@@ -303,14 +263,14 @@ Status CheckEnvelope(const msgpack::object& frame) {
   if (frame.type != msgpack::type::ARRAY) {
     return InvalidRequest(
         std::string("frame must be a MessagePack array [version, type, body], got ") +
-        Label(frame));
+        std::string(TypeLabel(frame.type)));
   }
   const msgpack::object_array& a = frame.via.array;
   if (a.size == 0) return InvalidRequest("frame is an empty array, expected [version, type, body]");
   const msgpack::object& version = a.ptr[0];
   if (version.type != msgpack::type::POSITIVE_INTEGER) {
     return InvalidRequest(std::string("protocol version must be an unsigned integer, got ") +
-                          Label(version));
+                          std::string(TypeLabel(version.type)));
   }
   if (version.via.u64 != kClientProtocolVersion) {
     return InvalidRequest("unsupported client protocol version " + std::to_string(version.via.u64) +
@@ -322,7 +282,7 @@ Status CheckEnvelope(const msgpack::object& frame) {
   }
   if (a.ptr[1].type != msgpack::type::POSITIVE_INTEGER) {
     return InvalidRequest(std::string("message type must be an unsigned integer, got ") +
-                          Label(a.ptr[1]));
+                          std::string(TypeLabel(a.ptr[1].type)));
   }
   return Status::Ok();
 }

@@ -47,34 +47,6 @@ constexpr size_t kNoIndex = std::numeric_limits<size_t>::max();
 
 enum class Need { kRequired, kOptional };
 
-std::string_view TypeLabel(msgpack::type::object_type t) {
-  switch (t) {
-    case msgpack::type::NIL:
-      return "nil";
-    case msgpack::type::BOOLEAN:
-      return "bool";
-    case msgpack::type::POSITIVE_INTEGER:
-      return "unsigned integer";
-    case msgpack::type::NEGATIVE_INTEGER:
-      return "negative integer";
-    case msgpack::type::FLOAT32:
-      return "float32";
-    case msgpack::type::FLOAT64:
-      return "float64";
-    case msgpack::type::STR:
-      return "str";
-    case msgpack::type::BIN:
-      return "bin";
-    case msgpack::type::ARRAY:
-      return "array";
-    case msgpack::type::MAP:
-      return "map";
-    case msgpack::type::EXT:
-      return "ext";
-  }
-  return "unknown";
-}
-
 // Each Describe() lists a struct's fields for a field visitor V. Decoding
 // visitors (V::kDecodes) get the struct by mutable reference, the others by
 // const reference.
@@ -446,20 +418,6 @@ struct Path {
   }
 };
 
-std::string_view View(const msgpack::object& o) {
-  return o.type == msgpack::type::STR ? std::string_view(o.via.str.ptr, o.via.str.size)
-                                      : std::string_view(o.via.bin.ptr, o.via.bin.size);
-}
-
-bool IsText(const msgpack::object& o) {
-  return o.type == msgpack::type::STR || o.type == msgpack::type::BIN;
-}
-
-Status WrongType(std::string_view expected, const msgpack::object& o) {
-  return InvalidRequest("expected " + std::string(expected) + ", got " +
-                        std::string(TypeLabel(o.type)));
-}
-
 Status TooMany(size_t n, size_t limit) {
   return InvalidRequest(std::to_string(n) + " entries exceeds the limit of " +
                         std::to_string(limit));
@@ -796,6 +754,48 @@ std::string Encode(const Message& message) {
         return frame;
       },
       message);
+}
+
+std::string_view TypeLabel(msgpack::type::object_type t) {
+  switch (t) {
+    case msgpack::type::NIL:
+      return "nil";
+    case msgpack::type::BOOLEAN:
+      return "bool";
+    case msgpack::type::POSITIVE_INTEGER:
+      return "unsigned integer";
+    case msgpack::type::NEGATIVE_INTEGER:
+      return "negative integer";
+    case msgpack::type::FLOAT32:
+      return "float32";
+    case msgpack::type::FLOAT64:
+      return "float64";
+    case msgpack::type::STR:
+      return "str";
+    case msgpack::type::BIN:
+      return "bin";
+    case msgpack::type::ARRAY:
+      return "array";
+    case msgpack::type::MAP:
+      return "map";
+    case msgpack::type::EXT:
+      return "ext";
+  }
+  return "unknown";
+}
+
+std::string_view View(const msgpack::object& o) {
+  return o.type == msgpack::type::STR ? std::string_view(o.via.str.ptr, o.via.str.size)
+                                      : std::string_view(o.via.bin.ptr, o.via.bin.size);
+}
+
+bool IsText(const msgpack::object& o) {
+  return o.type == msgpack::type::STR || o.type == msgpack::type::BIN;
+}
+
+Status WrongType(std::string_view expected, const msgpack::object& o) {
+  return InvalidRequest("expected " + std::string(expected) + ", got " +
+                        std::string(TypeLabel(o.type)));
 }
 
 Status ParseFrame(std::string_view bytes,

@@ -9,6 +9,7 @@
 // copying strings and calls `visit` on the root. The tree (and the strings it
 // points to in `bytes`) is valid only during the call. Never throws: msgpack
 // errors become INVALID_REQUEST. Internal to common/protocol; any thread.
+// Defined in codec.cpp.
 #pragma once
 
 #include <functional>
@@ -21,5 +22,15 @@ namespace kiln::common::protocol {
 
 Status ParseFrame(std::string_view bytes,
                   const std::function<Status(const msgpack::object& root)>& visit);
+
+// Helpers both decoders use on the tree ParseFrame hands them.
+// The name of a MessagePack type in errors ("unsigned integer", "map", ...).
+std::string_view TypeLabel(msgpack::type::object_type t);
+// str and bin both carry text (bin when it need not be UTF-8).
+bool IsText(const msgpack::object& o);
+// The bytes of a str or bin object (IsText).
+std::string_view View(const msgpack::object& o);
+// INVALID_REQUEST "expected <expected>, got <type of o>".
+Status WrongType(std::string_view expected, const msgpack::object& o);
 
 }  // namespace kiln::common::protocol

@@ -12,7 +12,10 @@
 // duration_ms and queued_ms. Exit status 1 when any job did not succeed.
 // Latency and server figures cover succeeded jobs; failures are counted by
 // outcome ("<status>/<error.code>", "http <status>/<code>", "transport/<error>").
+// --session runs every client's jobs in a session of its own (the round trip
+// of a statement in a live interpreter; warmup jobs create the sessions).
 #include <httplib.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
@@ -28,6 +31,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/clock.hpp"
@@ -54,6 +58,9 @@ struct Options {
   int pause_ms = 0;             // each client waits this long between jobs (latency when idle)
   bool json_output = false;
   std::string json_file;
+  // Each client runs its jobs in its own session ("<prefix>-<pid>-<client>"),
+  // so every job after the first reuses the session's live interpreter.
+  std::string session_prefix;
 };
 
 // The outcome of one submit.
@@ -68,7 +75,7 @@ struct Sample {
 };
 
 std::string DefaultCode(const std::string& lang) {
-  if (lang == "javascript") return "let x = 1";
+  if (lang == "javascript") return "var x = 1";  // `let` twice fails in a session
   if (lang == "shell") return "true";
   return "x = 1";
 }
@@ -124,8 +131,14 @@ struct RunResult {
 };
 
 RunResult Run(const Options& opt) {
-  json request = {{"language", opt.lang}, {"code", opt.code}, {"wait", true}};
-  const std::string body = request.dump();
+  auto body_for = [&](int client) {
+    json request = {{"language", opt.lang}, {"code", opt.code}, {"wait", true}};
+    if (!opt.session_prefix.empty()) {
+      request["session_id"] =
+          opt.session_prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(client);
+    }
+    return request.dump();
+  };
   const httplib::Headers headers = {{"Authorization", "Bearer " + opt.token}};
 
   std::atomic<int64_t> warmup_left{opt.warmup};
@@ -144,6 +157,7 @@ RunResult Run(const Options& opt) {
   std::vector<std::vector<Sample>> per_thread(opt.concurrency);
 
   auto client_loop = [&](int t) {
+    const std::string body = body_for(t);
     httplib::Client cli(opt.urls[t % opt.urls.size()]);
     cli.set_keep_alive(!opt.new_connection);
     cli.set_tcp_nodelay(true);
@@ -156,7 +170,9 @@ RunResult Run(const Options& opt) {
         result.first_error = s.outcome + ": " + s.body.substr(0, 4000);
     };
 
-    while (warmup_left.fetch_sub(1) > 0) {
+    // In session mode each client creates its own session before measuring.
+    bool first = !opt.session_prefix.empty();
+    while (std::exchange(first, false) || warmup_left.fetch_sub(1) > 0) {
       Sample s = SubmitOne(cli, headers, body);
       if (!s.ok) note_failure(s);
       std::lock_guard lock(mu);
@@ -323,6 +339,9 @@ int main(int argc, char** argv) {
   app.add_option("--pause-ms", opt.pause_ms,
                  "each client waits this long before each measured job: the latency of a job "
                  "that finds a warm sandbox ready, rather than the sandbox creation rate");
+  app.add_option("--session", opt.session_prefix,
+                 "run each client's jobs in its own session named <this>-<pid>-<client> "
+                 "(session round trips; the first job creates the session)");
   app.add_flag("--json", opt.json_output, "print one JSON object instead of the table");
   app.add_option("--json-file", opt.json_file, "also write the JSON object to this file");
   CLI11_PARSE(app, argc, argv);

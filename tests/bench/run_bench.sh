@@ -196,6 +196,12 @@ PACED=$(( JOBS < 100 ? JOBS : 100 ))
 run python-paced --lang python --concurrency 1 --jobs "$PACED" --pause-ms 100
 run javascript-paced --lang javascript --concurrency 1 --jobs "$PACED" --pause-ms 100
 run shell-paced --lang shell --concurrency 1 --jobs "$PACED" --pause-ms 100
+# Sessions: a trivial statement in a live interpreter (no sandbox is built;
+# the warmup jobs create the sessions).
+run python-session --lang python --concurrency 1 --jobs "$JOBS" --session bench-py
+run javascript-session --lang javascript --concurrency 1 --jobs "$JOBS" --session bench-js
+run shell-session --lang shell --concurrency 1 --jobs "$JOBS" --session bench-sh
+run python-session-c4 --lang python --concurrency 4 --jobs "$JOBS" --session bench-py4
 # Back to back: throughput is bounded by how fast fresh sandboxes are built
 # (every job gets a new one).
 run python-c4 --lang python --concurrency 4 --jobs "$JOBS"

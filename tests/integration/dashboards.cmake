@@ -21,3 +21,9 @@ add_test(NAME dashboards_promtool_check_config
   COMMAND ${KILN_PROMTOOL} check config ${_kiln_prom_dir}/prometheus.yml)
 set_tests_properties(dashboards_promtool_check_rules dashboards_promtool_test_rules
   dashboards_promtool_check_config PROPERTIES LABELS unit TIMEOUT 60)
+
+# The systemd units: `systemd-analyze verify` (skipped where systemd is absent).
+add_test(NAME deploy_systemd_verify
+  COMMAND ${CMAKE_CURRENT_LIST_DIR}/verify_systemd_units.sh ${PROJECT_SOURCE_DIR}
+          ${PROJECT_BINARY_DIR}/bin)
+set_tests_properties(deploy_systemd_verify PROPERTIES LABELS unit TIMEOUT 60 SKIP_RETURN_CODE 77)

@@ -17,6 +17,15 @@ BrokerMetrics::BrokerMetrics() : registry_(std::make_shared<prometheus::Registry
                     .Name("kiln_executions_submitted_total")
                     .Help("Executions accepted by POST /v1/executions")
                     .Register(r);
+  started_ = &prometheus::BuildCounter()
+                  .Name("kiln_executions_started_total")
+                  .Help("Executions this broker sent to a worker (a requeued one counts again)")
+                  .Register(r);
+  heartbeats_missed_ = &prometheus::BuildCounter()
+                            .Name("kiln_heartbeats_missed_total")
+                            .Help("Heartbeat intervals in which a registered worker sent nothing")
+                            .Register(r)
+                            .Add({});
   finished_ = &prometheus::BuildCounter()
                    .Name("kiln_executions_finished_total")
                    .Help("Executions that reached a terminal status")
@@ -155,6 +164,14 @@ BrokerMetrics::~BrokerMetrics() = default;
 
 void BrokerMetrics::Submitted(const std::string& tenant, const std::string& language) {
   submitted_->Add({{"tenant", tenant}, {"language", language}}).Increment();
+}
+
+void BrokerMetrics::Started(const std::string& tenant, const std::string& language) {
+  started_->Add({{"tenant", tenant}, {"language", language}}).Increment();
+}
+
+void BrokerMetrics::HeartbeatsMissed(size_t n) {
+  heartbeats_missed_->Increment(static_cast<double>(n));
 }
 
 void BrokerMetrics::Finished(const JobRecord& record) {

@@ -39,6 +39,10 @@ class BrokerMetrics {
 
   // A job accepted by POST /v1/executions (stored and queued).
   void Submitted(const std::string& tenant, const std::string& language);
+  // Sent to a worker (dispatched).
+  void Started(const std::string& tenant, const std::string& language);
+  // Registered workers silent for a whole heartbeat interval, counted per interval.
+  void HeartbeatsMissed(size_t n);
   // A terminal record, counted once (Dispatcher::Finish).
   void Finished(const JobRecord& record);
   // Cluster-wide scheduling gauges from Redis (every broker reports the
@@ -80,6 +84,8 @@ class BrokerMetrics {
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>* submitted_;
+  prometheus::Family<prometheus::Counter>* started_;
+  prometheus::Counter* heartbeats_missed_;
   prometheus::Family<prometheus::Counter>* finished_;
   prometheus::Family<prometheus::Histogram>* duration_;
   prometheus::Family<prometheus::Histogram>* queue_wait_;

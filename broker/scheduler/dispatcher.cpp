@@ -295,6 +295,7 @@ void Dispatcher::SendStart(StartRequest req) {
     return;
   }
   table_.Assign(req.worker, id);
+  if (options_.metrics) options_.metrics->Started(spec.tenant, spec.language);
   in_flight_.emplace(id, InFlight{std::move(spec), std::move(record), std::move(req.worker)});
 }
 
@@ -463,9 +464,14 @@ void Dispatcher::HandleUnexpected(const std::string& identity, protocol::Message
 }
 
 void Dispatcher::Tick() {
+  const auto now = Clock::now();
+  size_t missed = 0;
   for (const auto& [id, w] : table_.workers()) {
     Send(id, protocol::Heartbeat{options_.broker_id, 0, 0, false});
+    // Workers beat at the same interval: silence for 1.5 of them is a miss.
+    if (now - w.last_seen > options_.heartbeat_interval * 3 / 2) ++missed;
   }
+  if (options_.metrics && missed > 0) options_.metrics->HeartbeatsMissed(missed);
   for (auto& [id, jobs] : table_.Expire(Clock::now())) {
     kLog.Warn({.worker = id}, "worker missed {} heartbeats: declared dead", options_.liveness);
     LoseWorker(id, jobs, "the worker stopped answering heartbeats", /*expired=*/true);

@@ -412,6 +412,13 @@ TEST_F(ChaosTest, FrozenWorkerIsDeclaredDeadAndRejoinsAfterThaw) {
   EXPECT_EQ(lost.value("status", ""), "error") << lost.dump();
   EXPECT_EQ(ErrorCode(lost), "WORKER_LOST") << lost.dump();
   EXPECT_LT(Seconds(Clock::now() - frozen_at), 4.0) << "declared dead too late";
+  // Liveness 5: the broker counted the intervals the frozen worker missed.
+  {
+    const std::string m = cluster_->Request("GET", "/metrics").raw;
+    auto at = m.find("\nkiln_heartbeats_missed_total ");
+    ASSERT_NE(at, std::string::npos) << m;
+    EXPECT_GE(std::stod(m.substr(at + 30)), 3) << m;
+  }
   EXPECT_TRUE(WaitFor([&] { return WorkerIds() == std::set<std::string>{w1}; }, 3s))
       << Workers().dump();
   // The other worker keeps going (its free slot takes new jobs).

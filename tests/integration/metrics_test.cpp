@@ -114,6 +114,8 @@ TEST_F(MetricsTest, BrokerAndWorkersCountWhatJobsDid) {
   const std::string tenant = "tenant=\"tenant-a\"";
   const std::string python = "language=\"python\"";
   EXPECT_EQ(Sample(b, "kiln_executions_submitted_total", {tenant, python}), 4) << b;
+  EXPECT_EQ(Sample(b, "kiln_executions_started_total", {tenant, python}), 4) << b;
+  EXPECT_GE(Sample(b, "kiln_heartbeats_missed_total"), 0) << b;
   EXPECT_EQ(Sample(b, "kiln_executions_finished_total", {tenant, python, "status=\"succeeded\""}),
             2)
       << b;

@@ -191,7 +191,7 @@ void NativeApi::OnSubmit(const std::string& identity, const client::Submit& m) {
 void NativeApi::OnSubscribe(const std::string& identity, const client::Subscribe& m) {
   auto record = LoadForToken(m.token, m.id);
   if (!record.ok()) return SendError(identity, m.request_id, record.status(), m.id);
-  if (auto st = Follow({identity, m.request_id, m.id}); !st.ok()) {
+  if (auto st = Follow({identity, m.request_id, m.id, "0", m.from_seq}); !st.ok()) {
     SendError(identity, m.request_id, st, m.id);
   }
 }
@@ -358,8 +358,10 @@ bool NativeApi::Step(RedisConnection* conn, zmq::socket_t& out, Subscription& su
   auto chunks = JobStore::ReadChunks(conn, sub.id, sub.after, -1);
   if (!chunks.ok()) return fail(submits_.StoreError(chunks.status()));
   for (auto& c : *chunks) {
-    emit(client::Output{sub.request_id, sub.id, c.chunk.stream, c.chunk.seq,
-                        std::move(c.chunk.data)});
+    if (c.chunk.seq >= sub.from_seq) {
+      emit(client::Output{sub.request_id, sub.id, c.chunk.stream, c.chunk.seq,
+                          std::move(c.chunk.data)});
+    }
     sub.after = c.event_id;
   }
   if (!chunks->empty()) *progress = true;

@@ -61,6 +61,7 @@ class NativeApi {
     uint64_t request_id = 0;
     std::string id;
     std::string after = "0";  // last output stream entry sent
+    uint64_t from_seq = 0;    // chunks below this seq are skipped (a resume)
   };
 
   NativeApi(const BrokerConfig& config, zmq::context_t* ctx, DispatcherStores stores,

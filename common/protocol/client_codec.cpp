@@ -35,6 +35,7 @@ void Describe(V& v, Ref<V, Subscribe> m) {
   v.Uint("request_id", m.request_id, Need::kRequired);
   v.Text("token", m.token, Need::kRequired, kMaxTokenBytes);
   v.Id("id", m.id);
+  v.Uint("from_seq", m.from_seq, Need::kOptional);
 }
 
 template <typename V>

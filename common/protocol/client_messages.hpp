@@ -61,6 +61,9 @@ struct Subscribe {
   uint64_t request_id = 0;
   std::string token;
   std::string id;
+  // Resuming after a reconnect: only chunks with seq >= from_seq are sent
+  // (the last seen seq + 1). 0: every chunk.
+  uint64_t from_seq = 0;
   friend bool operator==(const Subscribe&, const Subscribe&) = default;
 };
 

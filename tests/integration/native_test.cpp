@@ -196,6 +196,20 @@ TEST_F(NativeTest, SubmitThenSubscribeStreamsOutputThenResult) {
     o.request_id = e.request_id;
     EXPECT_EQ(o, e);
   }
+  // A client that reconnects resumes after the last chunk it saw: from_seq
+  // skips what it has, then the rest and the result follow.
+  ASSERT_GE(events.size(), 3u);
+  const uint64_t seen = std::get<client::Output>(events[0]).seq;
+  cl.Send(client::Subscribe{5, TestCluster::kToken, accepted.id, seen + 1});
+  auto resumed = cl.UntilEnd(5);
+  ASSERT_EQ(resumed.size(), events.size() - 1);
+  for (size_t i = 0; i + 1 < resumed.size(); ++i) {
+    auto o = std::get<client::Output>(resumed[i]);
+    auto e = std::get<client::Output>(events[i + 1]);
+    o.request_id = e.request_id;
+    EXPECT_EQ(o, e);
+  }
+  EXPECT_TRUE(std::holds_alternative<client::Result>(resumed.back()));
 }
 
 // The first chunk arrives long before the job ends (live, not replayed).

@@ -25,6 +25,7 @@ std::vector<Message> Samples() {
       Submit{1, "tok-en-12", R"j({"language":"python","code":"print(1)"})j", "key-1", true},
       Submit{2, "t", "{}", "", false},
       Subscribe{3, "tok", "ex_1"},
+      Subscribe{4, "tok", "ex_1", 17},  // a resume
       Cancel{UINT64_MAX, "tok", "ex_2"},
       Get{0, "tok", "ex_3"},
       Accepted{5, "ex_4", "queued"},

@@ -15,12 +15,18 @@ std::string Dump(const nlohmann::json& j) {
 common::Status JobStore::CreateEnded(const JobSpec& spec, const JobRecord& record) {
   const std::string key = JobKey(spec.id);
   auto conn = pool_->Acquire();
+  // One transaction: the record and the audit entry it is owed (AuditStore,
+  // "pending") exist together or not at all.
   auto r = conn->Pipeline(
-      {{"HSET", key, "spec", Dump(spec.ToJson()), "record", Dump(record.ToJson()), "status",
+      {{"MULTI"},
+       {"HSET", key, "spec", Dump(spec.ToJson()), "record", Dump(record.ToJson()), "status",
         JobStatusName(record.status), "tenant", spec.tenant, "approval", "none"},
        {"EXPIRE", key, ttl_s_},
-       // Ended at once: its audit entry is owed (AuditStore, "pending").
-       {"ZADD", AuditStore::kPendingKey, std::to_string(record.finished_ms), spec.id}});
+       {"ZADD", AuditStore::kPendingKey, std::to_string(record.finished_ms), spec.id},
+       {"EXEC"}});
+  if (r.ok() && r->back().type != RedisReply::Type::kArray) {
+    return common::Internal("redis: the transaction storing job " + spec.id + " was discarded");
+  }
   return r.ok() ? common::Status::Ok() : r.status().WithContext("storing job " + spec.id);
 }
 

@@ -1,7 +1,10 @@
 #include "broker/store/audit_store.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <random>
+#include <thread>
 
 #include "common/audit/sha256.hpp"
 
@@ -110,6 +113,13 @@ common::StatusOr<std::string> AuditStore::Append(const common::AuditEntry& entry
       return r->elements[1].str;
     }
     prev = r->elements[1].str;  // another broker appended first: chain onto its entry
+    // A broker starved of CPU can lose every race to a busy one; after a few
+    // losses, step aside for a random moment that grows with each loss.
+    if (attempt >= 4) {
+      thread_local std::minstd_rand rng{std::random_device{}()};
+      const int cap_us = 50 << std::min(attempt - 4, 6);
+      std::this_thread::sleep_for(std::chrono::microseconds(rng() % cap_us));
+    }
   }
   head_hint_.clear();
   return common::Unavailable("audit append of " + entry.job_id + ": the chain head moved " +

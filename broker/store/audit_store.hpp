@@ -23,7 +23,8 @@
 // not in Lua: Redis scripts have no SHA-256, and hashing there would stall the
 // one Redis thread every broker shares. A script then appends only if the head
 // is still the prev the hash was built on, else answers the current head and
-// the append is retried on it (compare-and-append). Appends of one AuditStore
+// the append is retried on it (compare-and-append), with a growing random
+// pause after a few losses so a CPU-starved broker is not beaten forever. Appends of one AuditStore
 // are serialised, so only brokers race with each other; each lost race means
 // another broker's append went through. Round trips: 1 per attempt (the head
 // is remembered between appends); Read 1; Trim 1; Verify 1 per page.

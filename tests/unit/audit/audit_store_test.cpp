@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -103,17 +104,23 @@ TEST_F(AuditStoreTest, ConcurrentAppendsFromTwoBrokersFormOneChain) {
   constexpr int kEach = 60;
   std::vector<std::thread> threads;
   std::atomic<int> failures{0};
+  std::mutex mu;
+  std::string first_error;  // guarded by mu
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       AuditStore& store = t % 2 == 0 ? a : b;
       for (int i = 0; i < kEach; ++i) {
         auto id = store.Append(Entry("job-" + std::to_string(t) + "-" + std::to_string(i)));
-        if (!id.ok() || id->empty()) ++failures;
+        if (!id.ok() || id->empty()) {
+          std::lock_guard lock(mu);
+          if (first_error.empty()) first_error = id.ok() ? "empty id" : id.status().ToString();
+          ++failures;
+        }
       }
     });
   }
   for (auto& th : threads) th.join();
-  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(failures.load(), 0) << first_error;
 
   AuditStore::VerifyReport report = VerifyOk(a, 37);  // several pages
   EXPECT_EQ(report.broken, std::nullopt) << report.broken->reason;

@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include "common/json/bounded_json.hpp"
+
 namespace kiln::cli {
 namespace {
 
@@ -108,7 +110,7 @@ StatusOr<BaseUrl> ParseBaseUrl(const std::string& url) {
 
 Status StatusFromHttp(int http_status, const std::string& body) {
   if (http_status >= 200 && http_status < 300) return Status::Ok();
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  json j = common::ParseJson(body).value_or(json());
   if (j.is_object() && j.contains("error") && j["error"].is_object()) {
     const json& e = j["error"];
     std::string name = e.value("code", "");
@@ -176,8 +178,8 @@ StatusOr<ApiClient::Reply> ApiClient::Send(const std::string& method, const std:
 
 StatusOr<json> ApiClient::Decode(const Reply& reply) const {
   RETURN_IF_ERROR(StatusFromHttp(reply.status, reply.body));
-  json j = json::parse(reply.body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
+  json j = common::ParseJson(reply.body).value_or(json());
+  if (!j.is_object()) {
     return common::Unavailable("the broker at " + url_ +
                                " answered with something other than a JSON object");
   }
@@ -209,7 +211,7 @@ StatusOr<json> ApiClient::Health(bool* healthy) {
   ASSIGN_OR_RETURN(Reply reply, Send("GET", "/v1/health", nullptr, "", kDefaultReadTimeout));
   *healthy = reply.status == 200;
   if (reply.status == 503) {
-    json j = json::parse(reply.body, nullptr, /*allow_exceptions=*/false);
+    json j = common::ParseJson(reply.body).value_or(json());
     if (j.is_object() && !j.contains("error")) return j;
   }
   return Decode(reply);

@@ -2,6 +2,8 @@
 
 #include <thread>
 
+#include "common/json/bounded_json.hpp"
+
 namespace kiln::cli {
 namespace {
 
@@ -26,8 +28,8 @@ bool ExecutionFollower::OnEvent(const SseEvent& event) {
     if (event.id == last_event_id_ && event.event != "execution_start") return false;
     last_event_id_ = event.id;
   }
-  FollowedEvent e{event.event, event.id, json::parse(event.data, nullptr, false)};
-  if (e.data.is_discarded()) e.data = event.data;
+  auto data = common::ParseJson(event.data);
+  FollowedEvent e{event.event, event.id, data.ok() ? std::move(*data) : json(event.data)};
   handler_(e);
   if (e.event == "execution_end") {
     if (e.data.is_object()) {

@@ -5,6 +5,7 @@
 
 #include "common/base64.hpp"
 #include "common/identifier.hpp"
+#include "common/json/bounded_json.hpp"
 
 namespace kiln::cli {
 namespace {
@@ -59,8 +60,7 @@ StatusOr<json> ParseInputs(const std::vector<std::string>& pairs,
                            const std::optional<std::string>& input_json) {
   json input = json::object();
   if (input_json) {
-    input = json::parse(*input_json, nullptr, /*allow_exceptions=*/false);
-    if (input.is_discarded()) return InvalidRequest("--input-json: not valid JSON");
+    ASSIGN_OR_RETURN(input, common::ParseJson(*input_json, {}, "--input-json"));
     if (!input.is_object()) return InvalidRequest("--input-json: expected a JSON object");
   }
   for (const auto& pair : pairs) {
@@ -68,8 +68,8 @@ StatusOr<json> ParseInputs(const std::vector<std::string>& pairs,
     if (input.contains(kv.first)) {
       return InvalidRequest("--input: key '" + kv.first + "' given twice");
     }
-    json value = json::parse(kv.second, nullptr, /*allow_exceptions=*/false);
-    input[kv.first] = value.is_discarded() ? json(kv.second) : std::move(value);
+    auto value = common::ParseJson(kv.second);
+    input[kv.first] = value.ok() ? std::move(*value) : json(kv.second);
   }
   return input;
 }

@@ -103,6 +103,8 @@ class [[nodiscard]] StatusOr {
   const T& operator*() const& { return *value_; }
   T* operator->() { return &*value_; }
   const T* operator->() const { return &*value_; }
+  // The value, or `fallback` when not OK.
+  T value_or(T fallback) && { return ok() ? std::move(*value_) : std::move(fallback); }
 
  private:
   Status status_;

@@ -5,6 +5,7 @@
 #include "common/base64.hpp"
 #include "common/clock.hpp"
 #include "common/identifier.hpp"
+#include "common/json/bounded_json.hpp"
 #include "common/relative_path.hpp"
 
 namespace kiln::broker {
@@ -53,8 +54,7 @@ Status ReadLimit(const json& limits, const char* key, uint64_t max, uint64_t* ou
 
 common::StatusOr<JobSpec> ParseSubmitRequest(std::string_view body, const std::string& tenant,
                                              const BrokerConfig& config) {
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return InvalidRequest("request body is not valid JSON");
+  ASSIGN_OR_RETURN(json j, common::ParseJson(body, {}, "request body"));
   if (!j.is_object()) return InvalidRequest("request body must be a JSON object");
   for (const auto& [key, value] : j.items()) {
     if (kFields.count(key) == 0) return InvalidRequest("unknown field '" + key + "'");

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "common/base64.hpp"
+#include "common/json/bounded_json.hpp"
 
 namespace kiln::broker {
 namespace {
@@ -265,8 +266,10 @@ json JobRecord::ToJson() const {
       {"finished_at_ms", finished_ms ? json(finished_ms) : json(nullptr)},
   };
   if (!result_json.empty()) {
-    j["result"] = json::parse(result_json, nullptr, /*allow_exceptions=*/false);
-    if (j["result"].is_discarded()) j["result"] = nullptr;
+    // Bounded: a result deeper than the limit (only a hostile worker sends
+    // one; the worker's own parse refuses it) reads as null.
+    auto result = common::ParseJson(result_json);
+    j["result"] = result.ok() ? std::move(*result) : json(nullptr);
   }
   if (error) {
     json e = {{"code", error->code}, {"message", error->message}, {"retryable", error->retryable}};

@@ -8,6 +8,7 @@
 #include "broker/metrics/broker_metrics.hpp"
 #include "broker/scheduler/audit_writer.hpp"
 #include "common/clock.hpp"
+#include "common/json/bounded_json.hpp"
 #include "common/log/logging.hpp"
 #include "common/protocol/codec.hpp"
 
@@ -91,9 +92,8 @@ void Dispatcher::StartAll(const std::vector<StartedJob>& started) {
   {
     std::lock_guard lock(mu_);
     for (const auto& s : started) {
-      auto j = nlohmann::json::parse(s.spec_json, nullptr, false);
-      auto spec = j.is_discarded() ? common::StatusOr<JobSpec>(common::Internal("not JSON"))
-                                   : JobSpec::FromJson(j);
+      auto j = common::ParseJson(s.spec_json);
+      auto spec = j.ok() ? JobSpec::FromJson(*j) : common::StatusOr<JobSpec>(j.status());
       if (!spec.ok()) {
         // Cannot happen unless Redis holds garbage; the job ends overdue.
         kLog.Error({.job = s.job_id}, "damaged spec in Redis: {}", spec.status().ToString());

@@ -2,6 +2,7 @@
 
 #include "broker/store/audit_store.hpp"
 #include "broker/store/schedule_scripts.hpp"
+#include "common/json/bounded_json.hpp"
 
 namespace kiln::broker {
 namespace {
@@ -44,9 +45,9 @@ common::StatusOr<JobRecord> JobStore::Load(const std::string& id) {
   ASSIGN_OR_RETURN(RedisReply r, conn->Eval(scripts::Load(), {id}));
   if (r.is_nil()) return common::NotFound("no execution with id " + id);
   if (r.elements.size() != 7) return common::Internal("redis: unexpected reply loading " + id);
-  auto j = nlohmann::json::parse(r.elements[0].str, nullptr, false);
-  if (j.is_discarded()) return common::Internal("stored record of " + id + " is not JSON");
-  ASSIGN_OR_RETURN(JobRecord record, JobRecord::FromJson(j));
+  auto j = common::ParseJson(r.elements[0].str);
+  if (!j.ok()) return common::Internal("stored record of " + id + ": " + j.status().message());
+  ASSIGN_OR_RETURN(JobRecord record, JobRecord::FromJson(*j));
   if (IsTerminal(record.status)) return record;
   // The stored record is the one written at submission; the scheduling
   // scripts keep the live fields beside it.
@@ -73,9 +74,9 @@ common::StatusOr<JobSpec> JobStore::LoadSpec(const std::string& id) {
   auto conn = pool_->Acquire();
   ASSIGN_OR_RETURN(RedisReply r, conn->Command({"HGET", JobKey(id), "spec"}));
   if (r.is_nil()) return common::NotFound("no execution with id " + id);
-  auto j = nlohmann::json::parse(r.str, nullptr, false);
-  if (j.is_discarded()) return common::Internal("stored spec of " + id + " is not JSON");
-  return JobSpec::FromJson(j);
+  auto j = common::ParseJson(r.str);
+  if (!j.ok()) return common::Internal("stored spec of " + id + ": " + j.status().message());
+  return JobSpec::FromJson(*j);
 }
 
 common::StatusOr<std::string> JobStore::Approval(const std::string& id) {

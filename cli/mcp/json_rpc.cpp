@@ -1,5 +1,7 @@
 #include "cli/mcp/json_rpc.hpp"
 
+#include "common/json/bounded_json.hpp"
+
 namespace kiln::cli::mcp {
 namespace {
 
@@ -18,8 +20,12 @@ bool IsValidId(const json& id) { return id.is_string() || id.is_number(); }
 
 DecodedLine DecodeLine(std::string_view line) {
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-  json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return Fail(kParseError, "Parse error: the line is not valid JSON");
+  // The MCP host's line is untrusted: bounded before anything recurses into it.
+  auto parsed = common::ParseJson(line);
+  if (!parsed.ok()) {
+    return Fail(kParseError, "Parse error: " + parsed.status().message());
+  }
+  json j = std::move(*parsed);
   if (j.is_array()) {
     return Fail(kInvalidRequest, "Invalid Request: JSON-RPC batches are not supported");
   }

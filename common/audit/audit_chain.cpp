@@ -1,6 +1,7 @@
 #include "common/audit/audit_chain.hpp"
 
 #include "common/audit/sha256.hpp"
+#include "common/json/bounded_json.hpp"
 
 namespace kiln::common {
 
@@ -21,8 +22,8 @@ nlohmann::json StoredAuditEntry::ToExportJson() const {
   j["id"] = id;
   j["prev"] = prev;
   j["hash"] = hash;
-  auto parsed = nlohmann::json::parse(entry, nullptr, /*allow_exceptions=*/false);
-  j["entry"] = parsed.is_discarded() ? nlohmann::json(entry) : std::move(parsed);
+  auto parsed = ParseJson(entry);
+  j["entry"] = parsed.ok() ? std::move(*parsed) : nlohmann::json(entry);
   return j;
 }
 

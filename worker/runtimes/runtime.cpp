@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "common/identifier.hpp"
+#include "common/json/bounded_json.hpp"
 #include "worker/runtimes/wrappers.hpp"
 
 namespace kiln::worker::runtimes {
@@ -52,8 +53,7 @@ bool IsValidUtf8(std::string_view s) {
 
 StatusOr<json> ParseInput(std::string_view input_json) {
   if (input_json.empty()) return json::object();
-  json input = json::parse(input_json, nullptr, /*allow_exceptions=*/false);
-  if (input.is_discarded()) return InvalidRequest("input is not valid JSON");
+  ASSIGN_OR_RETURN(json input, common::ParseJson(input_json, {}, "input"));
   if (!input.is_object()) return InvalidRequest("input must be a JSON object");
   for (const auto& [key, value] : input.items()) {
     if (!IsValidIdentifier(key)) {
@@ -140,8 +140,12 @@ StatusOr<Runtime::Outcome> ParseShellControl(std::string_view bytes) {
 }
 
 StatusOr<Runtime::Outcome> ParseJsonControl(std::string_view bytes) {
-  json frame = json::parse(bytes, nullptr, /*allow_exceptions=*/false);
-  if (frame.is_discarded() || !frame.is_object()) {
+  // Written by the job's own process (which may forge it): bounded before
+  // anything recursive (Dump below) touches it.
+  auto parsed = common::ParseJson(bytes, {}, "malformed control frame");
+  if (!parsed.ok()) return common::Internal(parsed.status().message());
+  json frame = std::move(*parsed);
+  if (!frame.is_object()) {
     return common::Internal("malformed control frame: not one JSON object");
   }
   Runtime::Outcome out;

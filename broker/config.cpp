@@ -33,15 +33,28 @@ common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
   b.Get("job_ttl_s", &c.job_ttl_s, 60, 365ull * 86400);
   b.Get("wait_grace_ms", &c.wait_grace_ms, 0, 600'000);
   YamlReader http = b.Child("http");
-  http.Get("listen", &c.http_listen);
-  http.Get("threads", &c.http_threads, 2, 4096);
-  http.Get("max_body_bytes", &c.max_body_bytes, 1024, 256u << 20);
+  auto& h = c.http;
+  http.Get("listen", &h.listen);
+  http.Get("threads", &h.threads, 1, 4096);
+  http.Get("io_threads", &h.io_threads, 1, 64);
+  http.Get("max_body_bytes", &h.max_body_bytes, 1024, 256u << 20);
+  http.Get("max_header_bytes", &h.max_header_bytes, 1024, 1u << 20);
+  http.Get("max_connections", &h.max_connections, 1, 1'000'000);
+  http.Get("max_connections_per_address", &h.max_connections_per_address, 1, 1'000'000);
+  http.Get("header_timeout_ms", &h.header_timeout_ms, 100, 600'000);
+  http.Get("body_timeout_ms", &h.body_timeout_ms, 100, 3'600'000);
+  http.Get("idle_timeout_ms", &h.idle_timeout_ms, 100, 3'600'000);
+  http.Get("max_queued_requests", &h.max_queued_requests, 1, 1'000'000);
   YamlReader workers = b.Child("workers");
   workers.Get("endpoint", &c.worker_endpoint);
   workers.Get("heartbeat_interval_ms", &c.heartbeat_interval_ms, 50, 60'000);
   workers.Get("heartbeat_liveness", &c.heartbeat_liveness, 1, 100);
   YamlReader clients = b.Child("clients");
-  clients.Get("endpoint", &c.client_endpoint);
+  clients.Get("endpoint", &c.native.endpoint);
+  clients.Get("max_connections", &c.native.max_connections, 1, 1'000'000);
+  clients.Get("max_connections_per_address", &c.native.max_connections_per_address, 1,
+              1'000'000);
+  clients.Get("auth_timeout_ms", &c.native.auth_timeout_ms, 100, 600'000);
   YamlReader redis = b.Child("redis");
   redis.Get("url", &c.redis_url);
   redis.Get("pool_size", &c.redis_pool_size, 1, 1024);
@@ -72,6 +85,16 @@ common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
   sc.Get("pump_interval_ms", &g.pump_interval_ms, 5, 10'000);
   if (st.ok()) st = sc.Finish();
 
+  YamlReader qr = top.Child("quotas");
+  auto& q = c.quotas;
+  qr.Get("tenant_max_requests", &q.tenant_max_requests, 1, 1'000'000);
+  qr.Get("tenant_max_waits", &q.tenant_max_waits, 1, 10'000'000);
+  qr.Get("tenant_max_streams", &q.tenant_max_streams, 1, 10'000'000);
+  qr.Get("tenant_max_subscriptions", &q.tenant_max_subscriptions, 1, 10'000'000);
+  qr.Get("tenant_submit_rate", &q.tenant_submit_rate, 0.0, 1e9);
+  qr.Get("tenant_submit_burst", &q.tenant_submit_burst, 0, 1'000'000'000);
+  if (st.ok()) st = qr.Finish();
+
   std::set<std::string> seen_tokens;
   YAML::Node tenants = top.Sequence("tenants");
   for (size_t i = 0; tenants && i < tenants.size() && st.ok(); ++i) {
@@ -86,6 +109,12 @@ common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
     t.Get("slots", &tc.slots, 0, 1'000'000);
     t.Get("max_queue", &tc.max_queue, 0, 10'000'000);
     t.Get("max_sessions", &tc.max_sessions, 0, 1'000'000);
+    t.Get("max_requests", &tc.max_requests, 0, 1'000'000);
+    t.Get("max_waits", &tc.max_waits, 0, 10'000'000);
+    t.Get("max_streams", &tc.max_streams, 0, 10'000'000);
+    t.Get("max_subscriptions", &tc.max_subscriptions, 0, 10'000'000);
+    t.Get("submit_rate", &tc.submit_rate, 0.0, 1e9);
+    t.Get("submit_burst", &tc.submit_burst, 0, 1'000'000'000);
     if (tc.secrets.size() > common::protocol::kMaxListEntries) {
       t.Fail("secrets", "at most 64 secrets per tenant");
     }
@@ -186,6 +215,27 @@ uint64_t TenantMaxQueue(const BrokerConfig& c, const TenantConfig& t) {
 }
 uint32_t TenantMaxSessions(const BrokerConfig& c, const TenantConfig& t) {
   return t.max_sessions ? t.max_sessions : c.scheduling.tenant_max_sessions;
+}
+uint32_t TenantMaxRequests(const BrokerConfig& c, const TenantConfig& t) {
+  return t.max_requests ? t.max_requests : c.quotas.tenant_max_requests;
+}
+uint32_t TenantMaxWaits(const BrokerConfig& c, const TenantConfig& t) {
+  return t.max_waits ? t.max_waits : c.quotas.tenant_max_waits;
+}
+uint32_t TenantMaxStreams(const BrokerConfig& c, const TenantConfig& t) {
+  return t.max_streams ? t.max_streams : c.quotas.tenant_max_streams;
+}
+uint32_t TenantMaxSubscriptions(const BrokerConfig& c, const TenantConfig& t) {
+  return t.max_subscriptions ? t.max_subscriptions : c.quotas.tenant_max_subscriptions;
+}
+double TenantSubmitRate(const BrokerConfig& c, const TenantConfig& t) {
+  return t.submit_rate > 0 ? t.submit_rate : c.quotas.tenant_submit_rate;
+}
+uint32_t TenantSubmitBurst(const BrokerConfig& c, const TenantConfig& t) {
+  if (t.submit_burst) return t.submit_burst;
+  if (c.quotas.tenant_submit_burst) return c.quotas.tenant_submit_burst;
+  const double rate = TenantSubmitRate(c, t);
+  return rate * 2 < 1 ? 1 : static_cast<uint32_t>(rate * 2);
 }
 const TenantConfig* FindTenant(const BrokerConfig& c, const std::string& name) {
   for (const auto& t : c.tenants) {

@@ -33,6 +33,47 @@ struct TenantConfig {
   uint64_t slots = 0;         // jobs running at once
   uint64_t max_queue = 0;     // jobs waiting at once
   uint32_t max_sessions = 0;  // live sessions
+  // Client quotas on this broker; 0 takes the `quotas` default.
+  uint32_t max_requests = 0;       // API requests being served at once
+  uint32_t max_waits = 0;          // wait:true submits waiting at once
+  uint32_t max_streams = 0;        // open event streams (SSE)
+  uint32_t max_subscriptions = 0;  // open native subscriptions
+  double submit_rate = 0;          // submits per second (token bucket); 0: the default
+  uint32_t submit_burst = 0;       // bucket size
+};
+
+// What one tenant may hold on one broker at once (docs/security.md, "Hostile
+// clients"); beyond it a request answers 429 RATE_LIMITED with Retry-After.
+struct QuotaConfig {
+  uint32_t tenant_max_requests = 32;
+  uint32_t tenant_max_waits = 1000;
+  uint32_t tenant_max_streams = 256;
+  uint32_t tenant_max_subscriptions = 1024;
+  double tenant_submit_rate = 0;    // submits per second per broker; 0: no rate limit
+  uint32_t tenant_submit_burst = 0;  // 0: twice the rate (at least 1)
+};
+
+// The HTTP front end's connection handling (broker.http).
+struct HttpConfig {
+  std::string listen = "127.0.0.1:8080";
+  uint32_t threads = 16;            // run handlers that call Redis; waits and streams hold none
+  uint32_t io_threads = 2;          // read, parse and write every connection
+  uint64_t max_body_bytes = 16u << 20;  // request body cap, chunked or not
+  uint32_t max_header_bytes = 16u << 10;  // request line + headers
+  uint32_t max_connections = 10000;       // open at once; more are refused at accept
+  uint32_t max_connections_per_address = 1024;
+  uint32_t header_timeout_ms = 10000;  // the whole request head must arrive within this
+  uint32_t body_timeout_ms = 60000;    // and the whole body within this
+  uint32_t idle_timeout_ms = 60000;    // a kept-alive connection with no request is closed
+  uint32_t max_queued_requests = 1024;  // handlers waiting for a thread; more answer 503
+};
+
+// The native client endpoint's connection handling (broker.clients).
+struct NativeConfig {
+  std::string endpoint = "tcp://127.0.0.1:5556";  // empty: off
+  uint32_t max_connections = 4096;
+  uint32_t max_connections_per_address = 1024;
+  uint32_t auth_timeout_ms = 10000;  // a connection without a valid request by then is closed
 };
 
 // Cluster-wide scheduling (every broker should use the same values: they
@@ -62,15 +103,13 @@ inline common::LogOptions DefaultLogOptions() {
 struct BrokerConfig {
   std::string id;  // default: <hostname>-<pid>
   // HTTP front end.
-  std::string http_listen = "127.0.0.1:8080";
-  uint32_t http_threads = 32;           // concurrent HTTP requests (wait:true holds one)
-  uint64_t max_body_bytes = 16u << 20;  // request body cap
+  HttpConfig http;
   // Worker endpoint (ZeroMQ ROUTER).
   std::string worker_endpoint = "tcp://127.0.0.1:5555";
   uint32_t heartbeat_interval_ms = 1000;
   uint32_t heartbeat_liveness = 3;
-  // Native client protocol endpoint (ZeroMQ ROUTER, docs/protocol.md); empty: off.
-  std::string client_endpoint = "tcp://127.0.0.1:5556";
+  // Native client protocol endpoint (ZeroMQ ROUTER, docs/protocol.md).
+  NativeConfig native;
   // Redis.
   std::string redis_url = "redis://127.0.0.1:6379";
   uint32_t redis_pool_size = 8;
@@ -83,6 +122,7 @@ struct BrokerConfig {
   uint64_t max_files_bytes = 10u << 20;
   uint64_t wait_grace_ms = 5000;  // wait:true answers after timeout + grace at the latest
   SchedulingConfig scheduling;
+  QuotaConfig quotas;
   // Governance.
   PolicyConfig policy;                   // `policy:` (docs/policy.md)
   uint64_t approval_timeout_s = 3600;    // a job awaiting approval longer ends APPROVAL_EXPIRED
@@ -101,6 +141,12 @@ uint32_t TenantWeight(const BrokerConfig& c, const TenantConfig& t);
 uint64_t TenantSlots(const BrokerConfig& c, const TenantConfig& t);
 uint64_t TenantMaxQueue(const BrokerConfig& c, const TenantConfig& t);
 uint32_t TenantMaxSessions(const BrokerConfig& c, const TenantConfig& t);
+uint32_t TenantMaxRequests(const BrokerConfig& c, const TenantConfig& t);
+uint32_t TenantMaxWaits(const BrokerConfig& c, const TenantConfig& t);
+uint32_t TenantMaxStreams(const BrokerConfig& c, const TenantConfig& t);
+uint32_t TenantMaxSubscriptions(const BrokerConfig& c, const TenantConfig& t);
+double TenantSubmitRate(const BrokerConfig& c, const TenantConfig& t);
+uint32_t TenantSubmitBurst(const BrokerConfig& c, const TenantConfig& t);
 const TenantConfig* FindTenant(const BrokerConfig& c, const std::string& name);
 
 }  // namespace kiln::broker

@@ -47,11 +47,11 @@ int main(int argc, char** argv) {
     fprintf(stderr, "kiln-broker: %s\n", cfg.status().ToString().c_str());
     return 2;
   }
-  if (!http_listen.empty()) cfg->http_listen = http_listen;
+  if (!http_listen.empty()) cfg->http.listen = http_listen;
   if (!worker_endpoint.empty()) cfg->worker_endpoint = worker_endpoint;
   if (!redis_url.empty()) cfg->redis_url = redis_url;
   if (!client_endpoint.empty())
-    cfg->client_endpoint = client_endpoint == "off" ? "" : client_endpoint;
+    cfg->native.endpoint = client_endpoint == "off" ? "" : client_endpoint;
   cfg->log.instance = cfg->id;
   if (auto st = common::InitLogging(cfg->log); !st.ok()) {
     return Fail(st);
@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
       broker::HttpApi::Create(*cfg, stores, dispatcher->get(), &waiters, &metrics, governance);
   if (!api.ok()) return Fail(api.status());
   std::unique_ptr<broker::NativeApi> native;  // the native client protocol, unless off
-  if (!cfg->client_endpoint.empty()) {
+  if (!cfg->native.endpoint.empty()) {
     auto n = broker::NativeApi::Create(*cfg, &zmq_ctx, stores, dispatcher->get(), &waiters,
                                        &metrics, governance);
     if (!n.ok()) return Fail(n.status());

@@ -48,6 +48,14 @@ std::string_view CodeName(Code code) {
       return "OUTPUT_LIMIT";
     case Code::kCodeExecutionDisabled:
       return "CODE_EXECUTION_DISABLED";
+    case Code::kRateLimited:
+      return "RATE_LIMITED";
+    case Code::kMethodNotAllowed:
+      return "METHOD_NOT_ALLOWED";
+    case Code::kPayloadTooLarge:
+      return "PAYLOAD_TOO_LARGE";
+    case Code::kRequestTimeout:
+      return "REQUEST_TIMEOUT";
     case Code::kNotFound:
       return "NOT_FOUND";
     case Code::kUnavailable:
@@ -77,7 +85,14 @@ int HttpStatusFor(Code code) {
     case Code::kSessionLost:
       return 410;
     case Code::kQueueFull:
+    case Code::kRateLimited:
       return 429;
+    case Code::kMethodNotAllowed:
+      return 405;
+    case Code::kPayloadTooLarge:
+      return 413;
+    case Code::kRequestTimeout:
+      return 408;
     case Code::kUnavailable:
     case Code::kRuntimeUnavailable:
       return 503;
@@ -91,6 +106,8 @@ int HttpStatusFor(Code code) {
 bool IsRetryable(Code code) {
   switch (code) {
     case Code::kQueueFull:
+    case Code::kRateLimited:
+    case Code::kRequestTimeout:
     case Code::kUnavailable:
     case Code::kRuntimeUnavailable:
     case Code::kSessionBusyLimit:

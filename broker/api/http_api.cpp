@@ -75,7 +75,7 @@ common::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Create(
   std::unique_ptr<HttpApi> api(
       new HttpApi(config, stores, dispatcher, waiters, metrics, governance));
   ASSIGN_OR_RETURN(api->redis_endpoint_, RedisEndpoint::Parse(config.redis_url));
-  const std::string& listen = config.http_listen;
+  const std::string& listen = config.http.listen;
   auto colon = listen.rfind(':');
   if (colon == std::string::npos) {
     return common::InvalidRequest("broker.http.listen: expected host:port, got " + listen);
@@ -109,9 +109,9 @@ HttpApi::HttpApi(const BrokerConfig& config, DispatcherStores stores, Dispatcher
       governance_(governance),
       submits_(config, stores, dispatcher, waiters, metrics, governance),
       server_(std::make_unique<httplib::Server>()) {
-  const size_t threads = config.http_threads;
+  const size_t threads = config.http.threads;
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  server_->set_payload_max_length(config.max_body_bytes);
+  server_->set_payload_max_length(config.http.max_body_bytes);
   server_->set_read_timeout(10, 0);
   server_->set_keep_alive_max_count(1000);
   // httplib writes headers and body separately: without TCP_NODELAY the body

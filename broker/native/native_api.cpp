@@ -39,7 +39,7 @@ std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 common::StatusOr<std::unique_ptr<NativeApi>> NativeApi::Create(
     const BrokerConfig& config, zmq::context_t* ctx, DispatcherStores stores,
     Dispatcher* dispatcher, JobWaiters* waiters, BrokerMetrics* metrics, Governance governance) {
-  if (config.client_endpoint.empty()) {
+  if (config.native.endpoint.empty()) {
     return common::InvalidRequest("broker.clients.endpoint is empty: the native API is off");
   }
   std::unique_ptr<NativeApi> api(
@@ -52,7 +52,7 @@ common::StatusOr<std::unique_ptr<NativeApi>> NativeApi::Create(
     api->router_.set(zmq::sockopt::sndhwm, kClientHwm);
     api->router_.set(zmq::sockopt::maxmsgsize,
                      static_cast<int64_t>(common::protocol::kMaxMessageBytes));
-    api->router_.bind(config.client_endpoint);
+    api->router_.bind(config.native.endpoint);
     api->endpoint_ = api->router_.get(zmq::sockopt::last_endpoint);
     api->events_ = zmq::socket_t(*ctx, zmq::socket_type::pull);
     api->events_.set(zmq::sockopt::linger, 0);
@@ -61,7 +61,7 @@ common::StatusOr<std::unique_ptr<NativeApi>> NativeApi::Create(
         "inproc://kiln-native-events-" + std::to_string(reinterpret_cast<uintptr_t>(api.get()));
     api->events_.bind(api->events_endpoint_);
   } catch (const zmq::error_t& e) {
-    return common::InvalidRequest("cannot bind client endpoint " + config.client_endpoint + ": " +
+    return common::InvalidRequest("cannot bind client endpoint " + config.native.endpoint + ": " +
                                   e.what());
   }
   return api;
@@ -155,12 +155,12 @@ void NativeApi::HandleFrame(const std::string& identity, std::string_view frame)
 void NativeApi::OnSubmit(const std::string& identity, const client::Submit& m) {
   auto caller = AuthenticateToken(config_, m.token);
   if (!caller.ok()) return SendError(identity, m.request_id, caller.status());
-  if (m.request_json.size() > config_.max_body_bytes) {
+  if (m.request_json.size() > config_.http.max_body_bytes) {
     return SendError(
         identity, m.request_id,
         common::InvalidRequest("request_json: " + std::to_string(m.request_json.size()) +
                                " bytes, more than the request body limit of " +
-                               std::to_string(config_.max_body_bytes)));
+                               std::to_string(config_.http.max_body_bytes)));
   }
   auto out = submits_.Submit(*caller, m.request_json, m.idempotency_key,
                              /*register_waiter=*/false);

@@ -79,6 +79,19 @@ void YamlReader::Get(const std::string& key, uint32_t* out, uint32_t min, uint32
   *out = static_cast<uint32_t>(v);
 }
 
+void YamlReader::Get(const std::string& key, double* out, double min, double max) {
+  YAML::Node n = Find(key);
+  if (!n) return;
+  const std::string s = n.IsScalar() ? n.Scalar() : std::string();
+  double v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || p != s.data() + s.size() || !(v >= min && v <= max)) {
+    return Fail(key, "expected a number between " + std::to_string(min) + " and " +
+                         std::to_string(max) + ", got '" + s + "'");
+  }
+  *out = v;
+}
+
 void YamlReader::Get(const std::string& key, std::vector<std::string>* out) {
   YAML::Node n = Find(key);
   if (!n) return;

@@ -33,6 +33,7 @@ class YamlReader {
   void Get(const std::string& key, bool* out);
   void Get(const std::string& key, uint64_t* out, uint64_t min = 0, uint64_t max = UINT64_MAX);
   void Get(const std::string& key, uint32_t* out, uint32_t min = 0, uint32_t max = UINT32_MAX);
+  void Get(const std::string& key, double* out, double min, double max);
   void Get(const std::string& key, std::vector<std::string>* out);
   void Get(const std::string& key, std::map<std::string, std::string>* out);
   // A sub-mapping (absent -> an empty reader). Its keys are checked when its

@@ -465,7 +465,7 @@ TEST(DeployFilesTest, ParseAndHoldValidConsistentKilnConfigs) {
     }
   }
   EXPECT_EQ(targets["kiln-broker"],
-            "broker:" + std::to_string(PortOf(compose_broker->http_listen)));
+            "broker:" + std::to_string(PortOf(compose_broker->http.listen)));
   EXPECT_EQ(targets["kiln-worker"],
             "worker:" + std::to_string(PortOf(compose_worker->metrics_listen)));
   EXPECT_EQ(compose_worker->brokers,

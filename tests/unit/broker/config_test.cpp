@@ -22,19 +22,19 @@ const char* kMinimal = "tenants:\n  - {name: a, tokens: [\"aaaaaaaa\"]}\n";
 TEST(BrokerConfig, ExampleFileLoads) {
   auto c = LoadBrokerConfig(std::string(KILN_SOURCE_DIR) + "/deploy/config/broker.example.yaml");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_EQ(c->http_listen, "127.0.0.1:8080");
+  EXPECT_EQ(c->http.listen, "127.0.0.1:8080");
   EXPECT_EQ(c->tenants.at(0).name, "acme");
-  EXPECT_EQ(c->client_endpoint, "tcp://127.0.0.1:5556");
+  EXPECT_EQ(c->native.endpoint, "tcp://127.0.0.1:5556");
 }
 
 TEST(BrokerConfig, ClientEndpoint) {
   auto d = LoadBrokerConfig(Write(kMinimal));
   ASSERT_TRUE(d.ok()) << d.status().ToString();
-  EXPECT_EQ(d->client_endpoint, "tcp://127.0.0.1:5556");
+  EXPECT_EQ(d->native.endpoint, "tcp://127.0.0.1:5556");
   auto off =
       LoadBrokerConfig(Write(std::string(kMinimal) + "broker: {clients: {endpoint: \"\"}}\n"));
   ASSERT_TRUE(off.ok()) << off.status().ToString();
-  EXPECT_EQ(off->client_endpoint, "");
+  EXPECT_EQ(off->native.endpoint, "");
   auto bad = LoadBrokerConfig(Write(std::string(kMinimal) + "broker: {clients: {port: 1}}\n"));
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("broker.clients.port: unknown key"));

@@ -52,8 +52,7 @@ common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
   YamlReader clients = b.Child("clients");
   clients.Get("endpoint", &c.native.endpoint);
   clients.Get("max_connections", &c.native.max_connections, 1, 1'000'000);
-  clients.Get("max_connections_per_address", &c.native.max_connections_per_address, 1,
-              1'000'000);
+  clients.Get("max_connections_per_address", &c.native.max_connections_per_address, 1, 1'000'000);
   clients.Get("auth_timeout_ms", &c.native.auth_timeout_ms, 100, 600'000);
   YamlReader redis = b.Child("redis");
   redis.Get("url", &c.redis_url);

@@ -49,22 +49,22 @@ struct QuotaConfig {
   uint32_t tenant_max_waits = 1000;
   uint32_t tenant_max_streams = 256;
   uint32_t tenant_max_subscriptions = 1024;
-  double tenant_submit_rate = 0;    // submits per second per broker; 0: no rate limit
+  double tenant_submit_rate = 0;     // submits per second per broker; 0: no rate limit
   uint32_t tenant_submit_burst = 0;  // 0: twice the rate (at least 1)
 };
 
 // The HTTP front end's connection handling (broker.http).
 struct HttpConfig {
   std::string listen = "127.0.0.1:8080";
-  uint32_t threads = 16;            // run handlers that call Redis; waits and streams hold none
-  uint32_t io_threads = 2;          // read, parse and write every connection
+  uint32_t threads = 16;                // run handlers that call Redis; waits and streams hold none
+  uint32_t io_threads = 2;              // read, parse and write every connection
   uint64_t max_body_bytes = 16u << 20;  // request body cap, chunked or not
   uint32_t max_header_bytes = 16u << 10;  // request line + headers
   uint32_t max_connections = 10000;       // open at once; more are refused at accept
   uint32_t max_connections_per_address = 1024;
-  uint32_t header_timeout_ms = 10000;  // the whole request head must arrive within this
-  uint32_t body_timeout_ms = 60000;    // and the whole body within this
-  uint32_t idle_timeout_ms = 60000;    // a kept-alive connection with no request is closed
+  uint32_t header_timeout_ms = 10000;   // the whole request head must arrive within this
+  uint32_t body_timeout_ms = 60000;     // and the whole body within this
+  uint32_t idle_timeout_ms = 60000;     // a kept-alive connection with no request is closed
   uint32_t max_queued_requests = 1024;  // handlers waiting for a thread; more answer 503
 };
 

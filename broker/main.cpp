@@ -15,8 +15,10 @@
 #include "broker/scheduler/event_bus.hpp"
 #include "broker/store/audit_store.hpp"
 #include "broker/store/job_store.hpp"
+#include "broker/store/redis_probe.hpp"
 #include "broker/store/schedule_store.hpp"
 #include "broker/store/session_store.hpp"
+#include "broker/stream/output_follower.hpp"
 #include "common/log/logging.hpp"
 #include "common/stop_signals.hpp"
 
@@ -105,8 +107,13 @@ int main(int argc, char** argv) {
   auto dispatcher = broker::Dispatcher::Create(dopts, &zmq_ctx, stores, &waiters);
   if (!dispatcher.ok()) return Fail(dispatcher.status());
   const broker::Governance governance{&*policy, &audit, &audit_writer};
-  auto api =
-      broker::HttpApi::Create(*cfg, stores, dispatcher->get(), &waiters, &metrics, governance);
+  auto endpoint = broker::RedisEndpoint::Parse(cfg->redis_url);
+  if (!endpoint.ok()) return Fail(endpoint.status());
+  broker::RedisProbe probe(*endpoint);
+  broker::OutputFollower follower(*endpoint, &store, &waiters);
+  broker::HttpApiDeps http_deps{stores, dispatcher->get(), &waiters,  &follower,
+                                &probe, &metrics,          governance};
+  auto api = broker::HttpApi::Create(*cfg, http_deps);
   if (!api.ok()) return Fail(api.status());
   std::unique_ptr<broker::NativeApi> native;  // the native client protocol, unless off
   if (!cfg->native.endpoint.empty()) {
@@ -115,8 +122,6 @@ int main(int argc, char** argv) {
     if (!n.ok()) return Fail(n.status());
     native = std::move(*n);
   }
-  auto endpoint = broker::RedisEndpoint::Parse(cfg->redis_url);
-  if (!endpoint.ok()) return Fail(endpoint.status());
   broker::EventBus bus(*endpoint, &waiters, &store,
                        [d = dispatcher->get()](const std::string& id) { d->Cancel(id); });
 
@@ -126,7 +131,9 @@ int main(int argc, char** argv) {
   std::jthread loop([&](std::stop_token st) { (*dispatcher)->Run(st); });
   std::jthread events([&](std::stop_token st) { bus.Run(st); });
   std::jthread auditing([&](std::stop_token st) { audit_writer.Run(st); });
-  std::thread http([&] { (*api)->Serve(); });
+  std::jthread probing([&](std::stop_token st) { probe.Run(st); });
+  std::jthread following([&](std::stop_token st) { follower.Run(st); });
+  (*api)->Start();
   std::jthread clients;
   if (native) clients = std::jthread([&](std::stop_token st) { native->Run(st); });
 
@@ -134,7 +141,6 @@ int main(int argc, char** argv) {
   sigwait(&stop_signals, &sig);
   spdlog::info("broker {} stopping (signal {})", cfg->id, sig);
   (*api)->Stop();
-  http.join();
   if (clients.joinable()) {
     clients.request_stop();
     clients.join();

@@ -40,10 +40,10 @@ enum class Code {
   kMemoryExceeded,
   kOutputLimit,
   kCodeExecutionDisabled,
-  kRateLimited,        // a per-tenant or per-address cap on concurrent use or rate (429)
-  kMethodNotAllowed,   // the path exists, the method does not (405)
-  kPayloadTooLarge,    // a request body or frame above the configured maximum (413)
-  kRequestTimeout,     // a request that did not arrive within its deadline (408)
+  kRateLimited,       // a per-tenant or per-address cap on concurrent use or rate (429)
+  kMethodNotAllowed,  // the path exists, the method does not (405)
+  kPayloadTooLarge,   // a request body or frame above the configured maximum (413)
+  kRequestTimeout,    // a request that did not arrive within its deadline (408)
   kNotFound,
   kUnavailable,
   kInternal,

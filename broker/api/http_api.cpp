@@ -1,14 +1,13 @@
 #include "broker/api/http_api.hpp"
 
-#include <httplib.h>
-
 #include <algorithm>
 #include <charconv>
-#include <thread>
 
-#include "broker/api/submit_request.hpp"
+#include "broker/api/event_stream.hpp"
+#include "broker/api/sse_events.hpp"
 #include "broker/metrics/broker_metrics.hpp"
 #include "common/clock.hpp"
+#include "common/json/bounded_json.hpp"
 #include "common/log/logging.hpp"
 
 namespace kiln::broker {
@@ -19,262 +18,411 @@ const common::SubsystemLog kLog("http");
 using common::Code;
 using common::Status;
 using nlohmann::json;
+using SteadyClock = std::chrono::steady_clock;
 
 // How long a cancel request waits for the job to end before answering 202.
 constexpr auto kCancelWait = std::chrono::seconds(5);
-// How long an event stream waits in Redis for new output before it checks
-// whether the job has ended (and tells the client it is still there).
-constexpr auto kSsePoll = std::chrono::milliseconds(250);
+// A waiting request re-reads the record this often (then doubling, up to
+// kRecheckMax), in case the notice of its end was lost.
+constexpr auto kRecheckFirst = std::chrono::milliseconds(1000);
+constexpr auto kRecheckMax = std::chrono::milliseconds(8000);
+// How long GET /v1/health waits for Redis to answer a PING.
+constexpr auto kHealthWait = std::chrono::milliseconds(500);
 
-// The route a request matched, by name: a bounded label, never the path
-// (which holds job ids).
-const char* RouteName(const httplib::Request& req) {
-  std::string_view path = req.path;
-  static constexpr std::string_view kExecutions = "/v1/executions";
-  if (path == "/metrics") return "metrics";
-  if (path == "/v1/health") return "health";
-  if (path == "/v1/workers") return "workers";
-  if (path == "/v1/capabilities") return "capabilities";
-  if (path == "/v1/approvals") return "approvals";
-  if (path == "/v1/audit" || path == "/v1/audit/verify") return "audit";
-  if (path == "/v1/sessions") return "sessions";
-  if (path.substr(0, 13) == "/v1/sessions/")
-    return req.method == "DELETE" ? "session_delete" : "other";
-  if (path == kExecutions) return req.method == "POST" ? "submit" : "other";
-  if (path.substr(0, kExecutions.size() + 1) != "/v1/executions/") return "other";
-  std::string_view rest = path.substr(kExecutions.size() + 1);
-  auto slash = rest.find('/');
-  if (slash == std::string_view::npos) return req.method == "GET" ? "get" : "other";
-  std::string_view tail = rest.substr(slash);
-  if (tail == "/events" && req.method == "GET") return "events";
-  if (tail == "/cancel" && req.method == "POST") return "cancel";
-  if ((tail == "/approve" || tail == "/deny") && req.method == "POST") return "approval";
-  return "other";
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+HttpResponse JsonResponse(int status, const json& body, HttpHeaders headers = {}) {
+  return HttpResponse{status, Dump(body), "application/json", std::move(headers)};
 }
 
-void Reply(httplib::Response& res, int status, const json& body) {
-  res.status = status;
-  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+HttpResponse ErrorResponse(const Status& st) {
+  HttpHeaders headers;
+  if (st.code() == Code::kUnauthorized) headers.emplace_back("WWW-Authenticate", "Bearer");
+  const int status = common::HttpStatusFor(st.code());
+  if (status == 429 || status == 503) headers.emplace_back("Retry-After", "1");
+  return JsonResponse(status, ErrorJson(st), std::move(headers));
 }
 
-void ReplyError(httplib::Response& res, const Status& st) {
-  if (st.code() == Code::kUnauthorized) {
-    res.set_header("WWW-Authenticate", "Bearer");
-  }
-  if (st.code() == Code::kQueueFull || st.code() == Code::kUnavailable) {
-    res.set_header("Retry-After", "1");
-  }
-  Reply(res, common::HttpStatusFor(st.code()), ErrorJson(st));
-}
+// The route table: one line per route (method, path, metrics label, who,
+// blocking), and its handler at the same index.
+struct RouteLine {
+  RouteSpec spec;
+  HttpApi::Handler handler;
+};
 
 }  // namespace
 
-common::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Create(
-    const BrokerConfig& config, DispatcherStores stores, Dispatcher* dispatcher,
-    JobWaiters* waiters, BrokerMetrics* metrics, Governance governance) {
-  std::unique_ptr<HttpApi> api(
-      new HttpApi(config, stores, dispatcher, waiters, metrics, governance));
-  ASSIGN_OR_RETURN(api->redis_endpoint_, RedisEndpoint::Parse(config.redis_url));
-  const std::string& listen = config.http.listen;
-  auto colon = listen.rfind(':');
-  if (colon == std::string::npos) {
-    return common::InvalidRequest("broker.http.listen: expected host:port, got " + listen);
+struct HttpApi::Call {
+  std::shared_ptr<HttpExchange> ex;
+  Caller caller;
+  std::vector<std::string> params;
+  QuotaCounter::Hold request_hold;  // released when the handler returns
+
+  const HttpRequest& req() const { return ex->request(); }
+  void Reply(int status, const json& body, HttpHeaders headers = {}) const {
+    ex->Reply(JsonResponse(status, body, std::move(headers)));
   }
-  std::string host = listen.substr(0, colon);
-  int port = 0;
-  auto [p, ec] = std::from_chars(listen.data() + colon + 1, listen.data() + listen.size(), port);
-  if (ec != std::errc() || p != listen.data() + listen.size() || port < 0 || port > 65535) {
-    return common::InvalidRequest("broker.http.listen: bad port in " + listen);
+  void Fail(const Status& st) const { ex->Reply(ErrorResponse(st)); }
+};
+
+// One request waiting for a job's end: answered once, by whichever comes
+// first — the JobWaiters notice, a re-read that finds it ended, the
+// deadline — or dropped when the client leaves.
+struct HttpApi::Waiting {
+  HttpApi* api;
+  std::shared_ptr<HttpExchange> ex;
+  std::string id;
+  SteadyClock::time_point deadline;
+  QuotaCounter::Hold hold;
+  bool cancel = false;  // a cancel: 202 when still running at the deadline
+  HttpHeaders headers;  // on the answer (Idempotent-Replay)
+  std::mutex mu;
+  JobWaiters::Handle watch;  // guarded by mu
+  bool done = false;         // guarded by mu
+  std::chrono::milliseconds backoff = kRecheckFirst;
+
+  // True for the one caller that may answer.
+  bool Claim() {
+    JobWaiters::Handle w;
+    QuotaCounter::Hold h;
+    {
+      std::lock_guard lock(mu);
+      if (done) return false;
+      done = true;
+      w = std::move(watch);
+      h = std::move(hold);
+    }
+    if (w) api->deps_.waiters->Unwatch(w);
+    return true;
   }
-  if (port == 0) {
-    api->port_ = api->server_->bind_to_any_port(host);
-  } else {
-    api->port_ = api->server_->bind_to_port(host, port) ? port : -1;
+  bool finished() {
+    std::lock_guard lock(mu);
+    return done;
   }
-  if (api->port_ <= 0) {
-    return common::InvalidRequest("broker.http.listen: cannot listen on " + listen);
+  // The answer for a record (terminal, or current at the deadline).
+  void Answer(const JobRecord& r) {
+    if (!cancel || IsTerminal(r.status)) {
+      ex->Reply(JsonResponse(200, r.ToJson(), headers));
+    } else {
+      // Still ending (the worker has not confirmed yet): the record will say.
+      ex->Reply(JsonResponse(202, {{"id", r.id}, {"status", JobStatusName(r.status)}}, headers));
+    }
   }
+};
+
+common::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Create(const BrokerConfig& config,
+                                                           HttpApiDeps deps) {
+  std::unique_ptr<HttpApi> api(new HttpApi(config, deps));
+  HttpServerOptions o;
+  const auto& h = config.http;
+  o.listen = h.listen;
+  o.io_threads = h.io_threads;
+  o.max_body_bytes = h.max_body_bytes;
+  o.max_header_bytes = h.max_header_bytes;
+  o.connections.max_total = h.max_connections;
+  o.connections.max_per_address = h.max_connections_per_address;
+  o.header_timeout = std::chrono::milliseconds(h.header_timeout_ms);
+  o.body_timeout = std::chrono::milliseconds(h.body_timeout_ms);
+  o.idle_timeout = std::chrono::milliseconds(h.idle_timeout_ms);
+  HttpApi* self = api.get();
+  ASSIGN_OR_RETURN(api->server_,
+                   HttpServer::Create(
+                       o, [self](std::shared_ptr<HttpExchange> ex) { self->Handle(std::move(ex)); },
+                       ErrorResponse,
+                       [self](const HttpRequest* req, int status, size_t bytes) {
+                         self->Observe(req, status, bytes);
+                       }));
+  api->pool_ = std::make_unique<WorkPool>(h.threads, h.max_queued_requests);
   return api;
 }
 
-HttpApi::HttpApi(const BrokerConfig& config, DispatcherStores stores, Dispatcher* dispatcher,
-                 JobWaiters* waiters, BrokerMetrics* metrics, Governance governance)
+HttpApi::HttpApi(const BrokerConfig& config, HttpApiDeps deps)
     : config_(config),
-      store_(stores.jobs),
-      schedule_(stores.schedule),
-      sessions_(stores.sessions),
-      dispatcher_(dispatcher),
-      waiters_(waiters),
-      metrics_(metrics),
-      governance_(governance),
-      submits_(config, stores, dispatcher, waiters, metrics, governance),
-      server_(std::make_unique<httplib::Server>()) {
-  const size_t threads = config.http.threads;
-  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  server_->set_payload_max_length(config.http.max_body_bytes);
-  server_->set_read_timeout(10, 0);
-  server_->set_keep_alive_max_count(1000);
-  // httplib writes headers and body separately: without TCP_NODELAY the body
-  // waits ~40 ms for the client's delayed ACK on every kept-alive request.
-  server_->set_tcp_nodelay(true);
-  Routes();
+      deps_(deps),
+      store_(deps.stores.jobs),
+      schedule_(deps.stores.schedule),
+      sessions_(deps.stores.sessions),
+      submits_(config, deps.stores, deps.dispatcher, deps.waiters, deps.metrics, deps.governance),
+      routes_({}) {
+  const std::vector<RouteLine> lines = {
+      {{"POST", "/v1/executions", "submit", Access::kToken, true}, &HttpApi::Submit},
+      {{"GET", "/v1/executions/{id}", "get", Access::kToken, true}, &HttpApi::Get},
+      {{"GET", "/v1/executions/{id}/events", "events", Access::kToken, true}, &HttpApi::Events},
+      {{"POST", "/v1/executions/{id}/cancel", "cancel", Access::kToken, true}, &HttpApi::Cancel},
+      {{"POST", "/v1/executions/{id}/approve", "approval", Access::kAdmin, true},
+       &HttpApi::Approve},
+      {{"POST", "/v1/executions/{id}/deny", "approval", Access::kAdmin, true}, &HttpApi::Deny},
+      {{"GET", "/v1/approvals", "approvals", Access::kAdmin, true}, &HttpApi::ListApprovals},
+      {{"GET", "/v1/audit", "audit", Access::kAdmin, true}, &HttpApi::ReadAudit},
+      {{"GET", "/v1/audit/verify", "audit", Access::kAdmin, true}, &HttpApi::VerifyAudit},
+      {{"GET", "/v1/sessions", "sessions", Access::kToken, true}, &HttpApi::ListSessions},
+      {{"DELETE", "/v1/sessions/{id}", "session_delete", Access::kToken, true},
+       &HttpApi::DeleteSession},
+      {{"GET", "/v1/capabilities", "capabilities", Access::kToken, false}, &HttpApi::Capabilities},
+      {{"GET", "/v1/workers", "workers", Access::kAdmin, false}, &HttpApi::ListWorkers},
+      {{"GET", "/v1/health", "health", Access::kPublic, false}, &HttpApi::Health},
+      {{"GET", "/metrics", "metrics", Access::kPublic, false}, &HttpApi::Metrics},
+  };
+  std::vector<RouteSpec> specs;
+  for (const auto& l : lines) {
+    specs.push_back(l.spec);
+    handlers_.push_back(l.handler);
+  }
+  routes_ = RouteTable(std::move(specs));
 }
 
-HttpApi::~HttpApi() = default;
+HttpApi::~HttpApi() { Stop(); }
 
-void HttpApi::Serve() { server_->listen_after_bind(); }
-void HttpApi::Stop() { server_->stop(); }
-
-void HttpApi::Routes() {
-  auto& s = *server_;
-  s.Post("/v1/executions",
-         [this](const httplib::Request& q, httplib::Response& r) { Submit(q, r); });
-  s.Get(R"(/v1/executions/([^/]+))",
-        [this](const httplib::Request& q, httplib::Response& r) { Get(q, r); });
-  s.Get(R"(/v1/executions/([^/]+)/events)",
-        [this](const httplib::Request& q, httplib::Response& r) { Events(q, r); });
-  s.Post(R"(/v1/executions/([^/]+)/cancel)",
-         [this](const httplib::Request& q, httplib::Response& r) { Cancel(q, r); });
-  s.Post(R"(/v1/executions/([^/]+)/approve)",
-         [this](const httplib::Request& q, httplib::Response& r) { Approve(q, r); });
-  s.Post(R"(/v1/executions/([^/]+)/deny)",
-         [this](const httplib::Request& q, httplib::Response& r) { Deny(q, r); });
-  s.Get("/v1/approvals",
-        [this](const httplib::Request& q, httplib::Response& r) { ListApprovals(q, r); });
-  s.Get("/v1/audit", [this](const httplib::Request& q, httplib::Response& r) { ReadAudit(q, r); });
-  s.Get("/v1/audit/verify",
-        [this](const httplib::Request& q, httplib::Response& r) { VerifyAudit(q, r); });
-  s.Get("/v1/sessions",
-        [this](const httplib::Request& q, httplib::Response& r) { ListSessions(q, r); });
-  s.Delete(R"(/v1/sessions/([^/]+))",
-           [this](const httplib::Request& q, httplib::Response& r) { DeleteSession(q, r); });
-  s.Get("/v1/capabilities",
-        [this](const httplib::Request& q, httplib::Response& r) { Capabilities(q, r); });
-  s.Get("/v1/workers",
-        [this](const httplib::Request& q, httplib::Response& r) { ListWorkers(q, r); });
-  s.Get("/v1/health", [this](const httplib::Request& q, httplib::Response& r) { Health(q, r); });
-  s.Get("/metrics", [this](const httplib::Request& q, httplib::Response& r) { Metrics(q, r); });
-  // Called once each request has been answered: an access log at debug
-  // (server errors at warn), and the request counter.
-  s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    if (metrics_) metrics_->HttpRequest(RouteName(req), res.status);
-    const auto level = res.status >= 500 ? spdlog::level::warn : spdlog::level::debug;
-    if (kLog.enabled(level)) {
-      kLog.Log(level, {}, "{} {} -> {} ({} bytes)", req.method, req.path, res.status,
-               res.body.size());
-    }
-  });
-  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    // Only fill bodies httplib left empty (its own 400/404/413 answers).
-    if (!res.body.empty()) return;
-    Code code = res.status == 404 ? Code::kNotFound : Code::kInvalidRequest;
-    std::string msg = res.status == 404   ? "no route for " + req.method + " " + req.path
-                      : res.status == 413 ? "request body too large"
-                                          : "malformed HTTP request";
-    int status = res.status;
-    Reply(res, status, ErrorJson(Status(code, msg)));
-  });
-  s.set_exception_handler(
-      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
-        std::string what = "unknown error";
-        try {
-          if (ep) std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        kLog.Error({}, "{} {} failed: {}", req.method, req.path, what);
-        Reply(res, 500, ErrorJson(common::Internal("internal error")));
-      });
+void HttpApi::Stop() {
+  if (server_) server_->Stop();
+  if (pool_) pool_->Stop();
 }
 
-common::StatusOr<Caller> HttpApi::Authenticate(const httplib::Request& req) const {
-  const std::string& h = req.get_header_value("Authorization");
+void HttpApi::Observe(const HttpRequest* req, int status, size_t bytes) {
+  const std::string_view route =
+      req ? routes_.NameOf(req->method, req->path) : std::string_view("other");
+  if (deps_.metrics) deps_.metrics->HttpRequest(std::string(route), status);
+  const auto level = status >= 500 ? spdlog::level::warn : spdlog::level::debug;
+  if (kLog.enabled(level)) {
+    kLog.Log(level, {}, "{} {} -> {} ({} bytes)", req ? req->method : "-", req ? req->path : "-",
+             status, bytes);
+  }
+}
+
+common::StatusOr<Caller> HttpApi::Authenticate(const HttpRequest& req) const {
+  const std::string_view h = req.Header("authorization");
   static constexpr std::string_view kBearer = "Bearer ";
-  if (h.size() <= kBearer.size() || h.compare(0, kBearer.size(), kBearer) != 0) {
+  if (h.size() <= kBearer.size() || h.substr(0, kBearer.size()) != kBearer) {
     return Status(Code::kUnauthorized, "missing bearer token");
   }
-  return AuthenticateToken(config_, std::string_view(h).substr(kBearer.size()));
+  return AuthenticateToken(config_, h.substr(kBearer.size()));
 }
 
-void HttpApi::Submit(const httplib::Request& req, httplib::Response& res) {
-  auto caller = Authenticate(req);
-  if (!caller.ok()) return ReplyError(res, caller.status());
-  auto out = submits_.Submit(*caller, req.body, req.get_header_value("Idempotency-Key"),
-                             /*register_waiter=*/true);
-  if (!out.ok()) return ReplyError(res, out.status());
-  switch (out->kind) {
-    case SubmitResult::Kind::kBlocked: {
-      json body = ErrorJson(out->blocked);
-      body["id"] = out->id;
-      body["rule"] = out->rule;
-      return Reply(res, common::HttpStatusFor(out->blocked.code()), body);
-    }
-    case SubmitResult::Kind::kReplay:
-      res.set_header("Idempotent-Replay", "true");
-      return ReplyWithJob(res, out->id, out->wait, out->deadline);
-    case SubmitResult::Kind::kAccepted:
-      break;
+void HttpApi::Handle(std::shared_ptr<HttpExchange> ex) {
+  const HttpRequest& req = ex->request();
+  RouteTable::Match m = routes_.Find(req.method, req.path);
+  if (m.kind == RouteTable::Match::Kind::kNotFound) {
+    return ex->Reply(
+        ErrorResponse(common::NotFound("no route for " + req.method + " " + req.path)));
   }
-  if (!out->wait) return Reply(res, 202, {{"id", out->id}, {"status", out->status}});
-  auto record = AwaitEnd(std::move(out->handle), out->id, out->deadline);
-  if (!record.ok()) return ReplyError(res, StoreError(record.status()));
-  Reply(res, 200, record->ToJson());
-}
-
-common::StatusOr<JobRecord> HttpApi::AwaitEnd(JobWaiters::Handle handle, const std::string& id,
-                                              std::chrono::steady_clock::time_point deadline) {
-  constexpr auto kRecheck = std::chrono::seconds(1);
-  while (true) {
-    auto until = std::min(deadline, std::chrono::steady_clock::now() + kRecheck);
-    if (auto record = waiters_->Wait(handle, until)) return std::move(*record);
-    // Register again before reading, so an end between the two is not missed.
-    handle = waiters_->Add(id);
-    auto current = store_->Load(id);
-    if (!current.ok() || IsTerminal(current->status) ||
-        std::chrono::steady_clock::now() >= deadline) {
-      waiters_->Wait(handle, std::chrono::steady_clock::now());
-      return current;
-    }
+  if (m.kind == RouteTable::Match::Kind::kMethodNotAllowed) {
+    HttpResponse r = ErrorResponse(
+        Status(Code::kMethodNotAllowed,
+               req.method + " is not allowed on " + req.path + " (allowed: " + m.allow + ")"));
+    r.headers.emplace_back("Allow", m.allow);
+    return ex->Reply(std::move(r));
   }
-}
-
-void HttpApi::ReplyWithJob(httplib::Response& res, const std::string& id, bool wait,
-                           std::chrono::steady_clock::time_point deadline) {
-  while (true) {
-    auto record = store_->Load(id);
-    if (!record.ok()) return ReplyError(res, StoreError(record.status()));
-    if (!wait) return Reply(res, 202, {{"id", id}, {"status", JobStatusName(record->status)}});
-    if (IsTerminal(record->status) || std::chrono::steady_clock::now() >= deadline) {
-      return Reply(res, 200, record->ToJson());
+  const RouteSpec& route = routes_.routes()[m.index];
+  if (req.reserve_lane && route.access != Access::kPublic) {
+    return ex->Reply(ErrorResponse(common::Unavailable(
+        "the broker is at its connection limit: only /v1/health and /metrics are served on "
+        "this connection")));
+  }
+  auto call = std::make_shared<Call>();
+  call->ex = ex;
+  call->params = std::move(m.params);
+  if (route.access != Access::kPublic) {
+    auto caller = Authenticate(req);
+    if (!caller.ok()) return call->Fail(caller.status());
+    if (route.access == Access::kAdmin && !caller->admin) {
+      return call->Fail(Status(Code::kForbidden, "admin token required"));
     }
-    // Another request (maybe on another broker) owns the waiter: poll.
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    call->caller = std::move(*caller);
+  }
+  const Handler handler = handlers_[m.index];
+  if (!route.blocking) return (this->*handler)(*call);
+  // Admins share one budget; a tenant has its own.
+  const TenantConfig* tenant =
+      call->caller.admin ? nullptr : FindTenant(config_, call->caller.tenant);
+  const size_t limit =
+      tenant ? TenantMaxRequests(config_, *tenant) : config_.quotas.tenant_max_requests;
+  const std::string who = call->caller.admin ? std::string("admin") : call->caller.tenant;
+  call->request_hold = requests_.TryAcquire(who, limit);
+  if (!call->request_hold) {
+    return call->Fail(Status(Code::kRateLimited, who + " has " + std::to_string(limit) +
+                                                     " requests in progress on this broker"));
+  }
+  if (!pool_->TryPost([this, call, handler] { (this->*handler)(*call); })) {
+    call->Fail(common::Unavailable("the broker is busy (" +
+                                   std::to_string(config_.http.max_queued_requests) +
+                                   " requests queued); retry"));
   }
 }
 
-common::StatusOr<JobRecord> HttpApi::LoadForCaller(const httplib::Request& req) const {
-  ASSIGN_OR_RETURN(Caller caller, Authenticate(req));
-  const std::string id = req.matches[1];
+Status HttpApi::StoreError(const Status& st) const {
+  if (deps_.metrics) deps_.metrics->RedisError();
+  return Status(Code::kUnavailable, st.message());
+}
+
+common::StatusOr<JobRecord> HttpApi::LoadForCaller(const Call& call) const {
+  const std::string& id = call.params.at(0);
   auto record = store_->Load(id);
   if (!record.ok()) {
     if (record.status().code() == Code::kNotFound) return record.status();
     return StoreError(record.status());
   }
   // Another tenant's job is indistinguishable from a missing one.
-  if (!caller.admin && record->tenant != caller.tenant) {
+  if (!call.caller.admin && record->tenant != call.caller.tenant) {
     return common::NotFound("no execution with id " + id);
   }
   return record;
 }
 
-void HttpApi::Cancel(const httplib::Request& req, httplib::Response& res) {
-  auto record = LoadForCaller(req);
-  if (!record.ok()) return ReplyError(res, record.status());
+void HttpApi::OnPool(std::function<void()> fn) {
+  if (!pool_->TryPost(fn)) fn();
+}
+
+void HttpApi::AwaitEnd(std::shared_ptr<HttpExchange> ex, const std::string& id,
+                       SteadyClock::time_point deadline, JobWaiters::Handle blocking,
+                       QuotaCounter::Hold hold, bool cancel, HttpHeaders headers) {
+  auto w = std::make_shared<Waiting>();
+  w->headers = std::move(headers);
+  w->api = this;
+  w->ex = ex;
+  w->id = id;
+  w->deadline = deadline;
+  w->hold = std::move(hold);
+  w->cancel = cancel;
+  {
+    std::lock_guard lock(w->mu);
+    // The notice comes on the dispatcher's (or the event bus's) thread:
+    // serializing a record may be large work, so it moves to the pool.
+    w->watch = deps_.waiters->Watch(id, [w](const JobRecord& r) {
+      if (w->Claim()) w->api->OnPool([w, r] { w->Answer(r); });
+    });
+  }
+  ex->OnStreamEvents(nullptr, [w] { w->Claim(); });  // the client left: stop waiting
+  // The end may have come before the watch: from the handle taken before
+  // the job existed, or from the record.
+  if (blocking) {
+    if (auto r = deps_.waiters->Wait(blocking, SteadyClock::now())) {
+      if (w->Claim()) w->Answer(*r);
+      return;
+    }
+  } else {
+    auto r = store_->Load(id);
+    if (!r.ok() || IsTerminal(r->status)) {
+      if (!w->Claim()) return;
+      if (!r.ok()) return ex->Reply(ErrorResponse(StoreError(r.status())));
+      return w->Answer(*r);
+    }
+  }
+  Recheck(w, kRecheckFirst);
+}
+
+void HttpApi::Recheck(const std::shared_ptr<Waiting>& w, std::chrono::milliseconds delay) {
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(w->deadline - SteadyClock::now());
+  delay = std::max(std::chrono::milliseconds(1), std::min(delay, left));
+  server_->After(delay, [w] {
+    if (w->finished()) return;
+    w->api->OnPool([w] {
+      if (w->finished()) return;
+      auto r = w->api->store_->Load(w->id);
+      const bool due = SteadyClock::now() >= w->deadline;
+      if (r.ok() && !IsTerminal(r->status) && !due) {
+        w->backoff = std::min(w->backoff * 2, kRecheckMax);
+        return w->api->Recheck(w, w->backoff);
+      }
+      if (!r.ok() && !due) return w->api->Recheck(w, w->backoff);
+      if (!w->Claim()) return;
+      if (!r.ok()) return w->ex->Reply(ErrorResponse(w->api->StoreError(r.status())));
+      w->Answer(*r);
+    });
+  });
+}
+
+void HttpApi::Submit(Call& call) {
+  const TenantConfig* tenant =
+      call.caller.admin ? nullptr : FindTenant(config_, call.caller.tenant);
+  QuotaCounter::Hold wait_hold;
+  auto admit = [&](const JobSpec& spec) -> Status {
+    if (!spec.wait || tenant == nullptr) return Status::Ok();
+    const size_t limit = TenantMaxWaits(config_, *tenant);
+    wait_hold = waits_.TryAcquire(tenant->name, limit);
+    if (wait_hold) return Status::Ok();
+    return Status(Code::kRateLimited,
+                  "tenant " + tenant->name + " has " + std::to_string(limit) +
+                      " requests waiting on this broker; submit with wait:false and follow "
+                      "the execution's events");
+  };
+  auto out = submits_.Submit(call.caller, call.req().body,
+                             std::string(call.req().Header("idempotency-key")),
+                             /*register_waiter=*/true, admit);
+  if (!out.ok()) return call.Fail(out.status());
+  switch (out->kind) {
+    case SubmitResult::Kind::kBlocked: {
+      json body = ErrorJson(out->blocked);
+      body["id"] = out->id;
+      body["rule"] = out->rule;
+      return call.Reply(common::HttpStatusFor(out->blocked.code()), body);
+    }
+    case SubmitResult::Kind::kReplay: {
+      // A retry: the job the first request created.
+      if (!out->wait) {
+        auto record = store_->Load(out->id);
+        if (!record.ok()) return call.Fail(StoreError(record.status()));
+        return call.Reply(202, {{"id", out->id}, {"status", JobStatusName(record->status)}},
+                          {{"Idempotent-Replay", "true"}});
+      }
+      return AwaitEnd(call.ex, out->id, out->deadline, nullptr, std::move(wait_hold), false,
+                      {{"Idempotent-Replay", "true"}});
+    }
+    case SubmitResult::Kind::kAccepted:
+      break;
+  }
+  if (!out->wait) return call.Reply(202, {{"id", out->id}, {"status", out->status}});
+  AwaitEnd(call.ex, out->id, out->deadline, std::move(out->handle), std::move(wait_hold), false);
+}
+
+void HttpApi::Get(Call& call) {
+  auto record = LoadForCaller(call);
+  if (!record.ok()) return call.Fail(record.status());
+  call.Reply(200, record->ToJson());
+}
+
+void HttpApi::Events(Call& call) {
+  auto last = ParseLastEventId(call.req().Header("last-event-id"));
+  if (!last.ok()) return call.Fail(last.status());
+  auto record = LoadForCaller(call);
+  if (!record.ok()) return call.Fail(record.status());
+  if (last->kind == LastEventId::Kind::kEnd) {
+    // The client saw the end event: nothing more will come. 204 tells an
+    // EventSource to stop reconnecting.
+    return call.ex->Reply(HttpResponse{204, "", "text/event-stream", {}});
+  }
+  const TenantConfig* tenant =
+      call.caller.admin ? nullptr : FindTenant(config_, call.caller.tenant);
+  const size_t limit =
+      tenant ? TenantMaxStreams(config_, *tenant) : config_.quotas.tenant_max_streams;
+  const std::string who = tenant ? tenant->name : std::string("admin");
+  QuotaCounter::Hold hold = streams_.TryAcquire(who, limit);
+  if (!hold) {
+    return call.Fail(Status(Code::kRateLimited, who + " has " + std::to_string(limit) +
+                                                    " event streams open on this broker"));
+  }
+  EventStream::Start(call.ex, deps_.follower, server_.get(), *record, *last, std::move(hold));
+}
+
+void HttpApi::Cancel(Call& call) {
+  auto record = LoadForCaller(call);
+  if (!record.ok()) return call.Fail(record.status());
   const std::string id = record->id;
   // Cancelling a finished job changes nothing: answer with its record.
-  if (IsTerminal(record->status)) return Reply(res, 200, record->ToJson());
-  auto handle = waiters_->Add(id);
+  if (IsTerminal(record->status)) return call.Reply(200, record->ToJson());
+  const TenantConfig* tenant =
+      call.caller.admin ? nullptr : FindTenant(config_, call.caller.tenant);
+  QuotaCounter::Hold hold;
+  if (tenant) {
+    hold = waits_.TryAcquire(tenant->name, TenantMaxWaits(config_, *tenant));
+    if (!hold) {
+      return call.Fail(Status(Code::kRateLimited, "tenant " + tenant->name +
+                                                      " has too many requests waiting on this "
+                                                      "broker"));
+    }
+  }
+  auto handle = deps_.waiters->Add(id);
+  auto drop = [&] { deps_.waiters->Wait(handle, SteadyClock::now()); };
   if (record->status == JobStatus::kQueued) {
     // Queued jobs live in Redis: any broker ends them, unless one has just
     // started it (then it is cancelled like a running one).
@@ -284,115 +432,102 @@ void HttpApi::Cancel(const httplib::Request& req, httplib::Response& res) {
     ended.queue_position.reset();
     ended.wait_reason.clear();
     ended.finished_ms = common::NowMs();
-    auto out = dispatcher_->EndJob(ended, FinishExpect::kQueued);
+    auto out = deps_.dispatcher->EndJob(ended, FinishExpect::kQueued);
     if (!out.ok()) {
-      waiters_->Wait(handle, std::chrono::steady_clock::now());
-      return ReplyError(res, StoreError(out.status()));
+      drop();
+      return call.Fail(StoreError(out.status()));
     }
   }
   // Running: the broker that owns it tells its worker; the worker's Result
   // (reason cancelled) ends it.
   if (auto st = schedule_->PublishCancel(id); !st.ok()) {
-    waiters_->Wait(handle, std::chrono::steady_clock::now());
-    return ReplyError(res, StoreError(st));
+    drop();
+    return call.Fail(StoreError(st));
   }
-  auto done = AwaitEnd(std::move(handle), id, std::chrono::steady_clock::now() + kCancelWait);
-  if (!done.ok()) return ReplyError(res, StoreError(done.status()));
-  // Still ending (the worker has not confirmed yet) answers 202: the record will say.
-  Reply(res, IsTerminal(done->status) ? 200 : 202,
-        IsTerminal(done->status) ? done->ToJson()
-                                 : json{{"id", id}, {"status", JobStatusName(done->status)}});
+  AwaitEnd(call.ex, id, SteadyClock::now() + kCancelWait, std::move(handle), std::move(hold),
+           /*cancel=*/true);
 }
 
-void HttpApi::Approve(const httplib::Request& req, httplib::Response& res) {
-  auto caller = Authenticate(req);
-  if (!caller.ok()) return ReplyError(res, caller.status());
-  if (!caller->admin) return ReplyError(res, Status(Code::kForbidden, "admin token required"));
+void HttpApi::Approve(Call& call) {
   bool trust = false;
-  if (!req.body.empty()) {
-    json body = json::parse(req.body, nullptr, false);
-    if (body.is_discarded() || !body.is_object()) {
-      return ReplyError(res, common::InvalidRequest("body must be a JSON object"));
-    }
-    for (const auto& [key, value] : body.items()) {
-      if (key != "trust_session")
-        return ReplyError(res, common::InvalidRequest("unknown field '" + key + "'"));
+  const std::string& body_text = call.req().body;
+  if (!body_text.empty()) {
+    auto body = common::ParseJson(body_text, {}, "request body");
+    if (!body.ok()) return call.Fail(body.status());
+    if (!body->is_object()) return call.Fail(common::InvalidRequest("body must be a JSON object"));
+    for (const auto& [key, value] : body->items()) {
+      if (key != "trust_session") {
+        return call.Fail(common::InvalidRequest("unknown field '" + key + "'"));
+      }
       if (!value.is_boolean()) {
-        return ReplyError(res, common::InvalidRequest("trust_session: expected true or false"));
+        return call.Fail(common::InvalidRequest("trust_session: expected true or false"));
       }
       trust = value.get<bool>();
     }
   }
-  const std::string id = req.matches[1];
+  const std::string& id = call.params.at(0);
   auto record = store_->Load(id);
   if (!record.ok()) {
-    return ReplyError(res, record.status().code() == Code::kNotFound ? record.status()
-                                                                     : StoreError(record.status()));
+    return call.Fail(record.status().code() == Code::kNotFound ? record.status()
+                                                               : StoreError(record.status()));
   }
-  auto out = dispatcher_->Approve(id, trust, "admin:" + std::to_string(caller->admin_index));
-  if (!out.ok()) return ReplyError(res, StoreError(out.status()));
+  auto out =
+      deps_.dispatcher->Approve(id, trust, "admin:" + std::to_string(call.caller.admin_index));
+  if (!out.ok()) return call.Fail(StoreError(out.status()));
   switch (out->kind) {
     case ApproveOutcome::Kind::kMissing:
-      return ReplyError(res, common::NotFound("no execution with id " + id));
+      return call.Fail(common::NotFound("no execution with id " + id));
     case ApproveOutcome::Kind::kNotAwaiting:
-      return ReplyError(
-          res, common::InvalidRequest("execution " + id + " is not awaiting approval (it is " +
-                                      out->status + ")"));
+      return call.Fail(common::InvalidRequest(
+          "execution " + id + " is not awaiting approval (it is " + out->status + ")"));
     case ApproveOutcome::Kind::kSessionGone: {
       JobRecord ended = *record;
       ended.status = JobStatus::kCancelled;
       ended.error = JobError{"CANCELLED", "its session was deleted before approval", false, "", ""};
       ended.finished_ms = common::NowMs();
-      (void)dispatcher_->EndJob(ended, FinishExpect::kAwaitingApproval);
-      return Reply(res, 200, {{"id", id}, {"status", "cancelled"}});
+      (void)deps_.dispatcher->EndJob(ended, FinishExpect::kAwaitingApproval);
+      return call.Reply(200, {{"id", id}, {"status", "cancelled"}});
     }
     default:
       break;
   }
-  if (metrics_) metrics_->Approval(record->tenant, "approved");
-  Reply(res, 200,
-        {{"id", id},
-         {"status", out->kind == ApproveOutcome::Kind::kStarted ? "running" : "queued"},
-         {"trust_session", trust}});
+  if (deps_.metrics) deps_.metrics->Approval(record->tenant, "approved");
+  call.Reply(200, {{"id", id},
+                   {"status", out->kind == ApproveOutcome::Kind::kStarted ? "running" : "queued"},
+                   {"trust_session", trust}});
 }
 
-void HttpApi::Deny(const httplib::Request& req, httplib::Response& res) {
-  auto caller = Authenticate(req);
-  if (!caller.ok()) return ReplyError(res, caller.status());
-  if (!caller->admin) return ReplyError(res, Status(Code::kForbidden, "admin token required"));
-  const std::string id = req.matches[1];
+void HttpApi::Deny(Call& call) {
+  const std::string& id = call.params.at(0);
   auto record = store_->Load(id);
   if (!record.ok()) {
-    return ReplyError(res, record.status().code() == Code::kNotFound ? record.status()
-                                                                     : StoreError(record.status()));
+    return call.Fail(record.status().code() == Code::kNotFound ? record.status()
+                                                               : StoreError(record.status()));
   }
   if (record->status != JobStatus::kAwaitingApproval) {
-    return ReplyError(
-        res, common::InvalidRequest("execution " + id + " is not awaiting approval (it is " +
-                                    JobStatusName(record->status) + ")"));
+    return call.Fail(common::InvalidRequest("execution " + id +
+                                            " is not awaiting approval (it is " +
+                                            JobStatusName(record->status) + ")"));
   }
   JobRecord ended = *record;
   ended.status = JobStatus::kRejected;
-  ended.error = JobError{"APPROVAL_DENIED",
-                         "denied by admin:" + std::to_string(caller->admin_index), false, "", ""};
+  ended.error =
+      JobError{"APPROVAL_DENIED", "denied by admin:" + std::to_string(call.caller.admin_index),
+               false, "", ""};
   ended.finished_ms = common::NowMs();
-  auto out = dispatcher_->EndJob(ended, FinishExpect::kAwaitingApproval);
-  if (!out.ok()) return ReplyError(res, StoreError(out.status()));
+  auto out = deps_.dispatcher->EndJob(ended, FinishExpect::kAwaitingApproval);
+  if (!out.ok()) return call.Fail(StoreError(out.status()));
   if (out->kind != FinishOutcome::Kind::kStored) {
-    return ReplyError(
-        res, common::InvalidRequest("execution " + id + " is no longer awaiting approval (it is " +
-                                    out->status + ")"));
+    return call.Fail(common::InvalidRequest(
+        "execution " + id + " is no longer awaiting approval (it is " + out->status + ")"));
   }
-  if (metrics_) metrics_->Approval(record->tenant, "denied");
-  Reply(res, 200, ended.ToJson());
+  if (deps_.metrics) deps_.metrics->Approval(record->tenant, "denied");
+  call.Reply(200, ended.ToJson());
 }
 
-void HttpApi::ListApprovals(const httplib::Request& req, httplib::Response& res) {
-  auto caller = Authenticate(req);
-  if (!caller.ok()) return ReplyError(res, caller.status());
-  if (!caller->admin) return ReplyError(res, Status(Code::kForbidden, "admin token required"));
+void HttpApi::ListApprovals(Call& call) {
   auto pending = schedule_->PendingApprovals(500);
-  if (!pending.ok()) return ReplyError(res, StoreError(pending.status()));
+  if (!pending.ok()) return call.Fail(StoreError(pending.status()));
   json list = json::array();
   for (const auto& [id, deadline] : *pending) {
     auto spec = store_->LoadSpec(id);
@@ -407,82 +542,71 @@ void HttpApi::ListApprovals(const httplib::Request& req, httplib::Response& res)
          {"created_at", spec->created_ms},
          {"expires_at", deadline}});
   }
-  Reply(res, 200, {{"approvals", list}});
+  call.Reply(200, {{"approvals", list}});
 }
 
-void HttpApi::ReadAudit(const httplib::Request& req, httplib::Response& res) {
-  auto caller = Authenticate(req);
-  if (!caller.ok()) return ReplyError(res, caller.status());
-  if (!caller->admin) return ReplyError(res, Status(Code::kForbidden, "admin token required"));
-  if (!governance_.audit) return ReplyError(res, common::NotFound("the audit trail is off"));
+void HttpApi::ReadAudit(Call& call) {
+  if (!deps_.governance.audit) return call.Fail(common::NotFound("the audit trail is off"));
   size_t count = 500;
-  if (req.has_param("count")) {
-    auto c = req.get_param_value("count");
+  if (call.req().query.count("count")) {
+    const std::string c = call.req().Param("count");
     auto [p, ec] = std::from_chars(c.data(), c.data() + c.size(), count);
     if (ec != std::errc() || p != c.data() + c.size() || count == 0 || count > 10000) {
-      return ReplyError(res, common::InvalidRequest("count: 1-10000"));
+      return call.Fail(common::InvalidRequest("count: 1-10000"));
     }
   }
-  auto page = governance_.audit->Read(req.get_param_value("after"), count);
+  auto page = deps_.governance.audit->Read(call.req().Param("after"), count);
   if (!page.ok()) {
-    return ReplyError(res, page.status().code() == Code::kInvalidRequest
-                               ? page.status()
-                               : StoreError(page.status()));
+    return call.Fail(page.status().code() == Code::kInvalidRequest ? page.status()
+                                                                   : StoreError(page.status()));
   }
   json entries = json::array();
   for (const auto& e : page->entries) entries.push_back(e.ToExportJson());
-  Reply(res, 200,
-        {{"entries", entries},
-         {"anchor", page->anchor},
-         {"head", page->head},
-         {"next", page->entries.empty() ? json(nullptr) : json(page->entries.back().id)}});
+  call.Reply(200,
+             {{"entries", entries},
+              {"anchor", page->anchor},
+              {"head", page->head},
+              {"next", page->entries.empty() ? json(nullptr) : json(page->entries.back().id)}});
 }
 
-void HttpApi::VerifyAudit(const httplib::Request& req, httplib::Response& res) {
-  auto caller = Authenticate(req);
-  if (!caller.ok()) return ReplyError(res, caller.status());
-  if (!caller->admin) return ReplyError(res, Status(Code::kForbidden, "admin token required"));
-  if (!governance_.audit) return ReplyError(res, common::NotFound("the audit trail is off"));
-  auto report = governance_.audit->Verify();
-  if (!report.ok()) return ReplyError(res, StoreError(report.status()));
+void HttpApi::VerifyAudit(Call& call) {
+  if (!deps_.governance.audit) return call.Fail(common::NotFound("the audit trail is off"));
+  auto report = deps_.governance.audit->Verify();
+  if (!report.ok()) return call.Fail(StoreError(report.status()));
   json body = {{"ok", !report->broken}, {"checked", report->checked}, {"broken", nullptr}};
   if (report->broken) {
     body["broken"] = {{"index", report->broken->index},
                       {"id", report->broken->id},
                       {"reason", report->broken->reason}};
   }
-  Reply(res, 200, body);
+  call.Reply(200, body);
 }
 
-void HttpApi::ListSessions(const httplib::Request& req, httplib::Response& res) {
-  auto caller = Authenticate(req);
-  if (!caller.ok()) return ReplyError(res, caller.status());
-  std::string tenant = caller->tenant;
-  if (caller->admin) {
-    tenant = req.get_param_value("tenant");
+void HttpApi::ListSessions(Call& call) {
+  std::string tenant = call.caller.tenant;
+  if (call.caller.admin) {
+    tenant = call.req().Param("tenant");
     if (FindTenant(config_, tenant) == nullptr) {
-      return ReplyError(res, common::InvalidRequest("admin: name a tenant with ?tenant="));
+      return call.Fail(common::InvalidRequest("tenant: an admin names a tenant with ?tenant="));
     }
   }
-  auto list = sessions_->List(tenant, req.get_param_value("conversation_id"));
-  if (!list.ok()) return ReplyError(res, StoreError(list.status()));
+  auto list = sessions_->List(tenant, call.req().Param("conversation_id"));
+  if (!list.ok()) return call.Fail(StoreError(list.status()));
   json out = json::array();
   for (const auto& s : *list) out.push_back(s.ToJson());
-  Reply(res, 200, {{"sessions", out}});
+  call.Reply(200, {{"sessions", out}});
 }
 
-void HttpApi::DeleteSession(const httplib::Request& req, httplib::Response& res) {
-  auto caller = Authenticate(req);
-  if (!caller.ok()) return ReplyError(res, caller.status());
-  if (caller->admin) {
-    return ReplyError(res, Status(Code::kForbidden, "sessions are deleted with a tenant's token"));
+void HttpApi::DeleteSession(Call& call) {
+  if (call.caller.admin) {
+    return call.Fail(Status(Code::kForbidden, "sessions are deleted with a tenant's token"));
   }
-  const std::string sid = req.matches[1];
-  auto deleted = sessions_->Delete(caller->tenant, sid);
+  const std::string& sid = call.params.at(0);
+  auto deleted = sessions_->Delete(call.caller.tenant, sid);
   if (!deleted.ok()) {
-    return ReplyError(res, deleted.status().code() == Code::kSessionNotFound
-                               ? deleted.status()
-                               : StoreError(deleted.status()));
+    return call.Fail(deleted.status().code() == Code::kSessionNotFound
+                         ? deleted.status()
+                         : StoreError(deleted.status()));
   }
   json cancelled = json::array();
   for (const auto& id : deleted->queued_jobs) {
@@ -494,123 +618,28 @@ void HttpApi::DeleteSession(const httplib::Request& req, httplib::Response& res)
     ended.queue_position.reset();
     ended.wait_reason.clear();
     ended.finished_ms = common::NowMs();
-    if (dispatcher_->EndJob(ended, FinishExpect::kQueued).ok()) cancelled.push_back(id);
+    if (deps_.dispatcher->EndJob(ended, FinishExpect::kQueued).ok()) cancelled.push_back(id);
   }
   if (!deleted->running_job.empty()) {
     (void)schedule_->PublishCancel(deleted->running_job);
     cancelled.push_back(deleted->running_job);
   }
   // Its sandbox goes now (once a running execution has ended).
-  if (!deleted->worker.empty()) dispatcher_->CloseSession(deleted->worker, sid);
-  Reply(res, 200, {{"id", sid}, {"state", "deleted"}, {"cancelled", cancelled}});
+  if (!deleted->worker.empty()) deps_.dispatcher->CloseSession(deleted->worker, sid);
+  call.Reply(200, {{"id", sid}, {"state", "deleted"}, {"cancelled", cancelled}});
 }
 
-void HttpApi::Capabilities(const httplib::Request& req, httplib::Response& res) {
-  auto caller = Authenticate(req);
-  if (!caller.ok()) return ReplyError(res, caller.status());
-  Reply(res, 200,
-        {{"tenant", caller->admin ? json(nullptr) : json(caller->tenant)},
-         {"code_execution", !caller->admin && FindTenant(config_, caller->tenant)->enabled},
-         {"auto_approve", !caller->admin && FindTenant(config_, caller->tenant)->auto_approve},
-         {"runtimes", dispatcher_->Runtimes()}});
+void HttpApi::Capabilities(Call& call) {
+  const TenantConfig* t = call.caller.admin ? nullptr : FindTenant(config_, call.caller.tenant);
+  call.Reply(200, {{"tenant", t ? json(t->name) : json(nullptr)},
+                   {"code_execution", t != nullptr && t->enabled},
+                   {"auto_approve", t != nullptr && t->auto_approve},
+                   {"runtimes", deps_.dispatcher->Runtimes()}});
 }
 
-namespace {
-
-std::string SseEvent(std::string_view event, std::string_view id, const json& data) {
-  std::string out = "event: ";
-  out.append(event);
-  if (!id.empty()) {
-    out += "\nid: ";
-    out.append(id);
-  }
-  out += "\ndata: ";
-  out += data.dump(-1, ' ', false, json::error_handler_t::replace);
-  out += "\n\n";
-  return out;
-}
-
-}  // namespace
-
-void HttpApi::Events(const httplib::Request& req, httplib::Response& res) {
-  auto record = LoadForCaller(req);
-  if (!record.ok()) return ReplyError(res, record.status());
-  struct Subscription {
-    std::string id;
-    std::string after = "0";  // last stream entry sent
-    bool started = false;
-    std::unique_ptr<RedisConnection> conn;  // its own: it blocks in XREAD
-  };
-  auto sub = std::make_shared<Subscription>();
-  sub->id = record->id;
-  sub->conn = RedisConnection::Lazy(redis_endpoint_);
-  if (std::string last = req.get_header_value("Last-Event-ID"); !last.empty()) {
-    // A reconnect: resume after the last chunk the client saw.
-    sub->started = true;
-    if (last != "start") sub->after = last;
-  }
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider("text/event-stream", [this, sub](size_t,
-                                                                    httplib::DataSink& sink) {
-    auto fail = [&](const Status& st) {
-      std::string e = SseEvent("execution_error", "", ErrorJson(st));
-      sink.write(e.data(), e.size());
-      sink.done();
-      return true;
-    };
-    if (!sub->started) {
-      sub->started = true;
-      auto rec = store_->Load(sub->id);
-      if (!rec.ok()) return fail(StoreError(rec.status()));
-      std::string e = SseEvent("execution_start", "start",
-                               {{"id", rec->id},
-                                {"language", rec->language},
-                                {"session_id", rec->session_id},
-                                {"status", JobStatusName(rec->status)}});
-      return sink.write(e.data(), e.size());
-    }
-    // Whether the job had ended before this read: then the read drains
-    // every chunk there will ever be, and the end event follows.
-    auto rec = store_->Load(sub->id);
-    if (!rec.ok()) return fail(StoreError(rec.status()));
-    const bool ended = IsTerminal(rec->status);
-    auto chunks = JobStore::ReadChunks(sub->conn.get(), sub->id, sub->after,
-                                       ended ? -1 : static_cast<int>(kSsePoll.count()));
-    if (!chunks.ok()) return fail(StoreError(chunks.status()));
-    std::string out;
-    for (const auto& c : *chunks) {
-      out += SseEvent(
-          "output_chunk", c.event_id,
-          {{"stream", c.chunk.stream == common::protocol::Stream::kStdout ? "stdout" : "stderr"},
-           {"seq", c.chunk.seq},
-           {"data", c.chunk.data}});
-      sub->after = c.event_id;
-    }
-    if (ended && chunks->empty()) {
-      const bool error = rec->status == JobStatus::kError || rec->status == JobStatus::kRejected;
-      out += SseEvent(error ? "execution_error" : "execution_end", "end", rec->ToJson());
-      sink.write(out.data(), out.size());
-      sink.done();
-      return true;
-    }
-    if (out.empty()) out = ": waiting\n\n";  // a comment: finds clients that left
-    return sink.write(out.data(), out.size());
-  });
-}
-
-void HttpApi::Get(const httplib::Request& req, httplib::Response& res) {
-  auto record = LoadForCaller(req);
-  if (!record.ok()) return ReplyError(res, record.status());
-  Reply(res, 200, record->ToJson());
-}
-
-void HttpApi::ListWorkers(const httplib::Request& req, httplib::Response& res) {
-  auto caller = Authenticate(req);
-  if (!caller.ok()) return ReplyError(res, caller.status());
-  if (!caller->admin) return ReplyError(res, Status(Code::kForbidden, "admin token required"));
+void HttpApi::ListWorkers(Call& call) {
   json workers = json::array();
-  for (const auto& w : dispatcher_->Workers()) {
+  for (const auto& w : deps_.dispatcher->Workers()) {
     workers.push_back({{"id", w.id},
                        {"hostname", w.hostname},
                        {"runtimes", w.runtimes},
@@ -623,27 +652,33 @@ void HttpApi::ListWorkers(const httplib::Request& req, httplib::Response& res) {
                        {"last_heartbeat_ms", w.last_heartbeat_ms},
                        {"metrics_endpoint", w.metrics_endpoint}});
   }
-  Reply(res, 200, {{"workers", workers}});
+  call.Reply(200, {{"workers", workers}});
 }
 
-Status HttpApi::StoreError(const Status& st) const {
-  if (metrics_) metrics_->RedisError();
-  return Status(Code::kUnavailable, st.message());
+void HttpApi::Metrics(Call& call) {
+  if (!deps_.metrics) return call.Fail(common::NotFound("metrics are off"));
+  call.ex->Reply(HttpResponse{200, deps_.metrics->Render(), "text/plain; version=0.0.4", {}});
 }
 
-void HttpApi::Metrics(const httplib::Request&, httplib::Response& res) {
-  if (!metrics_) return ReplyError(res, common::NotFound("metrics are off"));
-  res.set_content(metrics_->Render(), "text/plain; version=0.0.4");
-}
-
-void HttpApi::Health(const httplib::Request&, httplib::Response& res) {
-  auto st = store_->Ping();
-  if (!st.ok() && metrics_) metrics_->RedisError();
-  json body = {{"status", st.ok() ? "ok" : "unavailable"},
-               {"redis", st.ok() ? "ok" : st.message()},
-               {"workers", dispatcher_->Workers().size()},
-               {"queued", dispatcher_->QueueDepth()}};  // every tenant's, as of the last tick
-  Reply(res, st.ok() ? 200 : 503, body);
+void HttpApi::Health(Call& call) {
+  // Never a Redis call on this thread: the probe pings (one PING for every
+  // health request waiting), and a PING slower than kHealthWait is an answer
+  // too — health answers within it while Redis stalls.
+  auto answer = [this, ex = call.ex](const RedisProbe::State& redis) {
+    json body = {
+        {"status", redis.ok ? "ok" : "unavailable"},
+        {"redis", redis.ok ? "ok" : redis.error},
+        {"workers", deps_.dispatcher->Workers().size()},
+        {"queued", deps_.dispatcher->QueueDepth()}};      // every tenant's, as of the last tick
+    ex->Reply(JsonResponse(redis.ok ? 200 : 503, body));  // the first answer wins
+  };
+  if (!deps_.probe) return answer(RedisProbe::State{true});
+  deps_.probe->Fresh(answer);
+  server_->After(kHealthWait, [answer] {
+    RedisProbe::State late;
+    late.error = "redis: no answer to PING within " + std::to_string(kHealthWait.count()) + " ms";
+    answer(late);
+  });
 }
 
 }  // namespace kiln::broker

@@ -1,108 +1,126 @@
-// HttpApi: the broker's HTTP/JSON front end (docs/api.md) on cpp-httplib.
+// HttpApi: the broker's HTTP/JSON API (docs/api.md) on HttpServer — the
+// route table, authentication, per-tenant quotas and the handlers.
 //
-//   ASSIGN_OR_RETURN(auto api, HttpApi::Create(config, stores, &dispatcher, &waiters));
-//   std::jthread t([&] { api->Serve(); });   // until Stop()
+//   ASSIGN_OR_RETURN(auto api, HttpApi::Create(config, deps));
+//   api->Start();   // serves until Stop()
 //
-// Routes: POST /v1/executions (with Idempotency-Key), GET /v1/executions/{id},
-// GET /v1/executions/{id}/events (SSE), POST /v1/executions/{id}/cancel,
-// GET /v1/sessions, DELETE /v1/sessions/{id}, GET /v1/capabilities,
-// POST /v1/executions/{id}/approve|deny, GET /v1/approvals, GET /v1/audit,
-// GET /v1/audit/verify (admin),
-// GET /v1/workers (admin), GET /v1/health, GET /metrics (Prometheus, no
-// auth; counted in `metrics`, which may be null). An event stream holds one HTTP
-// thread and one Redis connection while it is open. Every error answers with the API's error object
-// and code. Requests run on a pool of config.http_threads threads; a
-// `wait: true` submit holds its thread until the job ends (or its timeout plus
-// wait_grace_ms passes, then it answers with the current record).
-// Serve() blocks in the calling thread; Stop() may be called from any thread.
+// How a request is served (docs/security.md, "Hostile clients"):
+//  1. HttpServer reads it within its deadlines and size limits;
+//  2. the route table finds the handler (404; 405 with Allow);
+//  3. the token is checked (401, 403) and, on the reserve lane, only health
+//     and metrics are served (503);
+//  4. handlers that call Redis run on a bounded WorkPool (`broker.http.threads`;
+//     a full queue answers 503), at most `max_requests` per tenant at once
+//     (429); health, metrics, capabilities and workers answer on the I/O
+//     thread from memory, so they answer while Redis or the pool is stuck;
+//  5. a `wait: true` submit and a cancel wait for the job's end without a
+//     thread (JobWaiters watch + timers), at most `max_waits` per tenant; an
+//     event stream is an EventStream fed by the OutputFollower, at most
+//     `max_streams` per tenant.
+// Every error answers with the API's error object and code; 429 and 503
+// carry Retry-After.
+// Create() and Start()/Stop() from one thread; handlers run on I/O and pool threads.
 #pragma once
 
-#include <chrono>
 #include <memory>
 #include <string>
 
 #include "broker/api/submit_service.hpp"
 #include "broker/config.hpp"
-#include "broker/policy/policy.hpp"
-#include "broker/scheduler/audit_writer.hpp"
+#include "broker/http/http_server.hpp"
+#include "broker/http/quota_counter.hpp"
+#include "broker/http/route_table.hpp"
+#include "broker/http/work_pool.hpp"
 #include "broker/scheduler/dispatcher.hpp"
 #include "broker/scheduler/job_waiters.hpp"
-#include "broker/store/audit_store.hpp"
-#include "broker/store/job_store.hpp"
+#include "broker/store/redis_probe.hpp"
+#include "broker/stream/output_follower.hpp"
 #include "common/status.hpp"
-
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
 
 namespace kiln::broker {
 
 class BrokerMetrics;
 
+struct HttpApiDeps {
+  DispatcherStores stores;
+  Dispatcher* dispatcher = nullptr;
+  JobWaiters* waiters = nullptr;
+  OutputFollower* follower = nullptr;
+  RedisProbe* probe = nullptr;
+  BrokerMetrics* metrics = nullptr;  // optional
+  Governance governance;             // optional parts
+};
+
 class HttpApi {
  public:
-  static common::StatusOr<std::unique_ptr<HttpApi>> Create(
-      const BrokerConfig& config, DispatcherStores stores, Dispatcher* dispatcher,
-      JobWaiters* waiters, BrokerMetrics* metrics = nullptr, Governance governance = {});
+  static common::StatusOr<std::unique_ptr<HttpApi>> Create(const BrokerConfig& config,
+                                                           HttpApiDeps deps);
   ~HttpApi();
   HttpApi(const HttpApi&) = delete;
   HttpApi& operator=(const HttpApi&) = delete;
 
-  int port() const { return port_; }
-  void Serve();
+  int port() const { return server_->port(); }
+  void Start() { server_->Start(); }
   void Stop();
+  size_t connections() const { return server_->connections(); }
+  // The routes served (for the docs test and the route list).
+  const RouteTable& routes() const { return routes_; }
+
+  struct Call;     // one request being handled
+  struct Waiting;  // a wait for a job's end
+  using Handler = void (HttpApi::*)(Call& call);
 
  private:
-  HttpApi(const BrokerConfig& config, DispatcherStores stores, Dispatcher* dispatcher,
-          JobWaiters* waiters, BrokerMetrics* metrics, Governance governance);
-  void Routes();
-  common::StatusOr<Caller> Authenticate(const httplib::Request& req) const;
-  void Submit(const httplib::Request& req, httplib::Response& res);
-  // The job named by the route's first match, if the caller may see it
+  HttpApi(const BrokerConfig& config, HttpApiDeps deps);
+
+  void Handle(std::shared_ptr<HttpExchange> ex);
+  void Observe(const HttpRequest* req, int status, size_t bytes);
+  common::StatusOr<Caller> Authenticate(const HttpRequest& req) const;
+  // The job named by the route's parameter, if the caller may see it
   // (another tenant's job answers NOT_FOUND, like a missing one).
-  common::StatusOr<JobRecord> LoadForCaller(const httplib::Request& req) const;
-  void Get(const httplib::Request& req, httplib::Response& res);
-  void Cancel(const httplib::Request& req, httplib::Response& res);
-  // Server-Sent Events: execution_start, output_chunk*, then execution_end
-  // (or execution_error). Replays stored chunks first; Last-Event-ID resumes.
-  void Events(const httplib::Request& req, httplib::Response& res);
-  // The record of an existing job (wait: until it ends or the deadline),
-  // or 202 {id, status} when not waiting.
-  void ReplyWithJob(httplib::Response& res, const std::string& id, bool wait,
-                    std::chrono::steady_clock::time_point deadline);
-  // Waits for the job's terminal record until the deadline: woken by this
-  // broker's dispatcher or (through the EventBus) another broker's, and
-  // re-reading Redis every second in case a notice was lost.
-  common::StatusOr<JobRecord> AwaitEnd(JobWaiters::Handle handle, const std::string& id,
-                                       std::chrono::steady_clock::time_point deadline);
-  void Approve(const httplib::Request& req, httplib::Response& res);
-  void Deny(const httplib::Request& req, httplib::Response& res);
-  void ListApprovals(const httplib::Request& req, httplib::Response& res);
-  void ReadAudit(const httplib::Request& req, httplib::Response& res);
-  void VerifyAudit(const httplib::Request& req, httplib::Response& res);
-  void ListSessions(const httplib::Request& req, httplib::Response& res);
-  void DeleteSession(const httplib::Request& req, httplib::Response& res);
-  void Capabilities(const httplib::Request& req, httplib::Response& res);
-  void ListWorkers(const httplib::Request& req, httplib::Response& res);
-  void Health(const httplib::Request& req, httplib::Response& res);
-  void Metrics(const httplib::Request& req, httplib::Response& res);
+  common::StatusOr<JobRecord> LoadForCaller(const Call& call) const;
   // UNAVAILABLE for a failed store call, counted as a Redis error.
   common::Status StoreError(const common::Status& st) const;
 
+  // Answers `ex` with the job's terminal record when it ends (or with the
+  // record as it is at `deadline`); `blocking` is a JobWaiters handle taken
+  // before the job existed, when there is one.
+  void AwaitEnd(std::shared_ptr<HttpExchange> ex, const std::string& id,
+                std::chrono::steady_clock::time_point deadline, JobWaiters::Handle blocking,
+                QuotaCounter::Hold hold, bool cancel, HttpHeaders headers = {});
+  void Recheck(const std::shared_ptr<Waiting>& w, std::chrono::milliseconds delay);
+  // Runs `fn` on the work pool, or here when it is full.
+  void OnPool(std::function<void()> fn);
+
+  void Submit(Call& call);
+  void Get(Call& call);
+  void Events(Call& call);
+  void Cancel(Call& call);
+  void Approve(Call& call);
+  void Deny(Call& call);
+  void ListApprovals(Call& call);
+  void ReadAudit(Call& call);
+  void VerifyAudit(Call& call);
+  void ListSessions(Call& call);
+  void DeleteSession(Call& call);
+  void Capabilities(Call& call);
+  void ListWorkers(Call& call);
+  void Health(Call& call);
+  void Metrics(Call& call);
+
   const BrokerConfig& config_;
+  HttpApiDeps deps_;
   JobStore* store_;
   ScheduleStore* schedule_;
   SessionStore* sessions_;
-  Dispatcher* dispatcher_;
-  JobWaiters* waiters_;
-  BrokerMetrics* metrics_;
-  Governance governance_;
-  SubmitService submits_;  // the checks and scheduling shared with the native API
-  std::unique_ptr<httplib::Server> server_;
-  RedisEndpoint redis_endpoint_;  // event streams open their own connections
-  int port_ = 0;
+  SubmitService submits_;
+  RouteTable routes_;
+  std::vector<Handler> handlers_;  // by route index
+  QuotaCounter requests_;          // per tenant: requests on the pool
+  QuotaCounter waits_;             // per tenant: waits (submit, cancel)
+  QuotaCounter streams_;           // per tenant: event streams
+  std::unique_ptr<WorkPool> pool_;
+  std::unique_ptr<HttpServer> server_;
 };
 
 }  // namespace kiln::broker

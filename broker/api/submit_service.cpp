@@ -49,7 +49,7 @@ Status SubmitService::StoreError(const Status& st) const {
 
 common::StatusOr<SubmitResult> SubmitService::Submit(const Caller& caller, std::string_view body,
                                                      const std::string& idem_key,
-                                                     bool register_waiter) {
+                                                     bool register_waiter, const Admit& admit) {
   if (caller.admin) return Status(Code::kForbidden, "admin tokens cannot submit jobs");
   const TenantConfig* tenant = FindTenant(config_, caller.tenant);
   if (!tenant->enabled) {
@@ -67,6 +67,7 @@ common::StatusOr<SubmitResult> SubmitService::Submit(const Caller& caller, std::
     if (verdict.blocked) return RejectBlocked(std::move(spec), verdict);
     spec.warnings = std::move(verdict.warnings);
   }
+  if (admit) RETURN_IF_ERROR(admit(spec));
   SubmitResult result;
   result.wait = spec.wait;
   result.deadline = std::chrono::steady_clock::now() +

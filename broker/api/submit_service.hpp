@@ -13,6 +13,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -70,8 +71,12 @@ class SubmitService {
   // UNAVAILABLE when Redis fails). With `register_waiter` and a request that
   // asks to wait, result.handle is a JobWaiters handle for the new job, which
   // the caller must Wait() on.
+  // `admit`, when set, sees the parsed request before anything is stored; an
+  // error it returns refuses the submit (the HTTP API's wait quota).
+  using Admit = std::function<common::Status(const JobSpec& spec)>;
   common::StatusOr<SubmitResult> Submit(const Caller& caller, std::string_view body,
-                                        const std::string& idempotency_key, bool register_waiter);
+                                        const std::string& idempotency_key, bool register_waiter,
+                                        const Admit& admit = nullptr);
 
   // UNAVAILABLE for a failed store call, counted as a Redis error.
   common::Status StoreError(const common::Status& st) const;

@@ -1,5 +1,7 @@
 #include "broker/scheduler/job_waiters.hpp"
 
+#include <vector>
+
 namespace kiln::broker {
 
 JobWaiters::Handle JobWaiters::Add(const std::string& id) {
@@ -14,28 +16,62 @@ std::optional<JobRecord> JobWaiters::Wait(const Handle& h,
                                           std::chrono::steady_clock::time_point deadline) {
   std::unique_lock lock(mu_);
   h->cv.wait_until(lock, deadline, [&] { return h->record.has_value(); });
+  EraseLocked(h);
+  return std::move(h->record);
+}
+
+JobWaiters::Handle JobWaiters::Watch(const std::string& id, Callback fn) {
+  auto h = std::make_shared<Slot>();
+  h->id = id;
+  h->callback = std::move(fn);
+  std::lock_guard lock(mu_);
+  waiting_.emplace(id, h);
+  return h;
+}
+
+bool JobWaiters::Unwatch(const Handle& h) {
+  std::lock_guard lock(mu_);
+  return EraseLocked(h);
+}
+
+bool JobWaiters::EraseLocked(const Handle& h) {
   auto range = waiting_.equal_range(h->id);
   for (auto it = range.first; it != range.second; ++it) {
     if (it->second == h) {
       waiting_.erase(it);
-      break;
+      return true;
     }
   }
-  return std::move(h->record);
+  return false;
 }
 
 void JobWaiters::Notify(const JobRecord& record) {
-  std::lock_guard lock(mu_);
-  auto range = waiting_.equal_range(record.id);
-  for (auto it = range.first; it != range.second; ++it) {
-    it->second->record = record;
-    it->second->cv.notify_one();
+  std::vector<Handle> fire;
+  {
+    std::lock_guard lock(mu_);
+    auto range = waiting_.equal_range(record.id);
+    for (auto it = range.first; it != range.second;) {
+      if (it->second->callback) {
+        fire.push_back(it->second);
+        it = waiting_.erase(it);  // a watch fires once
+      } else {
+        it->second->record = record;
+        it->second->cv.notify_one();
+        ++it;
+      }
+    }
   }
+  for (const auto& h : fire) h->callback(record);
 }
 
 bool JobWaiters::Waiting(const std::string& id) {
   std::lock_guard lock(mu_);
   return waiting_.count(id) != 0;
+}
+
+size_t JobWaiters::size() {
+  std::lock_guard lock(mu_);
+  return waiting_.size();
 }
 
 }  // namespace kiln::broker

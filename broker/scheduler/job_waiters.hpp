@@ -1,16 +1,20 @@
-// JobWaiters: lets an HTTP thread block until its job's terminal record is
-// known, without polling Redis.
+// JobWaiters: tells whoever waits for a job's end (a blocked thread, or a
+// callback) its terminal record, without polling Redis.
 //
 //   auto w = waiters.Add(id);                       // before the job is dispatched
 //   std::optional<JobRecord> r = waiters.Wait(w, deadline);
+//   auto token = waiters.Watch(id, [](const JobRecord& r) { /* post, don't block */ });
 //
 // The dispatcher calls Notify() after it has stored the terminal record; the
-// EventBus does when another broker has.
+// EventBus does when another broker has. A watch's callback runs once, on
+// the notifying thread, without a lock held: it must only hand the record
+// on (post it to a loop), never block or call back into JobWaiters.
 // Thread-safe.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -23,21 +27,34 @@ namespace kiln::broker {
 
 class JobWaiters {
  public:
+  using Callback = std::function<void(const JobRecord&)>;
   struct Slot {
     std::string id;
     std::optional<JobRecord> record;  // guarded by JobWaiters::mu_
     std::condition_variable cv;       // one per waiter: no thundering herd
+    Callback callback;                // a watch: called instead of cv
   };
   using Handle = std::shared_ptr<Slot>;
 
   Handle Add(const std::string& id);
   // Waits until Notify(id) or the deadline; always removes the waiter.
   std::optional<JobRecord> Wait(const Handle& h, std::chrono::steady_clock::time_point deadline);
+
+  // Calls `fn` once with the job's terminal record when Notify(id) comes.
+  Handle Watch(const std::string& id, Callback fn);
+  // Removes a watch; true when its callback had not run and now never will.
+  bool Unwatch(const Handle& h);
+
   void Notify(const JobRecord& record);
   // Whether anyone waits for the job.
   bool Waiting(const std::string& id);
+  // Waiters and watches registered now (for metrics and tests).
+  size_t size();
 
  private:
+  // Removes h from waiting_; true if it was there. mu_ held.
+  bool EraseLocked(const Handle& h);
+
   std::mutex mu_;
   std::multimap<std::string, Handle> waiting_;
 };

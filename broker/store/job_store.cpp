@@ -110,15 +110,23 @@ common::StatusOr<std::vector<JobStore::StoredChunk>> JobStore::ReadChunks(
     argv.push_back(a);
   }
   ASSIGN_OR_RETURN(RedisReply r, conn->Command(argv));
+  // [[key, [[entry-id, [field, value, ...]], ...]]]; nil on a timeout.
+  if (r.type != RedisReply::Type::kArray || r.elements.empty() ||
+      r.elements[0].elements.size() != 2) {
+    return std::vector<StoredChunk>{};
+  }
+  return ParseEntries(id, r.elements[0].elements[1]);
+}
+
+std::vector<JobStore::StoredChunk> JobStore::ParseEntries(const std::string& id,
+                                                          const RedisReply& entries) {
   std::vector<StoredChunk> out;
-  if (r.type != RedisReply::Type::kArray || r.elements.empty()) return out;  // timeout: nil
-  // [[key, [[entry-id, [field, value, ...]], ...]]]
-  const RedisReply& entries = r.elements[0].elements.at(1);
   for (const RedisReply& e : entries.elements) {
+    if (e.elements.size() != 2) continue;
     StoredChunk sc;
-    sc.event_id = e.elements.at(0).str;
+    sc.event_id = e.elements[0].str;
     sc.chunk.job_id = id;
-    const auto& f = e.elements.at(1).elements;
+    const auto& f = e.elements[1].elements;
     for (size_t i = 0; i + 1 < f.size(); i += 2) {
       if (f[i].str == "stream") {
         sc.chunk.stream = f[i + 1].str == "stderr" ? common::protocol::Stream::kStderr

@@ -53,6 +53,9 @@ class JobStore {
   // Chunks after `after_id` ("0" for all), waiting up to block_ms for the
   // first one (block_ms < 0: do not wait). Uses the caller's own connection: a subscriber blocks on
   // it.
+  // The entries of one stream in an XREAD/XRANGE reply:
+  // [[entry-id, [field, value, ...]], ...].
+  static std::vector<StoredChunk> ParseEntries(const std::string& id, const RedisReply& entries);
   static common::StatusOr<std::vector<StoredChunk>> ReadChunks(RedisConnection* conn,
                                                                const std::string& id,
                                                                const std::string& after_id,

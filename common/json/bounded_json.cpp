@@ -31,8 +31,7 @@ class BoundedBuilder {
   }
   bool end_object() { return Close(); }
   bool end_array() { return Close(); }
-  bool parse_error(std::size_t position, const std::string&,
-                   const nlohmann::detail::exception& e) {
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) {
     // e.what() is "[json.exception.parse_error.101] parse error at line 1,
     // column 7: syntax error ..."; keep the part after the id.
     std::string what = e.what();

@@ -217,11 +217,13 @@ TEST_F(MetricsTest, MetricsNeedNoTokenAndAreReadOnly) {
   auto with_token = cluster_->Request("GET", "/metrics");
   EXPECT_EQ(with_token.status, 200);
   auto post = cluster_->Request("POST", "/metrics", "{}", "");
-  EXPECT_EQ(post.status, 404) << post.raw;
+  EXPECT_EQ(post.status, 405) << post.raw;
+  EXPECT_EQ(post.body["error"]["code"], "METHOD_NOT_ALLOWED");
+  EXPECT_EQ(post.headers.find("Allow")->second, "GET");
   EXPECT_TRUE(WaitFor(
       [&] {
         return Sample(Scrape().raw, "kiln_http_requests_total",
-                      {"route=\"metrics\"", "code=\"404\""}) == 1;
+                      {"route=\"metrics\"", "code=\"405\""}) == 1;
       },
       std::chrono::seconds(5)));
 }

@@ -8,8 +8,8 @@
 namespace kiln::common {
 namespace {
 
-using ::testing::HasSubstr;
 using nlohmann::json;
+using ::testing::HasSubstr;
 
 std::string Nested(size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); }
 

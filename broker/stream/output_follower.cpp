@@ -1,0 +1,290 @@
+#include "broker/stream/output_follower.hpp"
+
+#include <charconv>
+#include <thread>
+
+#include "common/log/logging.hpp"
+
+namespace kiln::broker {
+namespace {
+
+const common::SubsystemLog kLog("events");
+
+using Clock = std::chrono::steady_clock;
+
+// "<ms>-<seq>" -> (ms, seq); "0" -> (0, 0). False when malformed.
+bool SplitStreamId(std::string_view s, uint64_t* ms, uint64_t* seq) {
+  *ms = 0;
+  *seq = 0;
+  auto dash = s.find('-');
+  std::string_view a = s.substr(0, dash);
+  auto [p, ec] = std::from_chars(a.data(), a.data() + a.size(), *ms);
+  if (a.empty() || ec != std::errc() || p != a.data() + a.size()) return false;
+  if (dash == std::string_view::npos) return true;
+  std::string_view b = s.substr(dash + 1);
+  auto [q, ec2] = std::from_chars(b.data(), b.data() + b.size(), *seq);
+  return !b.empty() && ec2 == std::errc() && q == b.data() + b.size();
+}
+
+}  // namespace
+
+int CompareStreamIds(std::string_view a, std::string_view b) {
+  uint64_t am, as, bm, bs;
+  const bool aok = SplitStreamId(a, &am, &as);
+  const bool bok = SplitStreamId(b, &bm, &bs);
+  if (!aok || !bok) return aok == bok ? 0 : (aok ? 1 : -1);
+  if (am != bm) return am < bm ? -1 : 1;
+  if (as != bs) return as < bs ? -1 : 1;
+  return 0;
+}
+
+OutputFollower::OutputFollower(RedisEndpoint endpoint, JobStore* jobs, JobWaiters* waiters,
+                               Options options)
+    : endpoint_(std::move(endpoint)), jobs_(jobs), waiters_(waiters), options_(options) {}
+
+OutputFollower::~OutputFollower() {
+  // Watches capture `this`: none may fire once it is gone.
+  for (auto& [id, e] : entries_) waiters_->Unwatch(e.watch);
+  std::lock_guard lock(mu_);
+  for (auto& [id, e] : inbox_.follows) waiters_->Unwatch(e.watch);
+}
+
+OutputFollower::Id OutputFollower::Follow(const std::string& job_id, const std::string& after,
+                                          std::shared_ptr<Reader> reader) {
+  Id id;
+  {
+    std::lock_guard lock(mu_);
+    id = next_id_++;
+    ++count_;
+  }
+  Entry e;
+  e.job = job_id;
+  e.cursor = after.empty() ? "0" : after;
+  e.reader = std::move(reader);
+  // Registered before the first status check, so no end falls between.
+  e.watch = waiters_->Watch(job_id, [this, id](const JobRecord& record) {
+    std::lock_guard lock(mu_);
+    inbox_.ends.emplace_back(id, record);
+    cv_.notify_one();
+  });
+  std::lock_guard lock(mu_);
+  inbox_.follows.emplace_back(id, std::move(e));
+  cv_.notify_one();
+  return id;
+}
+
+void OutputFollower::Unfollow(Id id) {
+  std::lock_guard lock(mu_);
+  inbox_.unfollows.push_back(id);
+  cv_.notify_one();
+}
+
+void OutputFollower::Wake(Id id) {
+  std::lock_guard lock(mu_);
+  inbox_.wakes.push_back(id);
+  cv_.notify_one();
+}
+
+size_t OutputFollower::size() const {
+  std::lock_guard lock(mu_);
+  return count_;
+}
+
+void OutputFollower::DrainInbox() {
+  Inbox in;
+  {
+    std::lock_guard lock(mu_);
+    std::swap(in, inbox_);
+  }
+  for (auto& [id, e] : in.follows) entries_.emplace(id, std::move(e));
+  for (auto& [id, record] : in.ends) {
+    auto it = entries_.find(id);
+    if (it != entries_.end() && !it->second.end) it->second.end = std::move(record);
+  }
+  for (Id id : in.wakes) {
+    auto it = entries_.find(id);
+    if (it != entries_.end()) it->second.asleep = false;
+  }
+  size_t gone = 0;
+  for (Id id : in.unfollows) {
+    auto it = entries_.find(id);
+    if (it == entries_.end()) continue;
+    waiters_->Unwatch(it->second.watch);
+    entries_.erase(it);
+    ++gone;
+  }
+  if (gone > 0) {
+    std::lock_guard lock(mu_);
+    count_ -= gone;
+  }
+}
+
+void OutputFollower::Finish(std::map<Id, Entry>::iterator it, const common::Status* error) {
+  Entry e = std::move(it->second);
+  entries_.erase(it);
+  waiters_->Unwatch(e.watch);
+  {
+    std::lock_guard lock(mu_);
+    --count_;
+  }
+  if (error) {
+    e.reader->OnError(*error);
+  } else {
+    e.reader->OnEnd(*e.end);
+  }
+}
+
+common::Status OutputFollower::CheckEnds(bool all) {
+  std::vector<Id> ids;
+  std::vector<std::vector<std::string>> commands;
+  for (auto& [id, e] : entries_) {
+    if (e.end || (e.checked && !all)) continue;
+    ids.push_back(id);
+    commands.push_back({"HGET", JobStore::JobKey(e.job), "status"});
+  }
+  if (ids.empty()) return common::Status::Ok();
+  ASSIGN_OR_RETURN(auto replies, conn_->Pipeline(commands));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto it = entries_.find(ids[i]);
+    it->second.checked = true;
+    if (replies[i].is_nil()) {
+      const common::Status gone = common::NotFound("no execution with id " + it->second.job);
+      Finish(it, &gone);
+      continue;
+    }
+    auto status = ParseJobStatus(replies[i].str);
+    if (!status.ok() || !IsTerminal(*status)) continue;
+    auto record = jobs_->Load(it->second.job);
+    if (!record.ok()) return record.status();
+    it->second.end = std::move(*record);
+  }
+  return common::Status::Ok();
+}
+
+common::StatusOr<bool> OutputFollower::ReadOnce(bool may_block) {
+  size_t buffered = 0;
+  for (auto& [id, e] : entries_) buffered += e.reader->Buffered();
+  // Jobs to read, from the earliest cursor among their readers with room.
+  std::map<std::string, std::pair<std::string, std::vector<Id>>> jobs;
+  bool draining = false;
+  for (auto& [id, e] : entries_) {
+    if (e.asleep) continue;
+    if (!e.reader->HasRoom()) {
+      e.asleep = true;
+      continue;
+    }
+    if (buffered > options_.buffer_budget && e.reader->Buffered() > 0) continue;
+    auto [it, fresh] = jobs.try_emplace(e.job, e.cursor, std::vector<Id>{});
+    if (!fresh && CompareStreamIds(e.cursor, it->second.first) < 0) it->second.first = e.cursor;
+    it->second.second.push_back(id);
+    if (e.end) {
+      e.read_since_end = true;
+      draining = true;
+    }
+  }
+  if (jobs.empty()) return false;
+
+  std::vector<std::string> args = {"XREAD", "COUNT", std::to_string(kReadCount)};
+  if (may_block && !draining) {
+    args.push_back("BLOCK");
+    args.push_back(std::to_string(options_.block.count()));
+  }
+  args.push_back("STREAMS");
+  for (const auto& [job, from] : jobs) args.push_back(JobStore::OutputKey(job));
+  for (const auto& [job, from] : jobs) args.push_back(from.first);
+  std::vector<std::string_view> argv(args.begin(), args.end());
+  ASSIGN_OR_RETURN(RedisReply reply, conn_->Command(argv));
+
+  // [[key, [[entry-id, [field, value, ...]], ...]], ...]; nil when nothing came.
+  std::map<std::string, std::vector<JobStore::StoredChunk>> read;
+  for (const RedisReply& stream : reply.elements) {
+    if (stream.elements.size() != 2) continue;
+    const std::string& key = stream.elements[0].str;
+    const std::string prefix = JobStore::OutputKey("");
+    if (key.compare(0, prefix.size(), prefix) != 0) continue;
+    std::string job = key.substr(prefix.size());
+    read[job] = JobStore::ParseEntries(job, stream.elements[1]);
+  }
+  for (auto& [job, from] : jobs) {
+    auto got = read.find(job);
+    const size_t n = got == read.end() ? 0 : got->second.size();
+    const bool exhausted = n < kReadCount;
+    for (Id id : from.second) {
+      auto it = entries_.find(id);
+      if (it == entries_.end()) continue;
+      Entry& e = it->second;
+      std::vector<JobStore::StoredChunk> mine;
+      if (n > 0) {
+        for (const auto& c : got->second) {
+          if (CompareStreamIds(c.event_id, e.cursor) > 0) mine.push_back(c);
+        }
+      }
+      if (!mine.empty()) {
+        e.cursor = mine.back().event_id;
+        e.reader->OnChunks(mine);
+      } else if (e.end && e.read_since_end && exhausted) {
+        Finish(it, nullptr);
+      }
+    }
+  }
+  return true;
+}
+
+void OutputFollower::Run(std::stop_token stop) {
+  std::stop_callback wake(stop, [this] {
+    std::lock_guard lock(mu_);
+    cv_.notify_all();
+  });
+  conn_ = RedisConnection::Lazy(endpoint_);
+  auto next_check = Clock::now() + kCheckInterval;
+  std::optional<Clock::time_point> failing_since;
+  while (!stop.stop_requested()) {
+    DrainInbox();
+    if (entries_.empty()) {
+      std::unique_lock lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(200),
+                   [&] { return stop.stop_requested() || !inbox_.follows.empty(); });
+      continue;
+    }
+    const auto now = Clock::now();
+    const bool all = now >= next_check;
+    if (all) next_check = now + kCheckInterval;
+    common::Status st = CheckEnds(all);
+    bool idle = false;
+    if (st.ok()) {
+      bool inbox_empty;
+      {
+        std::lock_guard lock(mu_);
+        inbox_empty = inbox_.follows.empty() && inbox_.wakes.empty() && inbox_.ends.empty();
+      }
+      auto read = ReadOnce(inbox_empty);
+      if (read.ok()) {
+        idle = !*read;  // no reader with room
+      } else {
+        st = read.status();
+      }
+    }
+    if (!st.ok()) {
+      if (!failing_since) failing_since = Clock::now();
+      kLog.Debug({}, "output follower: {}", st.ToString());
+      if (Clock::now() - *failing_since > kRedisGrace) {
+        const common::Status gone(common::Code::kUnavailable, "redis: " + st.message());
+        while (!entries_.empty()) Finish(entries_.begin(), &gone);
+        failing_since.reset();
+      }
+      std::unique_lock lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stop.stop_requested(); });
+      continue;
+    }
+    failing_since.reset();
+    if (idle) {
+      std::unique_lock lock(mu_);
+      cv_.wait_for(lock, options_.block, [&] {
+        return stop.stop_requested() || !inbox_.follows.empty() || !inbox_.wakes.empty() ||
+               !inbox_.ends.empty() || !inbox_.unfollows.empty();
+      });
+    }
+  }
+}
+
+}  // namespace kiln::broker

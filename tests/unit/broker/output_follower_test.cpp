@@ -1,0 +1,212 @@
+// OutputFollower against a real redis-server: chunks in order then the end,
+// ends learnt from JobWaiters or from the status check, readers at
+// different places in one stream, and a reader without room that costs
+// nothing until it has room again.
+#include "broker/stream/output_follower.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "common/clock.hpp"
+#include "tests/support/process.hpp"
+
+namespace kiln::broker {
+namespace {
+
+using kiln::testing::CanConnect;
+using kiln::testing::ChildProcess;
+using kiln::testing::FreePort;
+using kiln::testing::MakeTempDir;
+using kiln::testing::RemoveTree;
+using kiln::testing::WaitFor;
+using namespace std::chrono_literals;
+
+// Records what the follower hands it; `room` says whether it takes more.
+class TestReader : public OutputFollower::Reader {
+ public:
+  size_t Buffered() override { return room ? 0 : 1; }
+  bool HasRoom() override { return room; }
+  void OnChunks(std::vector<JobStore::StoredChunk>& chunks) override {
+    std::lock_guard lock(mu);
+    for (auto& c : chunks) data += c.chunk.data;
+    ++batches;
+  }
+  void OnEnd(const JobRecord& r) override {
+    std::lock_guard lock(mu);
+    end = JobStatusName(r.status);
+    ++last_calls;
+  }
+  void OnError(const common::Status& st) override {
+    std::lock_guard lock(mu);
+    error = std::string(common::CodeName(st.code()));
+    ++last_calls;
+  }
+  std::string Data() {
+    std::lock_guard lock(mu);
+    return data;
+  }
+  std::string End() {
+    std::lock_guard lock(mu);
+    return end;
+  }
+  std::string Error() {
+    std::lock_guard lock(mu);
+    return error;
+  }
+
+  std::atomic<bool> room{true};
+  std::mutex mu;
+  std::string data, end, error;
+  int batches = 0;
+  int last_calls = 0;
+};
+
+class OutputFollowerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = MakeTempDir("kiln-follow");
+    port_ = FreePort();
+    redis_ = new ChildProcess(
+        ChildProcess::Start({"/usr/bin/redis-server", "--port", std::to_string(port_), "--bind",
+                             "127.0.0.1", "--dir", dir_, "--save", "", "--appendonly", "no"},
+                            dir_ + "/redis.log"));
+    ASSERT_TRUE(WaitFor([] { return CanConnect(port_); }, 10s));
+  }
+  static void TearDownTestSuite() {
+    delete redis_;
+    RemoveTree(dir_);
+  }
+  void SetUp() override {
+    const std::string url = "redis://127.0.0.1:" + std::to_string(port_);
+    auto pool = RedisPool::Create(url, 2);
+    ASSERT_TRUE(pool.ok());
+    pool_ = std::move(*pool);
+    ASSERT_TRUE(pool_->Acquire()->Command({"FLUSHALL"}).ok());
+    jobs_ = std::make_unique<JobStore>(pool_.get(), 3600);
+    follower_ =
+        std::make_unique<OutputFollower>(*RedisEndpoint::Parse(url), jobs_.get(), &waiters_);
+    thread_ = std::jthread([this](std::stop_token st) { follower_->Run(st); });
+  }
+  void TearDown() override {
+    thread_.request_stop();
+    thread_.join();
+  }
+
+  JobRecord Record(const std::string& id, JobStatus status) {
+    JobRecord r;
+    r.id = id;
+    r.status = status;
+    r.language = "python";
+    r.tenant = "t";
+    return r;
+  }
+  void Put(const std::string& id, JobStatus status) {
+    auto c = pool_->Acquire();
+    ASSERT_TRUE(c->Command({"HSET", JobStore::JobKey(id), "record",
+                            Record(id, status).ToJson().dump(), "status", JobStatusName(status)})
+                    .ok());
+  }
+  void Chunk(const std::string& id, uint64_t seq, const std::string& data) {
+    ASSERT_TRUE(jobs_->AppendChunk({id, common::protocol::Stream::kStdout, seq, data}).ok());
+  }
+
+  static inline std::string dir_;
+  static inline int port_ = 0;
+  static inline ChildProcess* redis_ = nullptr;
+  std::unique_ptr<RedisPool> pool_;
+  std::unique_ptr<JobStore> jobs_;
+  JobWaiters waiters_;
+  std::unique_ptr<OutputFollower> follower_;
+  std::jthread thread_;
+};
+
+TEST_F(OutputFollowerTest, ChunksInOrderThenTheEndFromTheNotice) {
+  Put("j1", JobStatus::kRunning);
+  Chunk("j1", 0, "a");
+  auto r = std::make_shared<TestReader>();
+  follower_->Follow("j1", "0", r);
+  ASSERT_TRUE(WaitFor([&] { return r->Data() == "a"; }, 5s));
+  for (int i = 1; i <= 40; ++i) Chunk("j1", i, std::to_string(i % 10));
+  std::string want = "a";
+  for (int i = 1; i <= 40; ++i) want += std::to_string(i % 10);
+  ASSERT_TRUE(WaitFor([&] { return r->Data() == want; }, 5s)) << r->Data();
+  EXPECT_EQ(r->End(), "");
+  Put("j1", JobStatus::kSucceeded);
+  waiters_.Notify(Record("j1", JobStatus::kSucceeded));
+  ASSERT_TRUE(WaitFor([&] { return r->End() == "succeeded"; }, 5s));
+  EXPECT_EQ(r->last_calls, 1);
+  EXPECT_EQ(follower_->size(), 0u);
+  EXPECT_EQ(waiters_.size(), 0u);  // its watch is gone
+}
+
+TEST_F(OutputFollowerTest, EndFoundByTheStatusCheckWithoutANotice) {
+  Put("j2", JobStatus::kSucceeded);  // ended before anyone followed it
+  Chunk("j2", 0, "x");
+  Chunk("j2", 1, "y");
+  auto r = std::make_shared<TestReader>();
+  follower_->Follow("j2", "0", r);
+  ASSERT_TRUE(WaitFor([&] { return r->End() == "succeeded"; }, 5s));
+  EXPECT_EQ(r->Data(), "xy");  // every chunk before the end
+}
+
+TEST_F(OutputFollowerTest, ReadersAtDifferentPlacesEachGetTheirRest) {
+  Put("j3", JobStatus::kSucceeded);
+  for (int i = 0; i < 50; ++i) Chunk("j3", i, "<" + std::to_string(i) + ">");
+  // The id of entry 30, to resume after it.
+  auto c = pool_->Acquire();
+  auto range = c->Command({"XRANGE", JobStore::OutputKey("j3"), "-", "+", "COUNT", "31"});
+  ASSERT_TRUE(range.ok());
+  const std::string after30 = range->elements.at(30).elements.at(0).str;
+  auto all = std::make_shared<TestReader>();
+  auto tail = std::make_shared<TestReader>();
+  follower_->Follow("j3", "0", all);
+  follower_->Follow("j3", after30, tail);
+  ASSERT_TRUE(WaitFor([&] { return !all->End().empty() && !tail->End().empty(); }, 5s));
+  std::string want_all, want_tail;
+  for (int i = 0; i < 50; ++i) {
+    want_all += "<" + std::to_string(i) + ">";
+    if (i > 30) want_tail += "<" + std::to_string(i) + ">";
+  }
+  EXPECT_EQ(all->Data(), want_all);
+  EXPECT_EQ(tail->Data(), want_tail);
+}
+
+TEST_F(OutputFollowerTest, AReaderWithoutRoomIsNotReadForUntilWoken) {
+  Put("j4", JobStatus::kRunning);
+  auto slow = std::make_shared<TestReader>();
+  slow->room = false;
+  auto fast = std::make_shared<TestReader>();
+  auto slow_id = follower_->Follow("j4", "0", slow);
+  follower_->Follow("j4", "0", fast);
+  for (int i = 0; i < 100; ++i) Chunk("j4", i, "z");
+  ASSERT_TRUE(WaitFor([&] { return fast->Data().size() == 100; }, 5s));
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(slow->Data(), "");  // nothing buffered for it
+  slow->room = true;
+  follower_->Wake(slow_id);
+  ASSERT_TRUE(WaitFor([&] { return slow->Data().size() == 100; }, 5s));
+}
+
+TEST_F(OutputFollowerTest, MissingJobIsNotFoundAndUnfollowStopsDelivery) {
+  auto r = std::make_shared<TestReader>();
+  follower_->Follow("nope", "0", r);
+  ASSERT_TRUE(WaitFor([&] { return r->Error() == "NOT_FOUND"; }, 5s));
+
+  Put("j5", JobStatus::kRunning);
+  auto gone = std::make_shared<TestReader>();
+  auto id = follower_->Follow("j5", "0", gone);
+  Chunk("j5", 0, "before");
+  ASSERT_TRUE(WaitFor([&] { return gone->Data() == "before"; }, 5s));
+  follower_->Unfollow(id);
+  ASSERT_TRUE(WaitFor([&] { return follower_->size() == 0; }, 5s));
+  Chunk("j5", 1, "after");
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(gone->Data(), "before");
+  EXPECT_EQ(waiters_.size(), 0u);
+}
+
+}  // namespace
+}  // namespace kiln::broker

@@ -178,6 +178,8 @@ void JobRecord::ApplyResult(const protocol::Result& res, int64_t now_ms) {
   cpu_ms = res.cpu_ms;
   max_rss_kb = res.max_rss_kb;
   files = res.files;
+  files_truncated = res.files_truncated;
+  files_omitted = res.files_omitted;
   redactions = res.redactions;
   end_reason = protocol::EndReasonName(res.reason);
   // The worker reports an epoch once it runs sessions; until then the broker's stands.
@@ -255,6 +257,8 @@ json JobRecord::ToJson() const {
       {"usage", nullptr},
       {"worker", worker.empty() ? json(nullptr) : json(worker)},
       {"files", FilesJson(files)},
+      {"files_truncated", files_truncated},
+      {"files_omitted", files_omitted},
       {"session_epoch", Opt(session_epoch)},
       {"queue_position", Opt(queue_position)},
       {"wait_reason", wait_reason.empty() ? json(nullptr) : json(wait_reason)},
@@ -311,6 +315,8 @@ common::StatusOr<JobRecord> JobRecord::FromJson(const json& j) {
     }
     r.worker = j.at("worker").is_null() ? "" : j.at("worker").get<std::string>();
     ASSIGN_OR_RETURN(r.files, FilesFromJson(j.at("files")));
+    r.files_truncated = j.value("files_truncated", false);  // absent in older records
+    r.files_omitted = j.value("files_omitted", 0u);
     r.session_epoch = OptFrom<uint64_t>(j, "session_epoch");
     r.queue_position = OptFrom<uint64_t>(j, "queue_position");
     if (auto w = j.find("wait_reason"); w != j.end() && w->is_string()) {

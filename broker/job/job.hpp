@@ -87,6 +87,8 @@ struct JobRecord {
   std::optional<uint64_t> max_rss_kb;
   std::string worker;
   std::vector<common::protocol::FileEntry> files;
+  bool files_truncated = false;  // `collect` matched files that `files` does not hold
+  uint32_t files_omitted = 0;    // how many of them the worker found and left out
   std::optional<uint64_t> session_epoch;
   std::optional<uint64_t> queue_position;
   std::string wait_reason;  // while queued: global, tenant, worker, runtime, session, fifo, ...

@@ -91,5 +91,34 @@ TEST(Job, RecordRoundTripsThroughJson) {
   EXPECT_EQ(back->ToJson(), j);
 }
 
+TEST(Job, RecordSaysWhenCollectLeftFilesOut) {
+  JobRecord r = JobRecord::Queued(Spec());
+  protocol::Result res;
+  res.reason = protocol::EndReason::kExit;
+  res.exit_code = 0;
+  res.files = {{"a.txt", "a"}};
+  res.files_truncated = true;
+  res.files_omitted = 44;
+  r.ApplyResult(res, 1);
+  auto j = r.ToJson();
+  EXPECT_EQ(j["files"].size(), 1u);
+  EXPECT_EQ(j["files_truncated"], true);
+  EXPECT_EQ(j["files_omitted"], 44);
+  auto back = JobRecord::FromJson(j);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->files_truncated);
+  EXPECT_EQ(back->files_omitted, 44u);
+  // A complete collection says so; records stored before the fields existed read as complete.
+  JobRecord whole = JobRecord::Queued(Spec());
+  EXPECT_EQ(whole.ToJson()["files_truncated"], false);
+  EXPECT_EQ(whole.ToJson()["files_omitted"], 0);
+  auto old = whole.ToJson();
+  old.erase("files_truncated");
+  old.erase("files_omitted");
+  auto read = JobRecord::FromJson(old);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_FALSE(read->files_truncated);
+}
+
 }  // namespace
 }  // namespace kiln::broker

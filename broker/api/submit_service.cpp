@@ -130,13 +130,16 @@ common::StatusOr<SubmitResult> SubmitService::Submit(const Caller& caller, std::
   return result;
 }
 
-common::StatusOr<SubmitResult> SubmitService::RejectBlocked(JobSpec spec,
+common::StatusOr<SubmitResult> SubmitService::RejectBlocked(JobSpec submitted,
                                                             const PolicyVerdict& verdict) {
   const Status blocked = verdict.BlockStatus();
   if (metrics_) {
-    metrics_->PolicyHit(spec.tenant, spec.language, verdict.blocked->rule, "block");
+    metrics_->PolicyHit(submitted.tenant, submitted.language, verdict.blocked->rule, "block");
   }
-  spec.warnings = verdict.warnings;
+  submitted.warnings = verdict.warnings;
+  // What is refused is not kept whole: a bounded excerpt with the digests of
+  // the submission goes to Redis and to the audit trail (docs/audit.md).
+  const JobSpec spec = submitted.Excerpt();
   JobRecord record =
       JobRecord::Ended(spec, JobStatus::kRejected, blocked.code(), blocked.message());
   record.finished_ms = common::NowMs();

@@ -7,7 +7,7 @@
 //
 // Submit authorises (tenant token, code execution enabled), parses the
 // request body (ParseSubmitRequest), applies the policy (a blocked job is
-// stored rejected and audited), checks the Idempotency-Key and the runtime,
+// stored rejected, as a bounded excerpt, and audited), checks the Idempotency-Key and the runtime,
 // then stores and schedules the job in one Redis round trip and starts or
 // queues it. Thread-safe (its parts are); the caller owns any wait.
 #pragma once
@@ -77,7 +77,7 @@ class SubmitService {
   common::Status StoreError(const common::Status& st) const;
 
  private:
-  common::StatusOr<SubmitResult> RejectBlocked(JobSpec spec, const PolicyVerdict& verdict);
+  common::StatusOr<SubmitResult> RejectBlocked(JobSpec submitted, const PolicyVerdict& verdict);
 
   const BrokerConfig& config_;
   JobStore* store_;

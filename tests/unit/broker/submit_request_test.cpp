@@ -169,7 +169,7 @@ TEST(SubmitRequest, NulInCodeIsRefusedForShellOnly) {
   EXPECT_EQ(st.code(), Code::kInvalidRequest);
   EXPECT_THAT(st.message(), ::testing::StartsWith("code: "));
   // Python and JavaScript take the code as it is: a NUL byte is the
-  // interpreter's SyntaxError (an ordinary failed job), or text in a string.
+  // interpreter's error (an ordinary failed job), or text in a JS string.
   EXPECT_TRUE(Error(Request("python", code)).ok());
   EXPECT_TRUE(Error(Request("javascript", code)).ok());
 }

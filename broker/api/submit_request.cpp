@@ -116,10 +116,10 @@ Status CheckForRuntime(const JobSpec& spec, const json* input) {
   return Status::Ok();
 }
 
-// The job travels to its worker as one protocol frame: whatever passes the
-// checks below (each field at most its protocol limit, which the config
-// maxima cannot exceed) fits, with room for ids, limits and the tenant's
-// secrets (64 x 4 KiB), so no accepted job is undeliverable.
+// The job travels to its worker as one protocol frame: whatever
+// ParseSubmitRequest accepts (each field at most its protocol limit, which
+// the config maxima cannot exceed) fits, with room for ids, limits and the
+// tenant's secrets (64 x 4 KiB), so no accepted job is undeliverable.
 namespace protocol = common::protocol;
 static_assert(protocol::kMaxCodeBytes + protocol::kMaxInputJsonBytes + protocol::kMaxFilesBytes +
                       protocol::kMaxFiles * (common::kMaxRelativePathBytes + 16) +

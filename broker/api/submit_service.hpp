@@ -73,9 +73,9 @@ class SubmitService {
                 JobWaiters* waiters, BrokerMetrics* metrics, Governance governance);
 
   // Errors are the API's (INVALID_REQUEST, FORBIDDEN, QUEUE_FULL,
-  // RATE_LIMITED, ...; UNAVAILABLE when Redis fails). With `register_waiter` and a request that
-  // asks to wait, result.handle is a JobWaiters handle for the new job, which
-  // the caller must Wait() on.
+  // RATE_LIMITED, ...; UNAVAILABLE when Redis fails). With `register_waiter`
+  // and a request that asks to wait, result.handle is a JobWaiters handle for
+  // the new job, which the caller must Wait() on.
   common::StatusOr<SubmitResult> Submit(const Caller& caller, std::string_view body,
                                         const std::string& idempotency_key, bool register_waiter);
 

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "broker/api/http_api.hpp"
+#include "broker/api/rate_limiter.hpp"
 #include "broker/config.hpp"
 #include "broker/metrics/broker_metrics.hpp"
 #include "broker/native/native_api.hpp"
@@ -106,7 +107,9 @@ int main(int argc, char** argv) {
   if (auto st = schedule.PublishTenants(dopts.tenant_shares); !st.ok()) return Fail(st);
   auto dispatcher = broker::Dispatcher::Create(dopts, &zmq_ctx, stores, &waiters);
   if (!dispatcher.ok()) return Fail(dispatcher.status());
-  const broker::Governance governance{&*policy, &audit, &audit_writer};
+  // One set of submit rate buckets for both front ends: the rate is per broker.
+  broker::SubmitRateLimiter submit_rates(*cfg);
+  const broker::Governance governance{&*policy, &audit, &audit_writer, &submit_rates};
   auto endpoint = broker::RedisEndpoint::Parse(cfg->redis_url);
   if (!endpoint.ok()) return Fail(endpoint.status());
   broker::RedisProbe probe(*endpoint);

@@ -1,5 +1,6 @@
 #include "broker/api/submit_request.hpp"
 
+#include <map>
 #include <set>
 
 #include "common/base64.hpp"
@@ -7,6 +8,7 @@
 #include "common/identifier.hpp"
 #include "common/json/bounded_json.hpp"
 #include "common/relative_path.hpp"
+#include "common/runtime_names.hpp"
 
 namespace kiln::broker {
 namespace {
@@ -49,6 +51,84 @@ Status ReadLimit(const json& limits, const char* key, uint64_t max, uint64_t* ou
   *out = v;
   return Status::Ok();
 }
+
+// Files `a` and `a/b` cannot both be written: `a` would have to be a file
+// and a directory. Names the deeper path's field.
+Status CheckNoFileIsADirectory(const std::vector<common::protocol::FileEntry>& files) {
+  std::map<std::string_view, size_t> index;
+  for (size_t i = 0; i < files.size(); ++i) index.emplace(files[i].path, i);
+  for (size_t i = 0; i < files.size(); ++i) {
+    const std::string& path = files[i].path;
+    for (size_t slash = path.find('/'); slash != std::string::npos;
+         slash = path.find('/', slash + 1)) {
+      auto it = index.find(std::string_view(path).substr(0, slash));
+      if (it == index.end()) continue;
+      return InvalidRequest("files[" + std::to_string(i) + "].path: '" + path.substr(0, 200) +
+                            "' needs '" + path.substr(0, std::min<size_t>(slash, 200)) +
+                            "' to be a directory, but files[" + std::to_string(it->second) +
+                            "] is a file of that name");
+    }
+  }
+  return Status::Ok();
+}
+
+// What a language's runtime refuses (worker/runtimes/runtime.cpp), refused
+// here first so the client gets a 400 instead of a job that ends `error`.
+Status CheckForRuntime(const JobSpec& spec, const json* input) {
+  if (spec.language == "shell") {
+    // The shell wrapper takes the code as text: bash cannot hold a NUL byte.
+    if (spec.code.find('\0') != std::string::npos) {
+      return InvalidRequest("code: shell code cannot contain NUL bytes");
+    }
+    for (const auto& [name, value] : spec.env) {
+      if (common::IsBashReadonlyName(name)) {
+        return InvalidRequest("env." + name + ": a read-only variable in bash");
+      }
+      if (common::IsShellReservedName(name)) {
+        return InvalidRequest("env." + name + ": names starting with __kiln are reserved in shell");
+      }
+    }
+    if (input == nullptr) return Status::Ok();
+    for (const auto& [key, value] : input->items()) {
+      const std::string field = "input." + key;
+      if (common::IsBashReadonlyName(key)) {
+        return InvalidRequest(field + ": a read-only variable in bash");
+      }
+      if (common::IsShellReservedName(key)) {
+        return InvalidRequest(field + ": names starting with __kiln are reserved in shell");
+      }
+      if (spec.env.count(key) != 0) {
+        return InvalidRequest(field + ": also in env (in shell both are environment variables)");
+      }
+      // Strings become the variable as they are; other values their JSON text.
+      if (value.is_string() &&
+          value.get_ref<const std::string&>().find('\0') != std::string::npos) {
+        return InvalidRequest(field + ": a shell variable cannot hold a NUL byte");
+      }
+    }
+  } else if (spec.language == "javascript" && input != nullptr) {
+    for (const auto& [key, value] : input->items()) {
+      if (common::IsJavaScriptReadonlyGlobal(key)) {
+        return InvalidRequest("input." + key + ": a read-only global in javascript");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// The job travels to its worker as one protocol frame: whatever
+// ParseSubmitRequest accepts (each field at most its protocol limit, which
+// the config maxima cannot exceed) fits, with room for ids, limits and the
+// tenant's secrets (64 x 4 KiB), so no accepted job is undeliverable.
+namespace protocol = common::protocol;
+static_assert(protocol::kMaxCodeBytes + protocol::kMaxInputJsonBytes + protocol::kMaxFilesBytes +
+                      protocol::kMaxFiles * (common::kMaxRelativePathBytes + 16) +
+                      protocol::kMaxEnvEntries *
+                          (common::kMaxIdentifierBytes + protocol::kMaxStringBytes + 16) +
+                      protocol::kMaxListEntries * (common::kMaxRelativePathBytes + 16) +
+                      (1u << 20) <
+                  protocol::kMaxMessageBytes,
+              "an accepted job must fit in one protocol frame");
 
 }  // namespace
 
@@ -107,6 +187,7 @@ common::StatusOr<JobSpec> ParseSubmitRequest(std::string_view body, const std::s
     spec.priority = static_cast<uint32_t>(p->get<int64_t>());
   }
 
+  const json* input = nullptr;
   if (auto in = j.find("input"); in != j.end() && !in->is_null()) {
     if (!in->is_object()) return InvalidRequest("input: expected a JSON object");
     for (const auto& [key, value] : in->items()) {
@@ -114,6 +195,7 @@ common::StatusOr<JobSpec> ParseSubmitRequest(std::string_view body, const std::s
         return InvalidRequest("input: key '" + key + "' is not a valid identifier");
       }
     }
+    input = &*in;
     spec.input_json = in->dump(-1, ' ', false, json::error_handler_t::replace);
     if (spec.input_json.size() > config.max_input_bytes) {
       return Status(Code::kLimitExceeded, "input is " + std::to_string(spec.input_json.size()) +
@@ -172,16 +254,19 @@ common::StatusOr<JobSpec> ParseSubmitRequest(std::string_view body, const std::s
       }
       spec.files.push_back({std::move(path), std::move(*content)});
     }
+    RETURN_IF_ERROR(CheckNoFileIsADirectory(spec.files));
   }
 
   if (auto collect = j.find("collect"); collect != j.end() && !collect->is_null()) {
     if (!collect->is_array() || collect->size() > common::protocol::kMaxListEntries) {
       return InvalidRequest("collect: expected an array of at most 64 patterns");
     }
-    for (const auto& p : *collect) {
-      if (!p.is_string()) return InvalidRequest("collect: expected strings");
+    for (size_t i = 0; i < collect->size(); ++i) {
+      const json& p = (*collect)[i];
+      const std::string field = "collect[" + std::to_string(i) + "]";
+      if (!p.is_string()) return InvalidRequest(field + ": expected a string");
       std::string pat = p.get<std::string>();
-      RETURN_IF_ERROR(common::CheckRelativePath(pat).WithContext("collect"));
+      RETURN_IF_ERROR(common::CheckRelativePath(pat).WithContext(field));
       spec.collect.push_back(std::move(pat));
     }
   }
@@ -206,6 +291,8 @@ common::StatusOr<JobSpec> ParseSubmitRequest(std::string_view body, const std::s
     if (!wait->is_boolean()) return InvalidRequest("wait: expected true or false");
     spec.wait = wait->get<bool>();
   }
+
+  RETURN_IF_ERROR(CheckForRuntime(spec, input));
 
   spec.id = common::NewId("ex_");
   spec.created_ms = common::NowMs();

@@ -40,7 +40,9 @@ SubmitService::SubmitService(const BrokerConfig& config, DispatcherStores stores
       dispatcher_(dispatcher),
       waiters_(waiters),
       metrics_(metrics),
-      governance_(governance) {}
+      governance_(governance),
+      own_rate_limiter_(config),
+      rate_limiter_(governance.rate_limiter ? governance.rate_limiter : &own_rate_limiter_) {}
 
 Status SubmitService::StoreError(const Status& st) const {
   if (metrics_) metrics_->RedisError();
@@ -56,6 +58,8 @@ common::StatusOr<SubmitResult> SubmitService::Submit(const Caller& caller, std::
     return Status(Code::kCodeExecutionDisabled,
                   "code execution is not enabled for tenant " + tenant->name);
   }
+  // Before any work on the body: a flood of submits costs a lookup each.
+  RETURN_IF_ERROR(rate_limiter_->Admit(*tenant).status);
   ASSIGN_OR_RETURN(JobSpec spec, ParseSubmitRequest(body, caller.tenant, config_));
   if (governance_.policy) {
     PolicyVerdict verdict = governance_.policy->Evaluate(spec.language, spec.code);
@@ -131,13 +135,16 @@ common::StatusOr<SubmitResult> SubmitService::Submit(const Caller& caller, std::
   return result;
 }
 
-common::StatusOr<SubmitResult> SubmitService::RejectBlocked(JobSpec spec,
+common::StatusOr<SubmitResult> SubmitService::RejectBlocked(JobSpec submitted,
                                                             const PolicyVerdict& verdict) {
   const Status blocked = verdict.BlockStatus();
   if (metrics_) {
-    metrics_->PolicyHit(spec.tenant, spec.language, verdict.blocked->rule, "block");
+    metrics_->PolicyHit(submitted.tenant, submitted.language, verdict.blocked->rule, "block");
   }
-  spec.warnings = verdict.warnings;
+  submitted.warnings = verdict.warnings;
+  // What is refused is not kept whole: a bounded excerpt with the digests of
+  // the submission goes to Redis and to the audit trail (docs/audit.md).
+  const JobSpec spec = submitted.Excerpt();
   JobRecord record =
       JobRecord::Ended(spec, JobStatus::kRejected, blocked.code(), blocked.message());
   record.finished_ms = common::NowMs();

@@ -5,11 +5,13 @@
 //   ASSIGN_OR_RETURN(Caller caller, AuthenticateToken(config, token));
 //   ASSIGN_OR_RETURN(SubmitOutcomeForCaller out, submits.Submit(caller, body, idem_key, false));
 //
-// Submit authorises (tenant token, code execution enabled), parses the
-// request body (ParseSubmitRequest), applies the policy (a blocked job is
-// stored rejected and audited), checks the Idempotency-Key and the runtime,
-// then stores and schedules the job in one Redis round trip and starts or
-// queues it. Thread-safe (its parts are); the caller owns any wait.
+// Submit authorises (tenant token, code execution enabled), counts the submit
+// against the tenant's rate limit (SubmitRateLimiter; over it RATE_LIMITED),
+// parses the request body (ParseSubmitRequest), applies the policy (a
+// blocked job is stored rejected, as an excerpt, and audited), checks the
+// Idempotency-Key and the runtime, then stores and schedules the job in one
+// Redis round trip and starts or queues it. Thread-safe (its parts are); the
+// caller owns any wait.
 #pragma once
 
 #include <chrono>
@@ -17,6 +19,7 @@
 #include <string>
 #include <string_view>
 
+#include "broker/api/rate_limiter.hpp"
 #include "broker/config.hpp"
 #include "broker/policy/policy.hpp"
 #include "broker/scheduler/audit_writer.hpp"
@@ -29,11 +32,14 @@ namespace kiln::broker {
 
 class BrokerMetrics;
 
-// Policy and audit, optional (tests of other parts leave them out).
+// Policy, audit and submit rates, optional (tests of other parts leave them
+// out). The broker shares one SubmitRateLimiter between its front ends;
+// without one, a SubmitService keeps its own.
 struct Governance {
   const PolicyEngine* policy = nullptr;
   AuditStore* audit = nullptr;
   AuditWriter* audit_writer = nullptr;
+  SubmitRateLimiter* rate_limiter = nullptr;
 };
 
 // Who sent a request, from its token.
@@ -67,10 +73,10 @@ class SubmitService {
   SubmitService(const BrokerConfig& config, DispatcherStores stores, Dispatcher* dispatcher,
                 JobWaiters* waiters, BrokerMetrics* metrics, Governance governance);
 
-  // Errors are the API's (INVALID_REQUEST, FORBIDDEN, QUEUE_FULL, ...;
-  // UNAVAILABLE when Redis fails). With `register_waiter` and a request that
-  // asks to wait, result.handle is a JobWaiters handle for the new job, which
-  // the caller must Wait() on.
+  // Errors are the API's (INVALID_REQUEST, FORBIDDEN, QUEUE_FULL,
+  // RATE_LIMITED, ...; UNAVAILABLE when Redis fails). With `register_waiter`
+  // and a request that asks to wait, result.handle is a JobWaiters handle for
+  // the new job, which the caller must Wait() on.
   // `admit`, when set, sees the parsed request before anything is stored; an
   // error it returns refuses the submit (the HTTP API's wait quota).
   using Admit = std::function<common::Status(const JobSpec& spec)>;
@@ -82,7 +88,7 @@ class SubmitService {
   common::Status StoreError(const common::Status& st) const;
 
  private:
-  common::StatusOr<SubmitResult> RejectBlocked(JobSpec spec, const PolicyVerdict& verdict);
+  common::StatusOr<SubmitResult> RejectBlocked(JobSpec submitted, const PolicyVerdict& verdict);
 
   const BrokerConfig& config_;
   JobStore* store_;
@@ -91,6 +97,8 @@ class SubmitService {
   JobWaiters* waiters_;
   BrokerMetrics* metrics_;
   Governance governance_;
+  SubmitRateLimiter own_rate_limiter_;
+  SubmitRateLimiter* rate_limiter_;  // governance's, else own_rate_limiter_
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 

@@ -3,6 +3,7 @@
 #include <array>
 #include <utility>
 
+#include "common/audit/sha256.hpp"
 #include "common/base64.hpp"
 #include "common/json/bounded_json.hpp"
 
@@ -86,22 +87,58 @@ bool IsTerminal(JobStatus s) {
   return s != JobStatus::kQueued && s != JobStatus::kAwaitingApproval && s != JobStatus::kRunning;
 }
 
+JobSpec JobSpec::Excerpt() const {
+  if (excerpt_of) return *this;
+  JobSpec e;
+  e.id = id;
+  e.tenant = tenant;
+  e.language = language;
+  e.session_id = session_id;
+  e.conversation_id = conversation_id;
+  e.priority = priority;
+  e.warnings = warnings;
+  e.limits = limits;
+  e.wait = wait;
+  e.created_ms = created_ms;
+  e.excerpt_of =
+      SubmittedDigest{code.size(), common::Sha256Hex(code), common::Sha256Hex(input_json)};
+  if (code.size() <= kCodeExcerptBytes) {
+    e.code = code;
+  } else {
+    size_t cut = kCodeExcerptBytes;
+    // Back off to the start of a UTF-8 character (continuation bytes are 10xxxxxx).
+    while (cut > kCodeExcerptBytes - 4 && (static_cast<unsigned char>(code[cut]) & 0xC0) == 0x80) {
+      --cut;
+    }
+    e.code = code.substr(0, cut) + "\n[kiln: excerpt: the first " + std::to_string(cut) + " of " +
+             std::to_string(code.size()) + " bytes; " + std::to_string(code.size() - cut) +
+             " bytes cut]";
+  }
+  return e;
+}
+
 json JobSpec::ToJson() const {
-  return {{"id", id},
-          {"tenant", tenant},
-          {"language", language},
-          {"code", code},
-          {"session_id", session_id},
-          {"conversation_id", conversation_id},
-          {"priority", priority},
-          {"warnings", warnings},
-          {"input_json", input_json},
-          {"env", env},
-          {"files", FilesJson(files)},
-          {"collect", collect},
-          {"limits", LimitsJson(limits)},
-          {"wait", wait},
-          {"created_ms", created_ms}};
+  json j = {{"id", id},
+            {"tenant", tenant},
+            {"language", language},
+            {"code", code},
+            {"session_id", session_id},
+            {"conversation_id", conversation_id},
+            {"priority", priority},
+            {"warnings", warnings},
+            {"input_json", input_json},
+            {"env", env},
+            {"files", FilesJson(files)},
+            {"collect", collect},
+            {"limits", LimitsJson(limits)},
+            {"wait", wait},
+            {"created_ms", created_ms}};
+  if (excerpt_of) {
+    j["excerpt_of"] = {{"code_bytes", excerpt_of->code_bytes},
+                       {"code_sha256", excerpt_of->code_sha256},
+                       {"input_sha256", excerpt_of->input_sha256}};
+  }
+  return j;
 }
 
 common::StatusOr<JobSpec> JobSpec::FromJson(const json& j) {
@@ -125,6 +162,11 @@ common::StatusOr<JobSpec> JobSpec::FromJson(const json& j) {
                 l.at("max_pids").get<uint64_t>()};
     s.wait = j.at("wait").get<bool>();
     s.created_ms = j.at("created_ms").get<int64_t>();
+    if (auto x = j.find("excerpt_of"); x != j.end() && !x->is_null()) {
+      s.excerpt_of = SubmittedDigest{x->at("code_bytes").get<uint64_t>(),
+                                     x->at("code_sha256").get<std::string>(),
+                                     x->at("input_sha256").get<std::string>()};
+    }
     return s;
   } catch (const json::exception& e) {
     return common::Internal(std::string("stored job spec is damaged: ") + e.what());
@@ -178,6 +220,8 @@ void JobRecord::ApplyResult(const protocol::Result& res, int64_t now_ms) {
   cpu_ms = res.cpu_ms;
   max_rss_kb = res.max_rss_kb;
   files = res.files;
+  files_truncated = res.files_truncated;
+  files_omitted = res.files_omitted;
   redactions = res.redactions;
   end_reason = protocol::EndReasonName(res.reason);
   // The worker reports an epoch once it runs sessions; until then the broker's stands.
@@ -255,6 +299,8 @@ json JobRecord::ToJson() const {
       {"usage", nullptr},
       {"worker", worker.empty() ? json(nullptr) : json(worker)},
       {"files", FilesJson(files)},
+      {"files_truncated", files_truncated},
+      {"files_omitted", files_omitted},
       {"session_epoch", Opt(session_epoch)},
       {"queue_position", Opt(queue_position)},
       {"wait_reason", wait_reason.empty() ? json(nullptr) : json(wait_reason)},
@@ -311,6 +357,8 @@ common::StatusOr<JobRecord> JobRecord::FromJson(const json& j) {
     }
     r.worker = j.at("worker").is_null() ? "" : j.at("worker").get<std::string>();
     ASSIGN_OR_RETURN(r.files, FilesFromJson(j.at("files")));
+    r.files_truncated = j.value("files_truncated", false);  // absent in older records
+    r.files_omitted = j.value("files_omitted", 0u);
     r.session_epoch = OptFrom<uint64_t>(j, "session_epoch");
     r.queue_position = OptFrom<uint64_t>(j, "queue_position");
     if (auto w = j.find("wait_reason"); w != j.end() && w->is_string()) {

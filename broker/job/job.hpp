@@ -38,6 +38,17 @@ const char* JobStatusName(JobStatus s);
 common::StatusOr<JobStatus> ParseJobStatus(std::string_view s);
 bool IsTerminal(JobStatus s);
 
+// A refused submission keeps at most this much of its code (JobSpec::Excerpt).
+inline constexpr size_t kCodeExcerptBytes = 4096;
+
+// What a refused submission was, when only an excerpt of it is kept.
+struct SubmittedDigest {
+  uint64_t code_bytes = 0;   // size of the submitted code
+  std::string code_sha256;   // of the submitted code
+  std::string input_sha256;  // of the submitted input JSON text ("" when none)
+  friend bool operator==(const SubmittedDigest&, const SubmittedDigest&) = default;
+};
+
 struct JobSpec {
   std::string id;
   std::string tenant;
@@ -54,6 +65,17 @@ struct JobSpec {
   common::protocol::Limits limits;
   bool wait = true;
   int64_t created_ms = 0;
+  // Set on an excerpt (below): the digests and size of what was submitted.
+  std::optional<SubmittedDigest> excerpt_of;
+
+  // What is kept of a submission that was refused before it was admitted
+  // (blocked by policy), so a flood of refused submits costs Redis and the
+  // audit trail little: ids, language, session, limits and warnings; the
+  // first kCodeExcerptBytes of the code (cut at a UTF-8 character boundary)
+  // followed by a line saying how much was cut; no input, env, files or
+  // collect (env may hold secrets); and excerpt_of, computed from this spec.
+  // Called on an excerpt, returns it unchanged.
+  JobSpec Excerpt() const;
 
   nlohmann::json ToJson() const;
   static common::StatusOr<JobSpec> FromJson(const nlohmann::json& j);
@@ -87,6 +109,8 @@ struct JobRecord {
   std::optional<uint64_t> max_rss_kb;
   std::string worker;
   std::vector<common::protocol::FileEntry> files;
+  bool files_truncated = false;  // `collect` matched files that `files` does not hold
+  uint32_t files_omitted = 0;    // how many of them the worker found and left out
   std::optional<uint64_t> session_epoch;
   std::optional<uint64_t> queue_position;
   std::string wait_reason;  // while queued: global, tenant, worker, runtime, session, fifo, ...

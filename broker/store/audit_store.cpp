@@ -203,8 +203,14 @@ common::AuditEntry MakeAuditEntry(const JobSpec& spec, const JobRecord& record,
   e.runtime = spec.language;
   e.job_id = spec.id;
   e.code = spec.code;
-  e.code_sha256 = common::Sha256Hex(spec.code);
-  e.input_sha256 = common::Sha256Hex(spec.input_json);
+  if (spec.excerpt_of) {  // a refused submission: the digests are of what was submitted
+    e.code_sha256 = spec.excerpt_of->code_sha256;
+    e.input_sha256 = spec.excerpt_of->input_sha256;
+    e.code_bytes = spec.excerpt_of->code_bytes;
+  } else {
+    e.code_sha256 = common::Sha256Hex(spec.code);
+    e.input_sha256 = common::Sha256Hex(spec.input_json);
+  }
   e.output_sha256 =
       common::OutputDigest(record.stdout_data, record.stderr_data, record.result_json);
   e.stdout_head = common::Utf8Head(record.stdout_data, common::AuditEntry::kStdoutHeadChars);

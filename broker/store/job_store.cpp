@@ -13,7 +13,8 @@ std::string Dump(const nlohmann::json& j) {
 
 }  // namespace
 
-common::Status JobStore::CreateEnded(const JobSpec& spec, const JobRecord& record) {
+common::Status JobStore::CreateEnded(const JobSpec& full_or_excerpt, const JobRecord& record) {
+  const JobSpec spec = full_or_excerpt.Excerpt();  // what is refused is not kept whole
   const std::string key = JobKey(spec.id);
   auto conn = pool_->Acquire();
   // One transaction: the record and the audit entry it is owed (AuditStore,

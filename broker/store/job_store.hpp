@@ -32,7 +32,9 @@ class JobStore {
   static std::string JobKey(const std::string& id) { return "{kiln}:job:" + id; }
 
   // Stores a job that ended before it was admitted (blocked by policy): its
-  // record is terminal from the start.
+  // record is terminal from the start, and of its spec only the bounded
+  // excerpt is kept (JobSpec::Excerpt; pass the excerpt the audit entry is
+  // made from).
   common::Status CreateEnded(const JobSpec& spec, const JobRecord& record);
   // Writes a non-terminal or terminal record (status + record JSON).
   common::Status Update(const JobRecord& record);

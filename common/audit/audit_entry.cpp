@@ -77,6 +77,7 @@ Json AuditEntry::ToJson() const {
   j["job_id"] = job_id;
   j["code"] = code;
   j["code_sha256"] = code_sha256;
+  if (code_bytes) j["code_bytes"] = *code_bytes;
   j["input_sha256"] = input_sha256;
   j["output_sha256"] = output_sha256;
   j["stdout_head"] = stdout_head;
@@ -103,6 +104,7 @@ StatusOr<AuditEntry> AuditEntry::FromJson(const Json& j) {
   r.String("job_id", &e.job_id);
   r.String("code", &e.code);
   r.String("code_sha256", &e.code_sha256);
+  if (j.contains("code_bytes")) r.OptionalInteger("code_bytes", &e.code_bytes);
   r.String("input_sha256", &e.input_sha256);
   r.String("output_sha256", &e.output_sha256);
   r.String("stdout_head", &e.stdout_head);

@@ -6,10 +6,10 @@
 //
 // Canonical JSON: one line, keys sorted (nlohmann's object is a std::map), no
 // floating-point values (durations are whole milliseconds), absent optionals as
-// null, invalid UTF-8 replaced by U+FFFD (the digests are taken over the original
-// bytes, so they stay exact). Re-serialising a parsed canonical text gives the
-// same text (CanonicalJson), so exported entries can be verified offline.
-// Plain data; any thread.
+// null (except code_bytes, left out when absent), invalid UTF-8 replaced by
+// U+FFFD (the digests are taken over the original bytes, so they stay exact). Re-serialising a
+// parsed canonical text gives the same text (CanonicalJson), so exported entries can be verified
+// offline. Plain data; any thread.
 #pragma once
 
 #include <cstdint>
@@ -32,8 +32,12 @@ struct AuditEntry {
   std::string session_id;  // empty for one-shot jobs
   std::string runtime;     // python, javascript, shell
   std::string job_id;
-  std::string code;
-  std::string code_sha256;    // of the submitted code bytes
+  std::string code;         // the submitted code, or an excerpt of it (code_bytes set)
+  std::string code_sha256;  // of the submitted code bytes, always the whole code
+  // Set when `code` is an excerpt (a refused submission, kept bounded): the
+  // size of the submitted code. Written only when set, so entries without it
+  // have the same text as before the field existed.
+  std::optional<uint64_t> code_bytes;
   std::string input_sha256;   // of the input JSON text ("" input: digest of "")
   std::string output_sha256;  // OutputDigest(stdout, stderr, result)
   std::string stdout_head;    // Utf8Head(filtered stdout, kStdoutHeadChars)

@@ -142,6 +142,8 @@ void Describe(V& v, Ref<V, Result> m) {
   v.Double("cpu_ms", m.cpu_ms, Need::kOptional);
   v.Uint("max_rss_kb", m.max_rss_kb, Need::kOptional);
   v.Files("files", m.files, Need::kOptional);
+  v.Bool("files_truncated", m.files_truncated, Need::kOptional);
+  v.Uint("files_omitted", m.files_omitted, Need::kOptional);
   v.Uint("redactions", m.redactions, Need::kOptional);
   v.Uint("session_epoch", m.session_epoch, Need::kOptional);
   v.Bool("session_reset", m.session_reset, Need::kOptional);

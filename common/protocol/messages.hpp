@@ -159,6 +159,11 @@ struct Result {
   double cpu_ms = 0;
   uint64_t max_rss_kb = 0;
   std::vector<FileEntry> files;  // collected output files
+  // `collect` matched more than `files` holds: files over the worker's byte
+  // budget or past kMaxFiles were left out (files_omitted counts them), or
+  // the workspace was too large to search completely.
+  bool files_truncated = false;
+  uint32_t files_omitted = 0;
   uint32_t redactions = 0;
   uint64_t session_epoch = 0;
   // The session's interpreter did not keep its state: this execution ran in

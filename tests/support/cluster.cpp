@@ -63,7 +63,7 @@ void TestCluster::StartBroker(int i) {
     << "limits:\n"
     << "  default: {timeout_ms: 10000, max_output_bytes: 65536}\n"
     << "  max: {timeout_ms: 60000, max_output_bytes: 1048576}\n"
-    << "  max_code_bytes: 65536\n"
+    << "  max_code_bytes: " << options_.max_code_bytes << "\n"
     << "tenants:\n"
     << "  - {name: tenant-a, tokens: [\"" << kToken << "\"], secrets: ["
     << SecretsList(options_.tenant_a_secrets) << "], enabled: true, auto_approve: true"

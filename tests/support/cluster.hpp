@@ -27,6 +27,7 @@ struct ClusterOptions {
   int slots = 2;
   int warm_per_runtime = 1;
   std::string extra_broker_yaml;              // appended to every broker config
+  uint64_t max_code_bytes = 65536;            // limits.max_code_bytes of every broker
   std::string extra_worker_yaml;              // appended under `worker:` (indented by the caller)
   std::string cgroup_mode = "auto";           // sandbox.cgroup_mode of every worker
   std::string extra_sandbox_yaml;             // appended under `sandbox:` (indented by the caller)

@@ -206,12 +206,7 @@ protocol::Result RunJob(const protocol::Execute& job, WarmSandbox& sb,
   }
 
   if (!job.collect.empty()) {
-    auto files = sb.process->CollectFiles(job.collect, options.max_collect_bytes);
-    if (files.ok()) {
-      result.files = std::move(*files);
-    } else {
-      result.stderr_data += "\n[kiln] collecting output files failed: " + files.status().message();
-    }
+    ApplyCollected(sb.process->CollectFiles(job.collect, options.max_collect_bytes), &result);
   }
   FitToWire(&result);
   return result;

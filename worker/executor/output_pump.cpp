@@ -68,7 +68,22 @@ void FitToWire(protocol::Result* r) {
     total += r->files[keep].content.size();
     if (total > protocol::kMaxFilesBytes) break;
   }
-  r->files.resize(keep);
+  if (keep < r->files.size()) {
+    r->files_truncated = true;
+    r->files_omitted += static_cast<uint32_t>(r->files.size() - keep);
+    r->files.resize(keep);
+  }
+}
+
+void ApplyCollected(common::StatusOr<sandbox::CollectedFiles> collected, protocol::Result* r) {
+  if (!collected.ok()) {
+    r->files_truncated = true;
+    r->stderr_data += "\n[kiln] collecting output files failed: " + collected.status().message();
+    return;
+  }
+  r->files = std::move(collected->files);
+  r->files_omitted = collected->omitted;
+  r->files_truncated = collected->truncated();
 }
 
 }  // namespace kiln::worker

@@ -19,6 +19,7 @@
 #include "common/secrets/secrets_filter.hpp"
 #include "common/status.hpp"
 #include "worker/executor/job_runner.hpp"
+#include "worker/sandbox/workspace.hpp"
 
 namespace kiln::worker {
 
@@ -120,7 +121,12 @@ common::StatusOr<std::shared_ptr<const common::SecretsPolicy>> PolicyFor(
 
 // Keeps a Result inside the wire protocol's limits (messages.hpp), so the
 // broker can always decode it: an undecodable Result would leave the job
-// without an end.
+// without an end. Collected files it drops count as omitted.
 void FitToWire(protocol::Result* r);
+
+// Puts what `collect` found into the Result: the files, how many were left
+// out and whether the list is incomplete (a failure is noted on stderr and
+// marks the list incomplete).
+void ApplyCollected(common::StatusOr<sandbox::CollectedFiles> collected, protocol::Result* r);
 
 }  // namespace kiln::worker

@@ -208,12 +208,11 @@ SessionRun RunSessionExecution(const protocol::Execute& job, SessionSandbox& s,
     case Stop::kNone:
       break;  // kExit, or what the wait status said above
   }
-  if (!job.collect.empty() && !run.destroy) {
-    auto files = sb.process->CollectFiles(job.collect, options.max_collect_bytes);
-    if (files.ok()) {
-      result.files = std::move(*files);
+  if (!job.collect.empty()) {
+    if (run.destroy) {
+      result.files_truncated = true;  // the sandbox goes: nothing was collected
     } else {
-      result.stderr_data += "\n[kiln] collecting output files failed: " + files.status().message();
+      ApplyCollected(sb.process->CollectFiles(job.collect, options.max_collect_bytes), &result);
     }
   }
   kLog.Debug({.job = job.job_id, .session = s.id, .tenant = job.tenant},

@@ -13,6 +13,7 @@
 
 #include "common/identifier.hpp"
 #include "common/json/bounded_json.hpp"
+#include "common/runtime_names.hpp"
 #include "worker/runtimes/wrappers.hpp"
 
 namespace kiln::worker::runtimes {
@@ -33,11 +34,7 @@ const std::vector<std::string>& BaseEnv() {
 }
 
 // Names bash refuses to assign (readonly): exporting them would fail in the wrapper.
-bool IsBashReadonly(std::string_view name) {
-  static constexpr std::array<std::string_view, 6> kNames = {"BASHOPTS", "BASH_VERSINFO", "EUID",
-                                                             "PPID",     "SHELLOPTS",     "UID"};
-  return std::find(kNames.begin(), kNames.end(), name) != kNames.end();
-}
+bool IsBashReadonly(std::string_view name) { return common::IsBashReadonlyName(name); }
 
 // Dumps JSON without throwing; invalid UTF-8 in strings becomes U+FFFD.
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }

@@ -182,8 +182,8 @@ class LinuxSandboxProcess final : public SandboxProcess {
     return WriteWorkspaceFiles(workspace_, files, uid_, uid_);
   }
 
-  StatusOr<std::vector<common::protocol::FileEntry>> CollectFiles(
-      const std::vector<std::string>& patterns, uint64_t max_bytes) override {
+  StatusOr<CollectedFiles> CollectFiles(const std::vector<std::string>& patterns,
+                                        uint64_t max_bytes) override {
     return ReadWorkspaceFiles(workspace_, patterns, max_bytes);
   }
 

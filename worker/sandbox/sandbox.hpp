@@ -31,6 +31,7 @@
 #include "common/protocol/messages.hpp"
 #include "common/status.hpp"
 #include "common/unique_fd.hpp"
+#include "worker/sandbox/workspace.hpp"
 
 namespace kiln::worker::sandbox {
 
@@ -96,9 +97,10 @@ class SandboxProcess {
   // Writes files into the workspace, owned by the sandbox uid. Paths must be
   // relative and stay inside the workspace.
   virtual common::Status AddFiles(const std::vector<common::protocol::FileEntry>& files) = 0;
-  // Reads back workspace files matching glob patterns, at most max_bytes in all.
-  virtual common::StatusOr<std::vector<common::protocol::FileEntry>> CollectFiles(
-      const std::vector<std::string>& patterns, uint64_t max_bytes) = 0;
+  // Reads back workspace files matching glob patterns, at most max_bytes and
+  // protocol::kMaxFiles files in all; says what it left out (workspace.hpp).
+  virtual common::StatusOr<CollectedFiles> CollectFiles(const std::vector<std::string>& patterns,
+                                                        uint64_t max_bytes) = 0;
 
   // Resource use so far (cpu_ms, max_rss_kb, oom_killed; exit fields unset),
   // read from the cgroup without reaping: lets a job end before the kernel

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/relative_path.hpp"
 #include "common/unique_fd.hpp"
 
 namespace kiln::worker::sandbox {
@@ -25,8 +26,6 @@ namespace {
 
 constexpr uint64_t kResolve =
     RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
-constexpr size_t kMaxEntries = 10000;
-constexpr int kMaxDepth = 32;
 
 int OpenBeneath(int dirfd, const std::string& path, uint64_t flags, mode_t mode) {
   struct open_how how = {};
@@ -48,9 +47,13 @@ std::vector<std::string> Split(const std::string& path) {
   return parts;
 }
 
+// Collects the regular files beneath dirfd; sets *cut when it stops early.
 void Walk(int dirfd, const std::string& prefix, int depth, std::vector<std::string>* out,
-          size_t* seen) {
-  if (depth > kMaxDepth) return;
+          size_t* seen, bool* cut) {
+  if (depth > kMaxCollectDepth) {
+    *cut = true;
+    return;
+  }
   int fd = ::dup(dirfd);
   if (fd < 0) return;
   DIR* d = ::fdopendir(fd);
@@ -59,7 +62,10 @@ void Walk(int dirfd, const std::string& prefix, int depth, std::vector<std::stri
     return;
   }
   while (struct dirent* e = ::readdir(d)) {
-    if (++*seen > kMaxEntries) break;
+    if (++*seen > kMaxCollectEntries) {
+      *cut = true;
+      break;
+    }
     std::string name = e->d_name;
     if (name == "." || name == "..") continue;
     std::string rel = prefix.empty() ? name : prefix + "/" + name;
@@ -67,7 +73,7 @@ void Walk(int dirfd, const std::string& prefix, int depth, std::vector<std::stri
       out->push_back(rel);
     } else if (e->d_type == DT_DIR) {
       UniqueFd sub(OpenBeneath(dirfd, name, O_RDONLY | O_DIRECTORY, 0));
-      if (sub.valid()) Walk(sub.get(), rel, depth + 1, out, seen);
+      if (sub.valid()) Walk(sub.get(), rel, depth + 1, out, seen, cut);
     }
   }
   ::closedir(d);
@@ -76,17 +82,7 @@ void Walk(int dirfd, const std::string& prefix, int depth, std::vector<std::stri
 }  // namespace
 
 Status ValidateRelativePath(const std::string& path) {
-  if (path.empty() || path.size() > 1024)
-    return common::InvalidRequest("file path is empty or too long");
-  if (path[0] == '/') return common::InvalidRequest("file path '" + path + "' must be relative");
-  if (path.find('\0') != std::string::npos) return common::InvalidRequest("file path contains NUL");
-  for (const std::string& part : Split(path)) {
-    if (part == ".." || part == ".") {
-      return common::InvalidRequest("file path '" + path + "' must not contain '.' or '..'");
-    }
-  }
-  if (Split(path).empty()) return common::InvalidRequest("file path '" + path + "' names no file");
-  return Status::Ok();
+  return common::CheckRelativePath(path).WithContext("file path");
 }
 
 Status WriteWorkspaceFiles(const std::string& workspace, const std::vector<FileEntry>& files,
@@ -132,16 +128,16 @@ Status WriteWorkspaceFiles(const std::string& workspace, const std::vector<FileE
   return Status::Ok();
 }
 
-StatusOr<std::vector<FileEntry>> ReadWorkspaceFiles(const std::string& workspace,
-                                                    const std::vector<std::string>& patterns,
-                                                    uint64_t max_bytes) {
-  std::vector<FileEntry> out;
+StatusOr<CollectedFiles> ReadWorkspaceFiles(const std::string& workspace,
+                                            const std::vector<std::string>& patterns,
+                                            uint64_t max_bytes, size_t max_files) {
+  CollectedFiles out;
   if (patterns.empty()) return out;
   UniqueFd root(::open(workspace.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
   if (!root.valid()) return common::ErrnoStatus("open workspace " + workspace, errno);
   std::vector<std::string> paths;
   size_t seen = 0;
-  Walk(root.get(), "", 0, &paths, &seen);
+  Walk(root.get(), "", 0, &paths, &seen, &out.incomplete);
   std::sort(paths.begin(), paths.end());
   uint64_t total = 0;
   for (const std::string& rel : paths) {
@@ -154,7 +150,10 @@ StatusOr<std::vector<FileEntry>> ReadWorkspaceFiles(const std::string& workspace
     struct stat st;
     if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
     uint64_t size = static_cast<uint64_t>(st.st_size);
-    if (total + size > max_bytes) continue;
+    if (out.files.size() >= max_files || total + size > max_bytes) {
+      ++out.omitted;
+      continue;
+    }
     FileEntry e;
     e.path = rel;
     e.content.resize(size);
@@ -166,7 +165,7 @@ StatusOr<std::vector<FileEntry>> ReadWorkspaceFiles(const std::string& workspace
     }
     e.content.resize(got);
     total += got;
-    out.push_back(std::move(e));
+    out.files.push_back(std::move(e));
   }
   return out;
 }

@@ -85,6 +85,23 @@ TEST(AuditEntry, CanonicalJsonHasSortedKeysAndIsStable) {
   EXPECT_EQ(back->duration_ms, 12);
 }
 
+TEST(AuditEntry, CodeBytesIsWrittenOnlyForExcerpts) {
+  // An ordinary entry has no code_bytes key: its text is what it was before the field.
+  EXPECT_FALSE(Sample(1).ToJson().contains("code_bytes"));
+  AuditEntry e = Sample(2);
+  e.code = "head\n[kiln: excerpt: ...]";
+  e.code_bytes = 1 << 20;
+  const std::string text = e.Canonical();
+  EXPECT_THAT(text, HasSubstr(R"("code_bytes":1048576,"code_sha256":)"));
+  auto back = AuditEntry::FromJson(nlohmann::json::parse(text));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->code_bytes, 1u << 20);
+  EXPECT_EQ(back->Canonical(), text);
+  auto plain = AuditEntry::FromJson(nlohmann::json::parse(Sample(1).Canonical()));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->code_bytes.has_value());
+}
+
 TEST(AuditEntry, FromJsonIsStrict) {
   nlohmann::json j = Sample(1).ToJson();
   j.erase("worker");

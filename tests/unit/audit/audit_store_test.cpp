@@ -398,6 +398,50 @@ TEST_F(AuditStoreTest, SweepWritesTheEntriesABrokerDidNot) {
   EXPECT_EQ(All(store).size(), 2u);
 }
 
+// A refused submission is kept as an excerpt: in the job hash and in its
+// audit entry (written here by a sweep, from what Redis holds), with the
+// digests of the whole submission.
+TEST_F(AuditStoreTest, RefusedSubmissionIsKeptAsAnExcerpt) {
+  AuditStore store(pool_.get(), 0);
+  JobStore jobs(pool_.get(), 3600);
+  JobSpec spec;
+  spec.id = "ex_big";
+  spec.tenant = "acme";
+  spec.language = "python";
+  spec.code = "import ctypes\n" + std::string(1 << 20, '#');
+  spec.input_json = R"({"k":"secret-ish"})";
+  spec.env = {{"TOKEN", "hunter2-hunter2"}};
+  spec.files = {{"data.bin", std::string(1 << 16, 'd')}};
+  spec.created_ms = common::NowMs() - 1000;
+  JobRecord record = JobRecord::Ended(spec, JobStatus::kRejected, common::Code::kSecurityBlocked,
+                                      "blocked by rule python-ctypes");
+  record.finished_ms = common::NowMs() - 500;
+  ASSERT_TRUE(jobs.CreateEnded(spec, record).ok());  // given the whole spec: keeps the excerpt
+  auto stored = Cmd({"HGET", JobStore::JobKey("ex_big"), "spec"});
+  ASSERT_TRUE(stored.ok());
+  EXPECT_LT(stored->str.size(), 6000u);
+  EXPECT_EQ(stored->str.find("hunter2"), std::string::npos);
+  EXPECT_EQ(stored->str.find("secret-ish"), std::string::npos);
+  auto kept = jobs.LoadSpec("ex_big");
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  ASSERT_TRUE(kept->excerpt_of.has_value());
+  EXPECT_EQ(kept->excerpt_of->code_bytes, spec.code.size());
+
+  AuditWriter sweeper(&store, &jobs, nullptr, {.after = std::chrono::milliseconds(0)});
+  EXPECT_EQ(sweeper.Sweep(), 1u);
+  auto entries = All(store);
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_LT(entries[0].entry.size(), 6000u);
+  auto e = common::AuditEntry::FromJson(nlohmann::json::parse(entries[0].entry));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(e->code_sha256, common::Sha256Hex(spec.code)) << "the chain attests the whole code";
+  EXPECT_EQ(e->input_sha256, common::Sha256Hex(spec.input_json));
+  EXPECT_EQ(e->code_bytes, spec.code.size());
+  EXPECT_THAT(e->code, ::testing::StartsWith("import ctypes\n####"));
+  EXPECT_THAT(e->code, HasSubstr("[kiln: excerpt: the first 4096 of 1048590 bytes"));
+  EXPECT_EQ(VerifyOk(store).checked, 1u);
+}
+
 TEST(MakeAuditEntry, DigestsAndSummarisesTheJob) {
   JobSpec spec;
   spec.id = "j9";
@@ -434,6 +478,7 @@ TEST(MakeAuditEntry, DigestsAndSummarisesTheJob) {
   EXPECT_EQ(e.worker, "w7");
   EXPECT_EQ(e.warnings, std::vector<std::string>{"shell-network"});
   EXPECT_EQ(e.time_ms, 1700000000123);
+  EXPECT_FALSE(e.code_bytes.has_value()) << "the whole code: no excerpt";
 }
 
 }  // namespace

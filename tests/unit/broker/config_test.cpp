@@ -40,6 +40,118 @@ TEST(BrokerConfig, ClientEndpoint) {
   EXPECT_THAT(bad.status().message(), HasSubstr("broker.clients.port: unknown key"));
 }
 
+TEST(BrokerConfig, HttpAndClientConnectionKeys) {
+  auto d = LoadBrokerConfig(Write(kMinimal));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->http.threads, 16u);
+  EXPECT_EQ(d->http.io_threads, 2u);
+  EXPECT_EQ(d->http.max_body_bytes, 16u << 20);
+  EXPECT_EQ(d->http.max_header_bytes, 16u << 10);
+  EXPECT_EQ(d->http.max_connections, 10000u);
+  EXPECT_EQ(d->http.max_connections_per_address, 1024u);
+  EXPECT_EQ(d->http.header_timeout_ms, 10000u);
+  EXPECT_EQ(d->http.body_timeout_ms, 60000u);
+  EXPECT_EQ(d->http.idle_timeout_ms, 60000u);
+  EXPECT_EQ(d->http.max_queued_requests, 1024u);
+  EXPECT_EQ(d->native.max_connections, 4096u);
+  EXPECT_EQ(d->native.max_connections_per_address, 1024u);
+  EXPECT_EQ(d->native.auth_timeout_ms, 10000u);
+
+  auto c = LoadBrokerConfig(Write(
+      std::string(kMinimal) +
+      "broker:\n"
+      "  http: {threads: 4, io_threads: 3, max_body_bytes: 2048, max_header_bytes: 4096,\n"
+      "         max_connections: 50, max_connections_per_address: 5, header_timeout_ms: 200,\n"
+      "         body_timeout_ms: 300, idle_timeout_ms: 400, max_queued_requests: 7}\n"
+      "  clients: {max_connections: 60, max_connections_per_address: 6, auth_timeout_ms: 500}\n"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->http.threads, 4u);
+  EXPECT_EQ(c->http.io_threads, 3u);
+  EXPECT_EQ(c->http.max_body_bytes, 2048u);
+  EXPECT_EQ(c->http.max_header_bytes, 4096u);
+  EXPECT_EQ(c->http.max_connections, 50u);
+  EXPECT_EQ(c->http.max_connections_per_address, 5u);
+  EXPECT_EQ(c->http.header_timeout_ms, 200u);
+  EXPECT_EQ(c->http.body_timeout_ms, 300u);
+  EXPECT_EQ(c->http.idle_timeout_ms, 400u);
+  EXPECT_EQ(c->http.max_queued_requests, 7u);
+  EXPECT_EQ(c->native.max_connections, 60u);
+  EXPECT_EQ(c->native.max_connections_per_address, 6u);
+  EXPECT_EQ(c->native.auth_timeout_ms, 500u);
+
+  for (const char* bad :
+       {"broker: {http: {max_body_bytes: 1000}}",  // below 1 KiB
+        "broker: {http: {io_threads: 0}}", "broker: {http: {header_timeout_ms: 99}}",
+        "broker: {clients: {auth_timeout_ms: 50}}", "broker: {clients: {max_connections: 0}}"}) {
+    auto r = LoadBrokerConfig(Write(std::string(kMinimal) + bad + "\n"));
+    EXPECT_FALSE(r.ok()) << bad;
+  }
+  auto named = LoadBrokerConfig(Write(std::string(kMinimal) + "broker: {http: {io_threads: 0}}\n"));
+  ASSERT_FALSE(named.ok());
+  EXPECT_THAT(named.status().message(), HasSubstr("broker.http.io_threads"));
+}
+
+TEST(BrokerConfig, QuotasAndTheirPerTenantOverrides) {
+  auto d = LoadBrokerConfig(Write(kMinimal));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  const TenantConfig& plain = d->tenants.at(0);
+  EXPECT_EQ(TenantMaxRequests(*d, plain), 32u);
+  EXPECT_EQ(TenantMaxWaits(*d, plain), 1000u);
+  EXPECT_EQ(TenantMaxStreams(*d, plain), 256u);
+  EXPECT_EQ(TenantMaxSubscriptions(*d, plain), 1024u);
+  EXPECT_EQ(TenantSubmitRate(*d, plain), 0.0) << "no rate limit by default";
+
+  auto c = LoadBrokerConfig(Write(
+      "quotas: {tenant_max_requests: 3, tenant_max_waits: 4, tenant_max_streams: 5,\n"
+      "         tenant_max_subscriptions: 6, tenant_submit_rate: 2.5, tenant_submit_burst: 7}\n"
+      "tenants:\n"
+      "  - {name: a, tokens: [\"aaaaaaaa\"]}\n"
+      "  - {name: b, tokens: [\"bbbbbbbb\"], max_requests: 30, max_waits: 40, max_streams: 50,\n"
+      "     max_subscriptions: 60, submit_rate: 0.5, submit_burst: 9}\n"
+      "  - {name: c, tokens: [\"cccccccc\"], submit_rate: 10}\n"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->quotas.tenant_submit_rate, 2.5);
+  EXPECT_EQ(c->quotas.tenant_submit_burst, 7u);
+  const TenantConfig& a = c->tenants.at(0);
+  const TenantConfig& b = c->tenants.at(1);
+  const TenantConfig& t = c->tenants.at(2);
+  EXPECT_EQ(TenantMaxRequests(*c, a), 3u);
+  EXPECT_EQ(TenantMaxWaits(*c, a), 4u);
+  EXPECT_EQ(TenantMaxStreams(*c, a), 5u);
+  EXPECT_EQ(TenantMaxSubscriptions(*c, a), 6u);
+  EXPECT_EQ(TenantSubmitRate(*c, a), 2.5);
+  EXPECT_EQ(TenantSubmitBurst(*c, a), 7u);
+  EXPECT_EQ(TenantMaxRequests(*c, b), 30u);
+  EXPECT_EQ(TenantMaxWaits(*c, b), 40u);
+  EXPECT_EQ(TenantMaxStreams(*c, b), 50u);
+  EXPECT_EQ(TenantMaxSubscriptions(*c, b), 60u);
+  EXPECT_EQ(TenantSubmitRate(*c, b), 0.5);
+  EXPECT_EQ(TenantSubmitBurst(*c, b), 9u);
+  EXPECT_EQ(TenantSubmitRate(*c, t), 10.0);
+  EXPECT_EQ(TenantSubmitBurst(*c, t), 7u) << "the quotas burst, when set";
+
+  // Without any burst: twice the rate, at least 1.
+  auto r =
+      LoadBrokerConfig(Write("quotas: {tenant_submit_rate: 0.2}\n"
+                             "tenants:\n"
+                             "  - {name: a, tokens: [\"aaaaaaaa\"]}\n"
+                             "  - {name: b, tokens: [\"bbbbbbbb\"], submit_rate: 20}\n"));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(TenantSubmitBurst(*r, r->tenants.at(0)), 1u);
+  EXPECT_EQ(TenantSubmitBurst(*r, r->tenants.at(1)), 40u);
+
+  for (const char* bad : {"quotas: {tenant_submit_rate: -1}", "quotas: {tenant_max_requests: 0}",
+                          "quotas: {tenant_submit_rate: fast}", "quotas: {submit_rate: 1}"}) {
+    auto e = LoadBrokerConfig(Write(std::string(kMinimal) + bad + "\n"));
+    ASSERT_FALSE(e.ok()) << bad;
+    EXPECT_THAT(e.status().message(), HasSubstr("quotas.")) << bad;
+  }
+  auto tenant_bad =
+      LoadBrokerConfig(Write("tenants:\n  - {name: a, tokens: [\"aaaaaaaa\"], submit_rate: -2}\n"));
+  ASSERT_FALSE(tenant_bad.ok());
+  EXPECT_THAT(tenant_bad.status().message(), HasSubstr("tenants[0].submit_rate"));
+}
+
 TEST(BrokerConfig, LogLevelsPerSubsystem) {
   auto c = LoadBrokerConfig(Write(std::string(kMinimal) +
                                   "log: {level: warn, format: json, levels: {jobs: info, "

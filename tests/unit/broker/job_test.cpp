@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/audit/sha256.hpp"
+
 namespace kiln::broker {
 namespace {
 
@@ -28,6 +30,49 @@ TEST(Job, SpecRoundTripsThroughJson) {
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->ToJson(), s.ToJson());
   EXPECT_EQ(back->files[0].content, s.files[0].content);
+}
+
+TEST(Job, ExcerptKeepsTheHeadOfTheCodeAndTheDigestsOnly) {
+  JobSpec s = Spec();
+  s.code = std::string(5000, 'x') + "tail";
+  s.warnings = {"rule"};
+  JobSpec e = s.Excerpt();
+  EXPECT_EQ(e.id, s.id);
+  EXPECT_EQ(e.tenant, s.tenant);
+  EXPECT_EQ(e.limits, s.limits);
+  EXPECT_EQ(e.warnings, s.warnings);
+  EXPECT_EQ(e.code.substr(0, kCodeExcerptBytes), std::string(kCodeExcerptBytes, 'x'));
+  EXPECT_EQ(e.code.substr(kCodeExcerptBytes),
+            "\n[kiln: excerpt: the first 4096 of 5004 bytes; 908 bytes cut]");
+  EXPECT_TRUE(e.input_json.empty());
+  EXPECT_TRUE(e.env.empty()) << "env may hold secrets";
+  EXPECT_TRUE(e.files.empty());
+  EXPECT_TRUE(e.collect.empty());
+  ASSERT_TRUE(e.excerpt_of.has_value());
+  EXPECT_EQ(e.excerpt_of->code_bytes, 5004u);
+  EXPECT_EQ(e.excerpt_of->code_sha256, common::Sha256Hex(s.code));
+  EXPECT_EQ(e.excerpt_of->input_sha256, common::Sha256Hex(s.input_json));
+  // Stored and read back; an excerpt of an excerpt is the same excerpt.
+  auto back = JobSpec::FromJson(e.ToJson());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->excerpt_of, e.excerpt_of);
+  EXPECT_EQ(back->ToJson(), e.ToJson());
+  EXPECT_EQ(e.Excerpt().ToJson(), e.ToJson());
+  EXPECT_FALSE(Spec().ToJson().contains("excerpt_of"));
+  // Short code is kept whole (still without input, env, files).
+  JobSpec small = Spec().Excerpt();
+  EXPECT_EQ(small.code, "print(1)");
+  EXPECT_EQ(small.excerpt_of->code_bytes, 8u);
+}
+
+TEST(Job, ExcerptNeverSplitsAUtf8Character) {
+  JobSpec s = Spec();
+  s.code =
+      std::string(kCodeExcerptBytes - 1, 'x') + "\u00e9\u00e9";  // a 2-byte char across the cut
+  JobSpec e = s.Excerpt();
+  EXPECT_EQ(e.code.substr(0, kCodeExcerptBytes), std::string(kCodeExcerptBytes - 1, 'x') + "\n");
+  EXPECT_NE(e.code.find("the first 4095 of 4099 bytes"), std::string::npos) << e.code;
+  EXPECT_EQ(e.excerpt_of->code_sha256, common::Sha256Hex(s.code));
 }
 
 TEST(Job, ResultsMapOntoStatuses) {
@@ -89,6 +134,35 @@ TEST(Job, RecordRoundTripsThroughJson) {
   auto back = JobRecord::FromJson(j);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->ToJson(), j);
+}
+
+TEST(Job, RecordSaysWhenCollectLeftFilesOut) {
+  JobRecord r = JobRecord::Queued(Spec());
+  protocol::Result res;
+  res.reason = protocol::EndReason::kExit;
+  res.exit_code = 0;
+  res.files = {{"a.txt", "a"}};
+  res.files_truncated = true;
+  res.files_omitted = 44;
+  r.ApplyResult(res, 1);
+  auto j = r.ToJson();
+  EXPECT_EQ(j["files"].size(), 1u);
+  EXPECT_EQ(j["files_truncated"], true);
+  EXPECT_EQ(j["files_omitted"], 44);
+  auto back = JobRecord::FromJson(j);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->files_truncated);
+  EXPECT_EQ(back->files_omitted, 44u);
+  // A complete collection says so; records stored before the fields existed read as complete.
+  JobRecord whole = JobRecord::Queued(Spec());
+  EXPECT_EQ(whole.ToJson()["files_truncated"], false);
+  EXPECT_EQ(whole.ToJson()["files_omitted"], 0);
+  auto old = whole.ToJson();
+  old.erase("files_truncated");
+  old.erase("files_omitted");
+  auto read = JobRecord::FromJson(old);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_FALSE(read->files_truncated);
 }
 
 }  // namespace

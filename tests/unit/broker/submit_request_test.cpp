@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "common/base64.hpp"
 
 namespace kiln::broker {
@@ -104,6 +106,106 @@ TEST(SubmitRequest, RejectsUnsafePathsAndNames) {
       Error(R"({"language":"python","code":"1","files":[{"path":"a","content_base64":"@@"}]})")
           .code(),
       Code::kInvalidRequest);
+}
+
+// A request with `files` (path, content "") and the rest of `extra` (JSON members).
+std::string WithFiles(const std::vector<std::string>& paths,
+                      const std::string& language = "python") {
+  nlohmann::json files = nlohmann::json::array();
+  for (const auto& p : paths) files.push_back({{"path", p}, {"content_base64", ""}});
+  return nlohmann::json{{"language", language}, {"code", "1"}, {"files", files}}.dump();
+}
+
+std::string Request(const std::string& language, const std::string& code,
+                    const nlohmann::json& extra = nlohmann::json::object()) {
+  nlohmann::json j = extra;
+  j["language"] = language;
+  j["code"] = code;
+  return j.dump();
+}
+
+// Inputs the worker would refuse after dispatch (the job would end `error`,
+// INTERNAL) are refused here, with the field named.
+TEST(SubmitRequest, FileNameLongerThanNameMaxNamesTheFile) {
+  const std::string part255(255, 'n');
+  EXPECT_TRUE(Error(WithFiles({"ok.txt", "d/" + part255})).ok());
+  auto st = Error(WithFiles({"ok.txt", "d/" + std::string(256, 'n')}));
+  EXPECT_EQ(st.code(), Code::kInvalidRequest);
+  EXPECT_THAT(st.message(), ::testing::StartsWith("files[1].path: "));
+  EXPECT_THAT(st.message(), HasSubstr("256 bytes"));
+  EXPECT_THAT(Error(WithFiles({std::string(300, 'x')})).message(),
+              ::testing::StartsWith("files[0].path: "));
+  // Total length: 1024 bytes at most, whatever the parts.
+  std::string deep;
+  while (deep.size() < 1025) deep += "abcd/";
+  EXPECT_THAT(Error(WithFiles({deep + "x"})).message(), ::testing::StartsWith("files[0].path: "));
+}
+
+TEST(SubmitRequest, FileThatIsAlsoADirectoryIsRefused) {
+  auto st = Error(WithFiles({"a", "a/b"}));
+  EXPECT_EQ(st.code(), Code::kInvalidRequest);
+  EXPECT_THAT(st.message(), ::testing::StartsWith("files[1].path: 'a/b' needs 'a'"));
+  EXPECT_THAT(st.message(), HasSubstr("files[0]"));
+  // Either order, any depth.
+  EXPECT_THAT(Error(WithFiles({"x/y/z", "q", "x/y"})).message(),
+              ::testing::StartsWith("files[0].path: 'x/y/z' needs 'x/y'"));
+  // Siblings and names that only share a prefix are fine.
+  EXPECT_TRUE(Error(WithFiles({"a/b", "a/c", "ab", "a.txt", "a/bc"})).ok());
+}
+
+TEST(SubmitRequest, CollectPatternsAreNamedByIndex) {
+  auto st = Error(Request("python", "1", {{"collect", {"out/*", std::string(256, 'p')}}}));
+  EXPECT_EQ(st.code(), Code::kInvalidRequest);
+  EXPECT_THAT(st.message(), ::testing::StartsWith("collect[1]: "));
+  EXPECT_THAT(Error(Request("python", "1", {{"collect", {"ok", "/abs"}}})).message(),
+              ::testing::StartsWith("collect[1]: "));
+  EXPECT_THAT(Error(Request("python", "1", {{"collect", {"ok", 3}}})).message(),
+              ::testing::StartsWith("collect[1]: "));
+}
+
+TEST(SubmitRequest, NulInCodeIsRefusedForShellOnly) {
+  const std::string code("echo a\0b", 8);
+  auto st = Error(Request("shell", code));
+  EXPECT_EQ(st.code(), Code::kInvalidRequest);
+  EXPECT_THAT(st.message(), ::testing::StartsWith("code: "));
+  // Python and JavaScript take the code as it is: a NUL byte is the
+  // interpreter's error (an ordinary failed job), or text in a JS string.
+  EXPECT_TRUE(Error(Request("python", code)).ok());
+  EXPECT_TRUE(Error(Request("javascript", code)).ok());
+}
+
+TEST(SubmitRequest, NamesTheShellCannotAssignAreRefused) {
+  EXPECT_THAT(Error(Request("shell", "x", {{"env", {{"UID", "0"}}}})).message(),
+              ::testing::StartsWith("env.UID: "));
+  EXPECT_THAT(Error(Request("shell", "x", {{"env", {{"__kiln_in", "0"}}}})).message(),
+              ::testing::StartsWith("env.__kiln_in: "));
+  EXPECT_THAT(Error(Request("shell", "x", {{"input", {{"SHELLOPTS", 1}}}})).message(),
+              ::testing::StartsWith("input.SHELLOPTS: "));
+  EXPECT_THAT(Error(Request("shell", "x", {{"input", {{"__kiln", 1}}}})).message(),
+              ::testing::StartsWith("input.__kiln: "));
+  EXPECT_THAT(
+      Error(Request("shell", "x", {{"input", {{"K", 1}}}, {"env", {{"K", "v"}}}})).message(),
+      ::testing::StartsWith("input.K: "));
+  EXPECT_THAT(Error(Request("shell", "x", {{"input", {{"K", std::string("a\0b", 3)}}}})).message(),
+              ::testing::StartsWith("input.K: "));
+  // Inside a JSON value a NUL is escaped, so only string values are refused.
+  EXPECT_TRUE(Error(Request("shell", "x",
+                            {{"input", {{"K", nlohmann::json::array({std::string("a\0b", 3)})}}}}))
+                  .ok());
+  // The other languages have no such rules.
+  EXPECT_TRUE(Error(Request("python", "x",
+                            {{"input", {{"UID", 1}, {"K", std::string("a\0b", 3)}}},
+                             {"env", {{"K", "v"}, {"__kiln_x", "y"}}}}))
+                  .ok());
+}
+
+TEST(SubmitRequest, JavaScriptReadOnlyGlobalsAreRefusedAsInputKeys) {
+  for (const char* key : {"undefined", "NaN", "Infinity"}) {
+    auto st = Error(Request("javascript", "x", {{"input", {{key, 1}}}}));
+    EXPECT_EQ(st.code(), Code::kInvalidRequest) << key;
+    EXPECT_THAT(st.message(), ::testing::StartsWith(std::string("input.") + key + ": "));
+    EXPECT_TRUE(Error(Request("python", "x", {{"input", {{key, 1}}}})).ok()) << key;
+  }
 }
 
 }  // namespace

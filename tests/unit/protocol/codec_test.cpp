@@ -675,6 +675,8 @@ TEST(CodecFieldsTest, MissingOptionalFieldTakesItsDefault) {
       {MessageType::kResult, {"cpu_ms"}, ""},
       {MessageType::kResult, {"max_rss_kb"}, ""},
       {MessageType::kResult, {"files"}, ""},
+      {MessageType::kResult, {"files_truncated"}, ""},
+      {MessageType::kResult, {"files_omitted"}, ""},
       {MessageType::kResult, {"redactions"}, ""},
       {MessageType::kResult, {"session_epoch"}, ""},
       {MessageType::kResult, {"session_reset"}, ""},

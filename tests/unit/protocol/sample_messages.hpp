@@ -75,6 +75,8 @@ inline std::vector<Message> FullMessages() {
              .cpu_ms = 78.5,
              .max_rss_kb = 45678,
              .files = {{.path = "out/plot.png", .content = AllBytes()}},
+             .files_truncated = true,
+             .files_omitted = 44,
              .redactions = 2,
              .session_epoch = 7,
              .session_reset = true,

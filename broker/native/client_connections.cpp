@@ -137,7 +137,8 @@ void ClientConnections::OnDisconnected(int fd) {
 }
 
 int ClientConnections::SourceOf(const zmq::message_t& part) {
-  const int fd = zmq_msg_get(const_cast<zmq_msg_t*>(part.handle()), ZMQ_SRCFD);
+  // ZMQ_SRCFD: deprecated in libzmq but kept (4.3.x): the "__fd" property.
+  const int fd = zmq_msg_get(part.handle(), ZMQ_SRCFD);
   if (fd < 0) return -1;
   // Its ACCEPTED event may still be waiting in the monitor's pipe.
   if (guard_.Find(fd) == nullptr) DrainEvents();
@@ -179,8 +180,9 @@ void ClientConnections::Close(int fd, CloseReason reason) {
     OnDisconnected(fd);
     return;
   }
-  ::shutdown(fd, SHUT_RDWR);
+  // Counted first: whoever sees the connection close sees it counted.
   if (metrics_) metrics_->NativeConnectionClosed(std::string(CloseReasonName(reason)));
+  ::shutdown(fd, SHUT_RDWR);
   static common::LogLimiter limit(/*lines=*/10, std::chrono::seconds(10));
   kLog.Info(limit, {}, "closed a client connection from {} ({}; {} from that address, {} in all)",
             known->address.empty() ? "a local socket" : known->address, CloseReasonName(reason),

@@ -618,7 +618,8 @@ TEST_F(NativeLimitsTest, ConnectionFloodFromOneAddressLeavesTheBrokerServing) {
   int closed = 0;
   for (int fd : raw) closed += ClosedByPeer(fd, deadline) ? 1 : 0;
   EXPECT_EQ(closed, 20);
-  EXPECT_GT(Closed("auth_timeout"), auth_timeout_before);
+  EXPECT_TRUE(WaitFor([&] { return Closed("auth_timeout") > auth_timeout_before; },
+                      std::chrono::seconds(5)));
   EXPECT_EQ(c().Request("GET", "/v1/health").status, 200);
   EXPECT_EQ(c().broker(0).pid(), pid);
   EXPECT_TRUE(c().broker(0).running());
@@ -635,22 +636,23 @@ TEST_F(NativeLimitsTest, ConnectionFloodFromOneAddressLeavesTheBrokerServing) {
 // auth_timeout_ms; one that has sent one keeps its connection.
 TEST_F(NativeLimitsTest, SilentConnectionsAreClosedAtTheAuthTimeout) {
   const double before = Closed("auth_timeout");
-  zmq::socket_t silent(ctx_, zmq::socket_type::dealer);
-  silent.set(zmq::sockopt::linger, 0);
-  SocketEvents silent_events(ctx_, silent);
+  // The talker sends a request with a valid token at once (an unknown id will do).
   NativeClient talker = Client();
   SocketEvents talker_events(ctx_, talker.socket());
-  const auto t0 = Clock::now();
-  silent.connect(c().client_endpoint());
-  ASSERT_TRUE(silent_events.WaitFor(ZMQ_EVENT_HANDSHAKE_SUCCEEDED, std::chrono::seconds(10)));
   talker.Send(client::Get{1, TestCluster::kToken, "ex_nope"});
   EXPECT_EQ(As<client::Error>(talker.Next(1)).code, "NOT_FOUND");
 
+  zmq::socket_t silent(ctx_, zmq::socket_type::dealer);
+  silent.set(zmq::sockopt::linger, 0);
+  SocketEvents silent_events(ctx_, silent);
+  const auto t0 = Clock::now();
+  silent.connect(c().client_endpoint());
+  ASSERT_TRUE(silent_events.WaitFor(ZMQ_EVENT_HANDSHAKE_SUCCEEDED, std::chrono::seconds(10)));
   ASSERT_TRUE(silent_events.WaitFor(ZMQ_EVENT_DISCONNECTED, std::chrono::seconds(10)))
       << "the silent connection was never closed";
   const auto after = Clock::now() - t0;
   EXPECT_GE(after, std::chrono::milliseconds(400)) << "closed before its auth timeout";
-  EXPECT_GT(Closed("auth_timeout"), before);
+  EXPECT_TRUE(WaitFor([&] { return Closed("auth_timeout") > before; }, std::chrono::seconds(5)));
 
   // Three timeouts later the talker is still connected, and served.
   EXPECT_FALSE(talker_events.WaitFor(ZMQ_EVENT_DISCONNECTED, std::chrono::milliseconds(1500)));
@@ -663,15 +665,14 @@ TEST_F(NativeLimitsTest, SilentConnectionsAreClosedAtTheAuthTimeout) {
 TEST_F(NativeLimitsTest, BadFramesBeforeAnyValidRequestCloseTheConnection) {
   const double before = Closed("bad_frames");
   NativeClient cl = Client();
-  SocketEvents events(ctx_, cl.socket());
-  ASSERT_TRUE(events.WaitFor(ZMQ_EVENT_HANDSHAKE_SUCCEEDED, std::chrono::seconds(10)));
+  SocketEvents events(ctx_, cl.socket());  // before anything can close it
   cl.SendRaw("garbage");
   EXPECT_EQ(As<client::Error>(cl.Next(0)).code, "INVALID_REQUEST");
   cl.Send(client::Get{1, "not-a-valid-token", "ex_nope"});
   EXPECT_EQ(As<client::Error>(cl.Next(1)).code, "UNAUTHORIZED");
   for (int i = 0; i < 20; ++i) cl.SendRaw("garbage");
-  EXPECT_TRUE(events.WaitFor(ZMQ_EVENT_DISCONNECTED, std::chrono::milliseconds(400)))
-      << "closed at once, well before the 500 ms auth timeout";
+  EXPECT_TRUE(events.WaitFor(ZMQ_EVENT_DISCONNECTED, std::chrono::seconds(10)));
+  // Closed for its bad frames, not at its (500 ms) auth timeout.
   EXPECT_TRUE(WaitFor([&] { return Closed("bad_frames") > before; }, std::chrono::seconds(5)));
 }
 

@@ -38,6 +38,8 @@ class ClientConnections {
   ~ClientConnections();
   ClientConnections(const ClientConnections&) = delete;
   ClientConnections& operator=(const ClientConnections&) = delete;
+  ClientConnections(ClientConnections&&) = delete;
+  ClientConnections& operator=(ClientConnections&&) = delete;
 
   // The monitor's socket, to poll for ZMQ_POLLIN next to the ROUTER.
   zmq::socket_t& monitor() { return monitor_; }

@@ -106,7 +106,7 @@ const ConnectionGuard::Peer* ConnectionGuard::Find(int fd) const {
   return it == connections_.end() ? nullptr : &it->second.peer;
 }
 
-bool ConnectionGuard::authenticated(int fd) const {
+bool ConnectionGuard::IsAuthenticated(int fd) const {
   auto it = connections_.find(fd);
   return it != connections_.end() && it->second.authenticated;
 }

@@ -83,7 +83,7 @@ class ConnectionGuard {
   Clock::time_point NextDue() const;
 
   const Peer* Find(int fd) const;
-  bool authenticated(int fd) const;
+  bool IsAuthenticated(int fd) const;
   // Connections held now, including those named for closing.
   size_t size() const { return connections_.size(); }
   size_t CountFrom(const std::string& address) const;

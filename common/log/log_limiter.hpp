@@ -32,6 +32,8 @@ class LogLimiter {
              std::function<Clock::time_point()> now = &Clock::now);
   LogLimiter(const LogLimiter&) = delete;
   LogLimiter& operator=(const LogLimiter&) = delete;
+  LogLimiter(LogLimiter&&) = delete;
+  LogLimiter& operator=(LogLimiter&&) = delete;
   ~LogLimiter() = default;
 
   // Empty: do not write this line (it is counted). Otherwise: write it; the

@@ -85,7 +85,7 @@ TEST(ConnectionGuard, UnauthenticatedConnectionsCloseAtTheAuthTimeout) {
   g.OnDisconnected(10);
   g.OnDisconnected(12);
   EXPECT_EQ(g.size(), 1u);
-  EXPECT_TRUE(g.authenticated(11));
+  EXPECT_TRUE(g.IsAuthenticated(11));
 }
 
 // An fd number reused by a later connection gets a deadline of its own: the
@@ -97,7 +97,7 @@ TEST(ConnectionGuard, AReusedFdStartsAfresh) {
   g.OnAuthenticated(10);
   g.OnDisconnected(10);
   ASSERT_FALSE(g.OnAccepted(10, From("10.0.0.2", 7), t0 + milliseconds(300)));
-  EXPECT_FALSE(g.authenticated(10)) << "the new connection has sent nothing";
+  EXPECT_FALSE(g.IsAuthenticated(10)) << "the new connection has sent nothing";
   EXPECT_THAT(g.Due(t0 + milliseconds(600)), IsEmpty());
   EXPECT_THAT(FdsOf(g.Due(t0 + milliseconds(800)), CloseReason::kAuthTimeout), ElementsAre(10));
   // A missed disconnect: an accept on a held fd replaces the old entry.

@@ -20,6 +20,7 @@
 #include "broker/store/schedule_store.hpp"
 #include "broker/store/session_store.hpp"
 #include "broker/stream/output_follower.hpp"
+#include "common/fd_limit.hpp"
 #include "common/log/logging.hpp"
 #include "common/stop_signals.hpp"
 
@@ -61,6 +62,12 @@ int main(int argc, char** argv) {
   }
 
   sigset_t stop_signals = common::BlockStopSignals();
+  // One descriptor per client and worker connection: allow as many as we may.
+  if (auto fds = common::RaiseFdLimit(); fds.ok()) {
+    spdlog::info("open files limit: {}", *fds);
+  } else {
+    spdlog::warn("open files limit unchanged: {}", fds.status().ToString());
+  }
 
   auto pool = broker::RedisPool::Create(cfg->redis_url, cfg->redis_pool_size);
   if (!pool.ok()) return Fail(pool.status());

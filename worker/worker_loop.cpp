@@ -15,6 +15,11 @@ namespace {
 // Links to brokers and draining; refused jobs under "jobs".
 const common::SubsystemLog kLog("link");
 const common::SubsystemLog kJobsLog("jobs");
+
+// Lines a broker (or whoever answers on a broker endpoint) can trigger at will
+// go through a LogLimiter: this many per window at each call site.
+constexpr uint32_t kHostileLines = 10;
+constexpr auto kLogWindow = std::chrono::seconds(10);
 }  // namespace
 using Clock = BrokerLink::Clock;
 
@@ -101,7 +106,8 @@ void WorkerLoop::Run(int stop_fd) {
 void WorkerLoop::OnRegisterAck(BrokerLink& link, protocol::Message& m) {
   auto& ack = std::get<protocol::RegisterAck>(m);
   if (!link.registered()) {
-    kLog.Info({}, "registered with broker {} at {}", ack.broker_id, link.endpoint());
+    static common::LogLimiter limit(kHostileLines, kLogWindow);
+    kLog.Info(limit, {}, "registered with broker {} at {}", ack.broker_id, link.endpoint());
   }
   link.OnRegistered(ack, Clock::now());
   SendEvents();  // results kept while no broker was there
@@ -117,7 +123,8 @@ void WorkerLoop::OnExecute(BrokerLink& link, protocol::Message& m) {
   common::Status st = draining_ ? common::Unavailable("the worker is draining")
                                 : executor_->Start(std::move(exec), link.endpoint());
   if (!st.ok()) {
-    kJobsLog.Warn({.job = job_id, .tenant = tenant}, "refusing the job: {}", st.ToString());
+    static common::LogLimiter limit(kHostileLines, kLogWindow);
+    kJobsLog.Warn(limit, {.job = job_id, .tenant = tenant}, "refusing the job: {}", st.ToString());
     protocol::Result r;
     r.job_id = job_id;
     // Busy or draining: the code never ran, so the broker may send it elsewhere.
@@ -137,13 +144,15 @@ void WorkerLoop::OnCloseSession(BrokerLink&, protocol::Message& m) {
 }
 
 void WorkerLoop::OnDisconnect(BrokerLink& link, protocol::Message& m) {
-  kLog.Info({}, "broker at {} asked us to register again: {}", link.endpoint(),
+  static common::LogLimiter limit(kHostileLines, kLogWindow);
+  kLog.Info(limit, {}, "broker at {} asked us to register again: {}", link.endpoint(),
             std::get<protocol::Disconnect>(m).reason);
   link.Reset(Clock::now());
 }
 
 void WorkerLoop::OnUnexpected(BrokerLink& link, protocol::Message& m) {
-  kLog.Warn({}, "broker at {} sent a {} message, which only workers send", link.endpoint(),
+  static common::LogLimiter limit(kHostileLines, kLogWindow);
+  kLog.Warn(limit, {}, "broker at {} sent a {} message, which only workers send", link.endpoint(),
             protocol::TypeName(protocol::TypeOf(m)));
 }
 

@@ -157,6 +157,21 @@ BrokerMetrics::BrokerMetrics() : registry_(std::make_shared<prometheus::Registry
                        .Help("Audit entries that could not be written")
                        .Register(r)
                        .Add({});
+  native_connections_ = &prometheus::BuildGauge()
+                             .Name("kiln_native_connections")
+                             .Help("Connections to the native client endpoint held now")
+                             .Register(r)
+                             .Add({});
+  native_connections_closed_ =
+      &prometheus::BuildCounter()
+           .Name("kiln_native_connections_closed_total")
+           .Help(
+               "Native client connections the broker closed, by reason (limit, "
+               "address_limit, auth_timeout, bad_frames)")
+           .Register(r);
+  for (const char* reason : {"limit", "address_limit", "auth_timeout", "bad_frames"}) {
+    native_connections_closed_->Add({{"reason", reason}});
+  }
   common::RegisterBuildInfo(r);
 }
 
@@ -265,6 +280,14 @@ void BrokerMetrics::HttpRequest(const std::string& route, int code) {
 }
 
 void BrokerMetrics::RedisError() { redis_errors_->Increment(); }
+
+void BrokerMetrics::SetNativeConnections(size_t open) {
+  native_connections_->Set(static_cast<double>(open));
+}
+
+void BrokerMetrics::NativeConnectionClosed(const std::string& reason) {
+  native_connections_closed_->Add({{"reason", reason}}).Increment();
+}
 
 std::string BrokerMetrics::Render() const {
   return prometheus::TextSerializer().Serialize(registry_->Collect());

@@ -77,6 +77,11 @@ class BrokerMetrics {
   void NativeError(const std::string& code);
   void SetNativeSubscriptions(size_t open);
   void RedisError();
+  // Native client connections (broker/native/client_connections.hpp): held
+  // now; closed by the broker, by reason (limit, address_limit, auth_timeout,
+  // bad_frames).
+  void SetNativeConnections(size_t open);
+  void NativeConnectionClosed(const std::string& reason);
 
   // The text exposition format (version 0.0.4).
   std::string Render() const;
@@ -115,6 +120,8 @@ class BrokerMetrics {
   prometheus::Counter* workers_lost_;
   prometheus::Counter* jobs_worker_lost_;
   prometheus::Counter* redis_errors_;
+  prometheus::Gauge* native_connections_;
+  prometheus::Family<prometheus::Counter>* native_connections_closed_;
 };
 
 }  // namespace kiln::broker

@@ -25,6 +25,7 @@ const common::SubsystemLog kLog("native");
 constexpr auto kPollInterval = std::chrono::milliseconds(100);
 // Frames handled per poll from each socket, so neither starves the other.
 constexpr int kBurst = 256;
+using Clock = std::chrono::steady_clock;
 // The streamer rests this long after a pass that found nothing new.
 constexpr auto kStreamIdle = std::chrono::milliseconds(20);
 // Queue bounds: replies waiting for a client, events waiting for the loop.
@@ -52,6 +53,12 @@ common::StatusOr<std::unique_ptr<NativeApi>> NativeApi::Create(
     api->router_.set(zmq::sockopt::sndhwm, kClientHwm);
     api->router_.set(zmq::sockopt::maxmsgsize,
                      static_cast<int64_t>(common::protocol::kMaxMessageBytes));
+    // Watched from before the bind, so no connection goes unseen.
+    const ConnectionLimits limits{
+        config.native.max_connections, config.native.max_connections_per_address,
+        std::chrono::milliseconds(config.native.auth_timeout_ms), kMaxBadFrames};
+    ASSIGN_OR_RETURN(api->connections_,
+                     ClientConnections::Create(ctx, api->router_, limits, metrics));
     api->router_.bind(config.native.endpoint);
     api->endpoint_ = api->router_.get(zmq::sockopt::last_endpoint);
     api->events_ = zmq::socket_t(*ctx, zmq::socket_type::pull);
@@ -87,11 +94,14 @@ void NativeApi::Run(std::stop_token stop) {
     cv_.notify_all();
   });
   zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
-                             {events_.handle(), 0, ZMQ_POLLIN, 0}};
+                             {events_.handle(), 0, ZMQ_POLLIN, 0},
+                             {connections_->monitor().handle(), 0, ZMQ_POLLIN, 0}};
   while (!stop.stop_requested()) {
     try {
-      zmq::poll(items, 2, kPollInterval);
-      // Events first: they free the streamer's queue.
+      zmq::poll(items, 3, connections_->UntilDue(Clock::now(), kPollInterval));
+      // Connection events first: a request's connection is then known.
+      if (items[2].revents & ZMQ_POLLIN) connections_->DrainEvents();
+      // Streamer events next: they free the streamer's queue.
       for (int i = 0; i < kBurst && (items[1].revents & ZMQ_POLLIN); ++i) {
         std::vector<zmq::message_t> parts;
         if (!zmq::recv_multipart(events_, std::back_inserter(parts), zmq::recv_flags::dontwait)) {
@@ -107,54 +117,69 @@ void NativeApi::Run(std::stop_token stop) {
         }
         if (parts.empty()) continue;
         const std::string identity = parts[0].to_string();
+        const int fd = connections_->SourceOf(parts.back());
         if (parts.size() != 2) {
           SendError(identity, 0,
                     common::InvalidRequest("a message is exactly one frame, got " +
                                            std::to_string(parts.size() - 1)));
+          connections_->BadFrame(fd);
           continue;
         }
-        HandleFrame(identity, parts[1].to_string_view());
+        HandleFrame(identity, fd, parts[1].to_string_view());
       }
+      connections_->Tick(Clock::now());
     } catch (const zmq::error_t& e) {
       if (e.num() == ETERM) break;
-      kLog.Warn({}, "{}", e.what());
+      static common::LogLimiter limit(/*lines=*/10, std::chrono::seconds(10));
+      kLog.Warn(limit, {}, "{}", e.what());
     }
   }
   streamer.request_stop();
 }
 
-void NativeApi::HandleFrame(const std::string& identity, std::string_view frame) {
+void NativeApi::HandleFrame(const std::string& identity, int fd, std::string_view frame) {
   auto message = client::Decode(frame);
   if (metrics_) {
     metrics_->NativeRequest(message.ok() ? client::TypeName(client::TypeOf(*message))
                                          : "malformed");
   }
   if (!message.ok()) {
-    return SendError(identity, client::PeekRequestId(frame), message.status());
+    SendError(identity, client::PeekRequestId(frame), message.status());
+    return connections_->BadFrame(fd);
   }
+  // Every request is authenticated here, once; its handler gets the caller.
+  auto serve = [&](const auto& m, auto handler) {
+    auto caller = AuthenticateToken(config_, m.token);
+    if (!caller.ok()) {
+      SendError(identity, m.request_id, caller.status());
+      return connections_->BadFrame(fd);
+    }
+    connections_->Authenticated(fd);
+    (this->*handler)(identity, *caller, m);
+  };
   std::visit(
       [&](const auto& m) {
         using T = std::decay_t<decltype(m)>;
         if constexpr (std::is_same_v<T, client::Submit>) {
-          OnSubmit(identity, m);
+          serve(m, &NativeApi::OnSubmit);
         } else if constexpr (std::is_same_v<T, client::Subscribe>) {
-          OnSubscribe(identity, m);
+          serve(m, &NativeApi::OnSubscribe);
         } else if constexpr (std::is_same_v<T, client::Cancel>) {
-          OnCancel(identity, m);
+          serve(m, &NativeApi::OnCancel);
         } else if constexpr (std::is_same_v<T, client::Get>) {
-          OnGet(identity, m);
+          serve(m, &NativeApi::OnGet);
         } else {
           SendError(identity, m.request_id,
                     common::InvalidRequest(std::string(client::TypeName(client::TypeOf(*message))) +
                                            " is a reply, not a request"));
+          connections_->BadFrame(fd);
         }
       },
       *message);
 }
 
-void NativeApi::OnSubmit(const std::string& identity, const client::Submit& m) {
-  auto caller = AuthenticateToken(config_, m.token);
-  if (!caller.ok()) return SendError(identity, m.request_id, caller.status());
+void NativeApi::OnSubmit(const std::string& identity, const Caller& caller,
+                         const client::Submit& m) {
   if (m.request_json.size() > config_.http.max_body_bytes) {
     return SendError(
         identity, m.request_id,
@@ -162,42 +187,58 @@ void NativeApi::OnSubmit(const std::string& identity, const client::Submit& m) {
                                " bytes, more than the request body limit of " +
                                std::to_string(config_.http.max_body_bytes)));
   }
-  auto out = submits_.Submit(*caller, m.request_json, m.idempotency_key,
-                             /*register_waiter=*/false);
-  if (!out.ok()) return SendError(identity, m.request_id, out.status());
-  std::string status = out->status;
-  switch (out->kind) {
+  // A subscription is counted before the job exists: over a limit, the
+  // submit changes nothing.
+  if (m.subscribe) {
+    if (auto st = Reserve(caller); !st.ok()) return SendError(identity, m.request_id, st);
+  }
+  client::Accepted accepted{m.request_id, "", ""};
+  if (auto st = Admit(caller, m, &accepted); !st.ok()) {
+    if (m.subscribe) Release(caller.tenant);
+    return SendError(identity, m.request_id, st, accepted.id);
+  }
+  Send(identity, accepted);
+  if (m.subscribe) Follow({identity, caller.tenant, m.request_id, accepted.id});
+}
+
+Status NativeApi::Admit(const Caller& caller, const client::Submit& m, client::Accepted* accepted) {
+  ASSIGN_OR_RETURN(SubmitResult out, submits_.Submit(caller, m.request_json, m.idempotency_key,
+                                                     /*register_waiter=*/false));
+  accepted->id = out.id;
+  accepted->status = out.status;
+  switch (out.kind) {
     case SubmitResult::Kind::kBlocked:
-      return SendError(identity, m.request_id, out->blocked, out->id);
+      return out.blocked;
     case SubmitResult::Kind::kReplay: {
-      auto record = store_->Load(out->id);
+      auto record = store_->Load(out.id);
       if (!record.ok()) {
-        return SendError(identity, m.request_id, submits_.StoreError(record.status()));
+        accepted->id.clear();
+        return submits_.StoreError(record.status());
       }
-      status = JobStatusName(record->status);
+      accepted->status = JobStatusName(record->status);
       break;
     }
     case SubmitResult::Kind::kAccepted:
       break;
   }
-  Send(identity, client::Accepted{m.request_id, out->id, status});
-  if (m.subscribe) {
-    if (auto st = Follow({identity, m.request_id, out->id}); !st.ok()) {
-      SendError(identity, m.request_id, st, out->id);
-    }
-  }
+  return Status::Ok();
 }
 
-void NativeApi::OnSubscribe(const std::string& identity, const client::Subscribe& m) {
-  auto record = LoadForToken(m.token, m.id);
-  if (!record.ok()) return SendError(identity, m.request_id, record.status(), m.id);
-  if (auto st = Follow({identity, m.request_id, m.id, "0", m.from_seq}); !st.ok()) {
-    SendError(identity, m.request_id, st, m.id);
+void NativeApi::OnSubscribe(const std::string& identity, const Caller& caller,
+                            const client::Subscribe& m) {
+  // Counted first: a request over the limit costs no Redis call.
+  if (auto st = Reserve(caller); !st.ok()) return SendError(identity, m.request_id, st, m.id);
+  auto record = LoadFor(caller, m.id);
+  if (!record.ok()) {
+    Release(caller.tenant);
+    return SendError(identity, m.request_id, record.status(), m.id);
   }
+  Follow({identity, caller.tenant, m.request_id, m.id, "0", m.from_seq});
 }
 
-void NativeApi::OnCancel(const std::string& identity, const client::Cancel& m) {
-  auto record = LoadForToken(m.token, m.id);
+void NativeApi::OnCancel(const std::string& identity, const Caller& caller,
+                         const client::Cancel& m) {
+  auto record = LoadFor(caller, m.id);
   if (!record.ok()) return SendError(identity, m.request_id, record.status(), m.id);
   // Cancelling a finished job changes nothing: answer with its record.
   if (IsTerminal(record->status)) {
@@ -228,15 +269,13 @@ void NativeApi::OnCancel(const std::string& identity, const client::Cancel& m) {
   Send(identity, client::Accepted{m.request_id, m.id, JobStatusName(now->status)});
 }
 
-void NativeApi::OnGet(const std::string& identity, const client::Get& m) {
-  auto record = LoadForToken(m.token, m.id);
+void NativeApi::OnGet(const std::string& identity, const Caller& caller, const client::Get& m) {
+  auto record = LoadFor(caller, m.id);
   if (!record.ok()) return SendError(identity, m.request_id, record.status(), m.id);
   Send(identity, client::Result{m.request_id, m.id, Dump(record->ToJson())});
 }
 
-common::StatusOr<JobRecord> NativeApi::LoadForToken(const std::string& token,
-                                                    const std::string& id) {
-  ASSIGN_OR_RETURN(Caller caller, AuthenticateToken(config_, token));
+common::StatusOr<JobRecord> NativeApi::LoadFor(const Caller& caller, const std::string& id) {
   auto record = store_->Load(id);
   if (!record.ok()) {
     if (record.status().code() == Code::kNotFound) return record.status();
@@ -258,11 +297,14 @@ void NativeApi::SendFrame(const std::string& identity, std::string_view frame) {
     if (!router_.send(zmq::buffer(identity),
                       zmq::send_flags::sndmore | zmq::send_flags::dontwait) ||
         !router_.send(zmq::buffer(frame), zmq::send_flags::dontwait)) {
-      kLog.Warn({}, "a client's queue is full ({} replies), dropped one", kClientHwm);
+      // A client that does not read fills its queue at will.
+      static common::LogLimiter limit(/*lines=*/10, std::chrono::seconds(10));
+      kLog.Warn(limit, {}, "a client's queue is full ({} replies), dropped one", kClientHwm);
     }
   } catch (const zmq::error_t& e) {
     // EHOSTUNREACH: the client has gone; nothing to tell it.
-    if (e.num() != EHOSTUNREACH) kLog.Warn({}, "send failed: {}", e.what());
+    static common::LogLimiter limit(/*lines=*/10, std::chrono::seconds(10));
+    if (e.num() != EHOSTUNREACH) kLog.Warn(limit, {}, "send failed: {}", e.what());
   }
 }
 
@@ -273,17 +315,41 @@ void NativeApi::SendError(const std::string& identity, uint64_t request_id, cons
                                common::IsRetryable(st.code()), id});
 }
 
-Status NativeApi::Follow(Subscription sub) {
+Status NativeApi::Reserve(const Caller& caller) {
+  const TenantConfig* tenant = caller.admin ? nullptr : FindTenant(config_, caller.tenant);
+  const size_t tenant_limit = tenant ? TenantMaxSubscriptions(config_, *tenant) : 0;
   std::lock_guard lock(mu_);
   if (active_ >= kMaxSubscriptions) {
     return Status(Code::kLimitExceeded, "too many open subscriptions on this broker (" +
                                             std::to_string(kMaxSubscriptions) + ")");
   }
+  if (tenant != nullptr) {
+    auto it = tenant_active_.find(caller.tenant);
+    if (it != tenant_active_.end() && it->second >= tenant_limit) {
+      return Status(Code::kRateLimited, "tenant " + caller.tenant + " has " +
+                                            std::to_string(it->second) +
+                                            " open subscriptions on this broker, its limit");
+    }
+    ++tenant_active_[caller.tenant];
+  }
   ++active_;
   if (metrics_) metrics_->SetNativeSubscriptions(active_);
+  return Status::Ok();
+}
+
+void NativeApi::Release(const std::string& tenant) {
+  std::lock_guard lock(mu_);
+  --active_;
+  if (auto it = tenant_active_.find(tenant); it != tenant_active_.end() && --it->second == 0) {
+    tenant_active_.erase(it);
+  }
+  if (metrics_) metrics_->SetNativeSubscriptions(active_);
+}
+
+void NativeApi::Follow(Subscription sub) {
+  std::lock_guard lock(mu_);
   inbox_.push_back(std::move(sub));
   cv_.notify_all();
-  return Status::Ok();
 }
 
 void NativeApi::StreamLoop(std::stop_token stop) {
@@ -307,19 +373,18 @@ void NativeApi::StreamLoop(std::stop_token stop) {
       inbox_.clear();
     }
     bool progress = false;
-    size_t finished = 0;
+    std::vector<std::string> finished;  // their tenants
     for (size_t i = 0; i < subs.size() && !stop.stop_requested();) {
       if (Step(conn.get(), out, subs[i], &progress, stop)) {
+        finished.push_back(std::move(subs[i].tenant));
         subs[i] = std::move(subs.back());
         subs.pop_back();
-        ++finished;
       } else {
         ++i;
       }
     }
+    for (const auto& tenant : finished) Release(tenant);
     std::unique_lock lock(mu_);
-    active_ -= finished;
-    if (metrics_ && finished > 0) metrics_->SetNativeSubscriptions(active_);
     if (!progress && inbox_.empty()) {
       cv_.wait_for(lock, kStreamIdle, [&] { return !inbox_.empty() || stop.stop_requested(); });
     }
@@ -340,7 +405,8 @@ bool NativeApi::Step(RedisConnection* conn, zmq::socket_t& out, Subscription& su
         // completes with the second part).
       } catch (const zmq::error_t& e) {
         if (e.num() == ETERM) return;
-        kLog.Warn({}, "streamer send failed: {}", e.what());
+        static common::LogLimiter limit(/*lines=*/10, std::chrono::seconds(10));
+        kLog.Warn(limit, {}, "streamer send failed: {}", e.what());
         return;
       }
     }

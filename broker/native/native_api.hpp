@@ -11,6 +11,14 @@
 // request_id, so a DEALER may keep many requests in flight. A frame that does
 // not decode is answered with an INVALID_REQUEST error and changes nothing.
 //
+// Connections are guarded (ClientConnections, docs/protocol.md
+// "Connections"): broker.clients.max_connections and
+// max_connections_per_address, and a connection that sends no request with a
+// valid token within auth_timeout_ms, or kMaxBadFrames failed requests before
+// one, is closed. A tenant holds at most TenantMaxSubscriptions open
+// subscriptions on this broker (more answer RATE_LIMITED), and the broker
+// kMaxSubscriptions (more answer LIMIT_EXCEEDED).
+//
 // Threads: Run() owns the ROUTER and serves requests (short Redis calls) in
 // the calling thread; it also runs one streamer thread that follows every
 // subscription (its own Redis connection) and hands the events back to the
@@ -18,6 +26,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stop_token>
@@ -27,6 +36,7 @@
 
 #include "broker/api/submit_service.hpp"
 #include "broker/config.hpp"
+#include "broker/native/client_connections.hpp"
 #include "broker/scheduler/dispatcher.hpp"
 #include "broker/store/redis_connection.hpp"
 #include "common/protocol/client_messages.hpp"
@@ -40,6 +50,9 @@ class NativeApi {
  public:
   // Most subscriptions followed at once (more answer LIMIT_EXCEEDED).
   static constexpr size_t kMaxSubscriptions = 10000;
+  // Failed requests (undecodable, wrong part count, a reply type, a wrong
+  // token) a connection may send before its first valid one.
+  static constexpr uint32_t kMaxBadFrames = 8;
 
   // Binds config.client_endpoint (which must not be empty).
   static common::StatusOr<std::unique_ptr<NativeApi>> Create(
@@ -58,6 +71,7 @@ class NativeApi {
  private:
   struct Subscription {
     std::string identity;  // the client's routing id
+    std::string tenant;    // whose quota it counts against ("" for an admin)
     uint64_t request_id = 0;
     std::string id;
     std::string after = "0";  // last output stream entry sent
@@ -68,19 +82,32 @@ class NativeApi {
             Dispatcher* dispatcher, JobWaiters* waiters, BrokerMetrics* metrics,
             Governance governance);
 
-  // Loop thread.
-  void HandleFrame(const std::string& identity, std::string_view frame);
-  void OnSubmit(const std::string& identity, const common::protocol::client::Submit& m);
-  void OnSubscribe(const std::string& identity, const common::protocol::client::Subscribe& m);
-  void OnCancel(const std::string& identity, const common::protocol::client::Cancel& m);
-  void OnGet(const std::string& identity, const common::protocol::client::Get& m);
-  // The job if the token's tenant may see it (another tenant's is NOT_FOUND).
-  common::StatusOr<JobRecord> LoadForToken(const std::string& token, const std::string& id);
+  // Loop thread. `fd` is the connection a frame came from (-1: unknown).
+  void HandleFrame(const std::string& identity, int fd, std::string_view frame);
+  void OnSubmit(const std::string& identity, const Caller& caller,
+                const common::protocol::client::Submit& m);
+  // Submits m's job and fills `accepted` (id and status). A job the policy
+  // blocked is an error with its id in accepted->id.
+  common::Status Admit(const Caller& caller, const common::protocol::client::Submit& m,
+                       common::protocol::client::Accepted* accepted);
+  void OnSubscribe(const std::string& identity, const Caller& caller,
+                   const common::protocol::client::Subscribe& m);
+  void OnCancel(const std::string& identity, const Caller& caller,
+                const common::protocol::client::Cancel& m);
+  void OnGet(const std::string& identity, const Caller& caller,
+             const common::protocol::client::Get& m);
+  // The job if the caller may see it (another tenant's is NOT_FOUND).
+  common::StatusOr<JobRecord> LoadFor(const Caller& caller, const std::string& id);
   void Send(const std::string& identity, const common::protocol::client::Message& m);
   void SendFrame(const std::string& identity, std::string_view frame);
   void SendError(const std::string& identity, uint64_t request_id, const common::Status& st,
                  const std::string& id = "");
-  common::Status Follow(Subscription sub);
+  // Counts one subscription against the broker's and the caller's tenant's
+  // limits, before anything is done for it; Release undoes it.
+  common::Status Reserve(const Caller& caller);
+  void Release(const std::string& tenant);
+  // Hands a reserved subscription to the streamer.
+  void Follow(Subscription sub);
 
   // Streamer thread.
   void StreamLoop(std::stop_token stop);
@@ -101,11 +128,13 @@ class NativeApi {
   zmq::socket_t events_;  // PULL: [identity, frame] from the streamer
   std::string endpoint_;
   std::string events_endpoint_;
+  std::unique_ptr<ClientConnections> connections_;  // after router_: it monitors router_
 
   std::mutex mu_;
   std::condition_variable cv_;       // new subscriptions, stop
   std::vector<Subscription> inbox_;  // guarded by mu_
-  size_t active_ = 0;                // guarded by mu_: followed + inbox
+  size_t active_ = 0;                // guarded by mu_: reserved (followed + inbox + about to be)
+  std::map<std::string, size_t, std::less<>> tenant_active_;  // guarded by mu_: active_ per tenant
 };
 
 }  // namespace kiln::broker

@@ -31,6 +31,14 @@ double SecondsSince(Clock::time_point t) {
 const common::SubsystemLog kLog("scheduler");
 const common::SubsystemLog kJobsLog("jobs");
 
+// Lines a worker (or anyone who can reach the worker endpoint) can trigger at
+// will go through a LogLimiter: this many per window at each call site.
+constexpr uint32_t kHostileLines = 10;
+// Registrations and disconnects are routine: a roomier budget, so a
+// cluster's start is logged in full.
+constexpr uint32_t kRoutineLines = 100;
+constexpr auto kLogWindow = std::chrono::seconds(10);
+
 }  // namespace
 
 common::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Create(DispatcherOptions options,
@@ -328,7 +336,8 @@ void Dispatcher::ReceiveAll() {
     auto decoded = protocol::Decode(
         std::string_view(static_cast<const char*>(payload.data()), payload.size()));
     if (!decoded.ok()) {
-      kLog.Warn({.worker = identity}, "dropping a bad message from a worker: {}",
+      static common::LogLimiter limit(kHostileLines, kLogWindow);
+      kLog.Warn(limit, {.worker = identity}, "dropping a bad message from a worker: {}",
                 decoded.status().message());
       continue;
     }
@@ -342,7 +351,8 @@ void Dispatcher::HandleRegister(const std::string& identity, protocol::Message& 
   auto& reg = std::get<protocol::Register>(m);
   if (reg.worker_id.empty() || reg.worker_id != identity || reg.slots == 0 ||
       reg.runtimes.empty()) {
-    kLog.Warn({.worker = identity},
+    static common::LogLimiter limit(kHostileLines, kLogWindow);
+    kLog.Warn(limit, {.worker = identity},
               "refusing registration from '{}': needs an id (its routing id), slots and "
               "runtimes",
               identity);
@@ -351,8 +361,10 @@ void Dispatcher::HandleRegister(const std::string& identity, protocol::Message& 
   }
   auto lost = table_.OnRegister(identity, reg, Clock::now(), common::NowMs());
   if (!lost.empty()) LoseWorker(identity, lost, "the worker restarted");
-  kLog.Info({.worker = reg.worker_id}, "worker registered: {} slots, runtimes [{}], layers [{}]",
-            reg.slots, fmt::join(reg.runtimes, ","), fmt::join(reg.sandbox_layers, ","));
+  static common::LogLimiter limit(kRoutineLines, kLogWindow);
+  kLog.Info(limit, {.worker = reg.worker_id},
+            "worker registered: {} slots, runtimes [{}], layers [{}]", reg.slots,
+            fmt::join(reg.runtimes, ","), fmt::join(reg.sandbox_layers, ","));
   Send(identity, protocol::RegisterAck{options_.broker_id,
                                        static_cast<uint32_t>(options_.heartbeat_interval.count()),
                                        options_.liveness});
@@ -378,7 +390,9 @@ void Dispatcher::HandleOutputChunk(const std::string&, protocol::Message& m) {
   // Stored before the Result is: a subscriber sees every chunk, then the end.
   if (auto st = stores_.jobs->AppendChunk(chunk); !st.ok()) {
     if (options_.metrics) options_.metrics->RedisError();
-    kLog.Warn({.job = chunk.job_id}, "{} (live output lost; the final record keeps it)",
+    // One per chunk while Redis fails, and a worker sends chunks at will.
+    static common::LogLimiter limit(kHostileLines, kLogWindow);
+    kLog.Warn(limit, {.job = chunk.job_id}, "{} (live output lost; the final record keeps it)",
               st.ToString());
   }
 }
@@ -439,7 +453,9 @@ void Dispatcher::FinishForeign(const std::string& identity, const protocol::Resu
     options_.metrics->RedisError();
   }
   if (!record.ok() || IsTerminal(record->status)) {
-    kJobsLog.Warn({.job = res.job_id, .worker = identity}, "result ignored: {}",
+    // A worker may send results for any job id.
+    static common::LogLimiter limit(kHostileLines, kLogWindow);
+    kJobsLog.Warn(limit, {.job = res.job_id, .worker = identity}, "result ignored: {}",
                   record.ok() ? "it has already ended" : record.status().ToString());
     return;
   }
@@ -452,14 +468,16 @@ void Dispatcher::FinishForeign(const std::string& identity, const protocol::Resu
 
 void Dispatcher::HandleDisconnect(const std::string& identity, protocol::Message& m) {
   auto& d = std::get<protocol::Disconnect>(m);
-  kLog.Info({.worker = identity}, "worker disconnected: {}", d.reason);
+  static common::LogLimiter limit(kRoutineLines, kLogWindow);
+  kLog.Info(limit, {.worker = identity}, "worker disconnected: {}", d.reason);
   auto jobs = table_.Remove(identity);
   LoseWorker(identity, jobs, "the worker disconnected: " + d.reason);
   PublishWorkers();
 }
 
 void Dispatcher::HandleUnexpected(const std::string& identity, protocol::Message& m) {
-  kLog.Warn({.worker = identity}, "worker sent a {} message, which only brokers send",
+  static common::LogLimiter limit(kHostileLines, kLogWindow);
+  kLog.Warn(limit, {.worker = identity}, "worker sent a {} message, which only brokers send",
             protocol::TypeName(protocol::TypeOf(m)));
 }
 
@@ -473,7 +491,10 @@ void Dispatcher::Tick() {
   }
   if (options_.metrics && missed > 0) options_.metrics->HeartbeatsMissed(missed);
   for (auto& [id, jobs] : table_.Expire(Clock::now())) {
-    kLog.Warn({.worker = id}, "worker missed {} heartbeats: declared dead", options_.liveness);
+    // Anyone may register under many ids and fall silent.
+    static common::LogLimiter limit(kRoutineLines, kLogWindow);
+    kLog.Warn(limit, {.worker = id}, "worker missed {} heartbeats: declared dead",
+              options_.liveness);
     LoseWorker(id, jobs, "the worker stopped answering heartbeats", /*expired=*/true);
   }
   PublishWorkers();
@@ -701,7 +722,10 @@ bool Dispatcher::Send(const std::string& identity, const protocol::Message& m) {
     }
     return router_.send(zmq::buffer(bytes), zmq::send_flags::dontwait).has_value();
   } catch (const zmq::error_t& e) {
-    if (e.num() != EHOSTUNREACH) kLog.Warn({.worker = identity}, "send failed: {}", e.what());
+    static common::LogLimiter limit(kHostileLines, kLogWindow);
+    if (e.num() != EHOSTUNREACH) {
+      kLog.Warn(limit, {.worker = identity}, "send failed: {}", e.what());
+    }
     return false;
   }
 }

@@ -1,9 +1,15 @@
 // The native client protocol (docs/protocol.md, "Client protocol") through a
 // real cluster, spoken by a cppzmq DEALER: submit and subscribe, sessions,
 // cancel, authorisation, hostile frames and many requests in flight on one
-// socket.
+// socket; then a broker with tight client limits (docs/protocol.md,
+// "Connections"): connection floods, silent connections, subscription quotas.
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <iostream>
@@ -336,6 +342,11 @@ TEST_F(NativeTest, TokensAreChecked) {
 
 TEST_F(NativeTest, HostileFramesGetErrorsAndHarmNothing) {
   NativeClient cl = Client();
+  // Authenticated first: a connection that has sent a valid token may send
+  // bad frames (each answered); one that has not is closed after a few (see
+  // NativeLimitsTest.BadFramesBeforeAnyValidRequestCloseTheConnection).
+  cl.Send(client::Get{99, TestCluster::kToken, "ex_nope"});
+  EXPECT_EQ(As<client::Error>(cl.Next(99)).code, "NOT_FOUND");
   auto expect_invalid = [&](const std::string& frame, const std::string& what,
                             uint64_t request_id = 0) {
     cl.SendRaw(frame);
@@ -445,6 +456,282 @@ TEST_F(NativeTest, TwoHundredJobsPipelinedOnOneSocket) {
   EXPECT_EQ(distinct.size(), static_cast<size_t>(kJobs));
   std::cerr << "200 pipelined shell jobs took "
             << std::chrono::duration<double>(Clock::now() - t0).count() << " s\n";
+}
+
+// ---------------------------------------------------------------------------
+// A broker with tight client limits: 8 connections per address, 500 ms to
+// authenticate, 2 open subscriptions for tenant-a.
+
+// The connection events of one socket, through a ZeroMQ socket monitor.
+class SocketEvents {
+ public:
+  SocketEvents(zmq::context_t& ctx, zmq::socket_t& socket)
+      : socket_(socket.handle()), pair_(ctx, zmq::socket_type::pair) {
+    static int n = 0;
+    const std::string endpoint = "inproc://native-test-monitor-" + std::to_string(++n);
+    EXPECT_EQ(zmq_socket_monitor(socket_, endpoint.c_str(),
+                                 ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED),
+              0);
+    pair_.set(zmq::sockopt::linger, 0);
+    pair_.set(zmq::sockopt::rcvhwm, 0);
+    pair_.connect(endpoint);
+  }
+  // Stops the monitor before its reader goes (libzmq sends events blocking).
+  ~SocketEvents() { zmq_socket_monitor(socket_, nullptr, 0); }
+  SocketEvents(const SocketEvents&) = delete;
+  SocketEvents& operator=(const SocketEvents&) = delete;
+
+  // Whether `event` happens within `timeout` (other events are skipped).
+  bool WaitFor(uint16_t event, std::chrono::milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    while (true) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) return false;
+      zmq::pollitem_t item{pair_.handle(), 0, ZMQ_POLLIN, 0};
+      if (zmq::poll(&item, 1, left) == 0) return false;
+      zmq::message_t head, address;
+      if (!pair_.recv(head, zmq::recv_flags::none)) return false;
+      if (head.more()) (void)pair_.recv(address, zmq::recv_flags::none);
+      uint16_t got = 0;
+      std::memcpy(&got, head.data(), sizeof(got));
+      if (got == event) return true;
+    }
+  }
+
+ private:
+  void* socket_;
+  zmq::socket_t pair_;
+};
+
+// A plain TCP connection from `source` that never says a ZMTP word.
+int RawConnect(const std::string& source, int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  EXPECT_GE(fd, 0);
+  sockaddr_in from{}, to{};
+  from.sin_family = to.sin_family = AF_INET;
+  inet_pton(AF_INET, source.c_str(), &from.sin_addr);
+  inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+  to.sin_port = htons(static_cast<uint16_t>(port));
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)), 0) << errno;
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0) << errno;
+  return fd;
+}
+
+// Whether the peer closes `fd` (EOF or reset) before `deadline`; whatever it
+// sends first (the broker's ZMTP greeting) is read and dropped.
+bool ClosedByPeer(int fd, Clock::time_point deadline) {
+  char buf[256];
+  while (true) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n == 0 || (n < 0 && errno == ECONNRESET)) return true;
+    if (n < 0 && errno != EINTR && errno != EAGAIN) return true;
+  }
+}
+
+int PortOf(const std::string& endpoint) {
+  return std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+}
+
+class NativeLimitsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    cluster_ = TestCluster::Start({.brokers = 1,
+                                   .workers = 1,
+                                   .slots = 4,
+                                   .tenant_a_fields = ", max_subscriptions: 2",
+                                   .broker_clients_fields =
+                                       ", max_connections_per_address: 8, auth_timeout_ms: 500"})
+                   .release();
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  void TearDown() override {
+    if (HasFailure()) std::cerr << cluster_->DumpLogs();
+  }
+
+  TestCluster& c() { return *cluster_; }
+  NativeClient Client() { return NativeClient(ctx_, c().client_endpoint()); }
+
+  // One sample of the broker's /metrics (-1 when absent).
+  double Metric(const std::string& series) {
+    const std::string text = c().Request("GET", "/metrics").raw;
+    auto at = text.find("\n" + series + " ");
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + series.size() + 2));
+  }
+  double Closed(const std::string& reason) {
+    return Metric("kiln_native_connections_closed_total{reason=\"" + reason + "\"}");
+  }
+
+  static TestCluster* cluster_;
+  zmq::context_t ctx_{1};
+};
+
+TestCluster* NativeLimitsTest::cluster_ = nullptr;
+
+// 40 connections from one address (20 plain TCP sockets that complete no
+// handshake, 20 DEALERs that never send a request, reconnecting whenever
+// they are dropped): the 32 beyond the address's 8 are closed at once, the
+// rest at the auth timeout, while a client elsewhere is served and the
+// health endpoint answers throughout.
+TEST_F(NativeLimitsTest, ConnectionFloodFromOneAddressLeavesTheBrokerServing) {
+  const pid_t pid = c().broker(0).pid();
+  const int port = PortOf(c().client_endpoint());
+  const double address_limit_before = Closed("address_limit");
+  const double auth_timeout_before = Closed("auth_timeout");
+  ASSERT_GE(address_limit_before, 0) << "kiln_native_connections_closed_total is exported";
+
+  std::vector<int> raw;
+  std::vector<std::unique_ptr<zmq::socket_t>> dealers;
+  for (int i = 0; i < 20; ++i) {
+    raw.push_back(RawConnect("127.0.0.2", port));
+    auto d = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::dealer);
+    d->set(zmq::sockopt::linger, 0);
+    d->connect("tcp://127.0.0.2:0;127.0.0.1:" + std::to_string(port));
+    dealers.push_back(std::move(d));
+    if (i % 5 == 0) {
+      EXPECT_EQ(c().Request("GET", "/v1/health").status, 200) << i;
+    }
+  }
+  EXPECT_TRUE(WaitFor([&] { return Closed("address_limit") >= address_limit_before + 32; },
+                      std::chrono::seconds(15)))
+      << "address_limit closes: " << Closed("address_limit") - address_limit_before;
+  EXPECT_EQ(c().Request("GET", "/v1/health").status, 200);
+
+  // A client from another address gets its job done meanwhile.
+  NativeClient cl = Client();
+  cl.Send(client::Submit{1, TestCluster::kToken,
+                         json{{"language", "shell"}, {"code", "echo served"}}.dump(), "", true});
+  As<client::Accepted>(cl.Next(1));
+  auto end = cl.UntilEnd(1);
+  ASSERT_FALSE(end.empty());
+  EXPECT_EQ(json::parse(As<client::Result>(end.back()).record_json)["stdout"], "served\n");
+
+  // Every plain connection is closed by the broker: over the limit at once,
+  // or at the auth timeout.
+  const auto deadline = Clock::now() + std::chrono::seconds(15);
+  int closed = 0;
+  for (int fd : raw) closed += ClosedByPeer(fd, deadline) ? 1 : 0;
+  EXPECT_EQ(closed, 20);
+  EXPECT_TRUE(WaitFor([&] { return Closed("auth_timeout") > auth_timeout_before; },
+                      std::chrono::seconds(5)));
+  EXPECT_EQ(c().Request("GET", "/v1/health").status, 200);
+  EXPECT_EQ(c().broker(0).pid(), pid);
+  EXPECT_TRUE(c().broker(0).running());
+
+  // Once the attackers go, the broker holds no connection of theirs.
+  for (int fd : raw) ::close(fd);
+  dealers.clear();
+  EXPECT_TRUE(
+      WaitFor([&] { return Metric("kiln_native_connections") <= 1; }, std::chrono::seconds(15)))
+      << "kiln_native_connections " << Metric("kiln_native_connections");
+}
+
+// A connection that sends no request with a valid token is dropped after
+// auth_timeout_ms; one that has sent one keeps its connection.
+TEST_F(NativeLimitsTest, SilentConnectionsAreClosedAtTheAuthTimeout) {
+  const double before = Closed("auth_timeout");
+  // The talker sends a request with a valid token at once (an unknown id will do).
+  NativeClient talker = Client();
+  SocketEvents talker_events(ctx_, talker.socket());
+  talker.Send(client::Get{1, TestCluster::kToken, "ex_nope"});
+  EXPECT_EQ(As<client::Error>(talker.Next(1)).code, "NOT_FOUND");
+
+  zmq::socket_t silent(ctx_, zmq::socket_type::dealer);
+  silent.set(zmq::sockopt::linger, 0);
+  SocketEvents silent_events(ctx_, silent);
+  const auto t0 = Clock::now();
+  silent.connect(c().client_endpoint());
+  ASSERT_TRUE(silent_events.WaitFor(ZMQ_EVENT_HANDSHAKE_SUCCEEDED, std::chrono::seconds(10)));
+  ASSERT_TRUE(silent_events.WaitFor(ZMQ_EVENT_DISCONNECTED, std::chrono::seconds(10)))
+      << "the silent connection was never closed";
+  const auto after = Clock::now() - t0;
+  EXPECT_GE(after, std::chrono::milliseconds(400)) << "closed before its auth timeout";
+  EXPECT_TRUE(WaitFor([&] { return Closed("auth_timeout") > before; }, std::chrono::seconds(5)));
+
+  // Three timeouts later the talker is still connected, and served.
+  EXPECT_FALSE(talker_events.WaitFor(ZMQ_EVENT_DISCONNECTED, std::chrono::milliseconds(1500)));
+  talker.Send(client::Get{2, TestCluster::kToken, "ex_nope"});
+  EXPECT_EQ(As<client::Error>(talker.Next(2)).code, "NOT_FOUND");
+}
+
+// Before any valid request, a few failed ones (garbage, a wrong token) close
+// the connection; each is still answered until then.
+TEST_F(NativeLimitsTest, BadFramesBeforeAnyValidRequestCloseTheConnection) {
+  const double before = Closed("bad_frames");
+  NativeClient cl = Client();
+  SocketEvents events(ctx_, cl.socket());  // before anything can close it
+  cl.SendRaw("garbage");
+  EXPECT_EQ(As<client::Error>(cl.Next(0)).code, "INVALID_REQUEST");
+  cl.Send(client::Get{1, "not-a-valid-token", "ex_nope"});
+  EXPECT_EQ(As<client::Error>(cl.Next(1)).code, "UNAUTHORIZED");
+  for (int i = 0; i < 20; ++i) cl.SendRaw("garbage");
+  EXPECT_TRUE(events.WaitFor(ZMQ_EVENT_DISCONNECTED, std::chrono::seconds(10)));
+  // Closed for its bad frames, not at its (500 ms) auth timeout.
+  EXPECT_TRUE(WaitFor([&] { return Closed("bad_frames") > before; }, std::chrono::seconds(5)));
+}
+
+// tenant-a may hold 2 open subscriptions on this broker: a third subscribe,
+// or a submit with subscribe, answers RATE_LIMITED and changes nothing;
+// tenant-b is not affected; once one ends, tenant-a may subscribe again.
+TEST_F(NativeLimitsTest, SubscriptionsPerTenantAreCapped) {
+  NativeClient cl = Client();
+  const json sleeper = {{"language", "python"}, {"code", "import time\ntime.sleep(30)\n"}};
+  cl.Send(client::Submit{1, TestCluster::kToken, sleeper.dump(), "", true});
+  cl.Send(client::Submit{2, TestCluster::kToken, sleeper.dump(), "", true});
+  const std::string id1 = As<client::Accepted>(cl.Next(1)).id;
+  const std::string id2 = As<client::Accepted>(cl.Next(2)).id;
+  ASSERT_FALSE(id1.empty());
+  ASSERT_FALSE(id2.empty());
+
+  cl.Send(client::Subscribe{3, TestCluster::kToken, id1});
+  auto e3 = As<client::Error>(cl.Next(3));
+  EXPECT_EQ(e3.code, "RATE_LIMITED") << e3.message;
+  EXPECT_TRUE(e3.retryable);
+  const std::string submitted =
+      R"(kiln_executions_submitted_total{language="python",tenant="tenant-a"})";
+  const double submitted_before = Metric(submitted);
+  cl.Send(client::Submit{4, TestCluster::kToken, sleeper.dump(), "", true});
+  EXPECT_EQ(As<client::Error>(cl.Next(4)).code, "RATE_LIMITED");
+  EXPECT_EQ(Metric(submitted), submitted_before) << "the refused submit created a job";
+  // Without subscribe, submits are not limited by it.
+  cl.Send(client::Submit{5, TestCluster::kToken,
+                         json{{"language", "shell"}, {"code", "true"}}.dump(), "", false});
+  As<client::Accepted>(cl.Next(5));
+  // Another tenant subscribes freely.
+  cl.Send(client::Submit{6, TestCluster::kOtherToken,
+                         json{{"language", "shell"}, {"code", "echo b"}}.dump(), "", true});
+  As<client::Accepted>(cl.Next(6));
+  auto b = cl.UntilEnd(6);
+  ASSERT_FALSE(b.empty());
+  EXPECT_EQ(json::parse(As<client::Result>(b.back()).record_json)["stdout"], "b\n");
+
+  // The first job ends (cancelled): its subscription closes with its result,
+  // and tenant-a may subscribe again.
+  cl.Send(client::Cancel{7, TestCluster::kToken, id1});
+  ASSERT_TRUE(cl.Next(7).has_value());
+  auto first = cl.UntilEnd(1, std::chrono::seconds(30));
+  ASSERT_FALSE(first.empty());
+  EXPECT_EQ(json::parse(As<client::Result>(first.back()).record_json)["status"], "cancelled");
+  std::optional<client::Message> again;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        cl.Send(client::Subscribe{8, TestCluster::kToken, id1});
+        again = cl.Next(8);
+        return again && std::holds_alternative<client::Result>(*again);
+      },
+      std::chrono::seconds(10)))
+      << Describe(again);
+  cl.Send(client::Cancel{9, TestCluster::kToken, id2});
+  ASSERT_TRUE(cl.Next(9).has_value());
+  auto second = cl.UntilEnd(2, std::chrono::seconds(30));
+  ASSERT_FALSE(second.empty());
+  EXPECT_EQ(json::parse(As<client::Result>(second.back()).record_json)["status"], "cancelled");
 }
 
 }  // namespace

@@ -58,7 +58,8 @@ void TestCluster::StartBroker(int i) {
     << "  http: {listen: \"127.0.0.1:" << http_ports_[i] << "\", threads: 32}\n"
     << "  workers: {endpoint: \"tcp://127.0.0.1:" << zmq_ports_[i]
     << "\", heartbeat_interval_ms: 200, heartbeat_liveness: 5}\n"
-    << "  clients: {endpoint: \"tcp://127.0.0.1:" << client_ports_[i] << "\"}\n"
+    << "  clients: {endpoint: \"tcp://127.0.0.1:" << client_ports_[i] << "\""
+    << options_.broker_clients_fields << "}\n"
     << "  redis: {url: \"redis://127.0.0.1:" << redis_port_ << "\"}\n"
     << "limits:\n"
     << "  default: {timeout_ms: 10000, max_output_bytes: 65536}\n"

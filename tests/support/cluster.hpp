@@ -35,6 +35,7 @@ struct ClusterOptions {
   std::vector<std::string> tenant_a_secrets;  // registered secrets of tenant-a (kToken)
   std::string tenant_a_fields;                // e.g. ", slots: 2, weight: 1" inside tenant-a's map
   std::string tenant_b_fields;
+  std::string broker_clients_fields;  // e.g. ", auth_timeout_ms: 500" inside broker.clients
   // More "  - {name: ..., tokens: [...]}" lines. tenant-a and tenant-b have
   // code execution enabled and auto-approved; others get what they say.
   std::string extra_tenants_yaml;

@@ -70,7 +70,9 @@ std::optional<protocol::Message> BrokerLink::Receive() {
     auto m =
         protocol::Decode(std::string_view(static_cast<const char*>(frame.data()), frame.size()));
     if (!m.ok()) {
-      kLog.Warn({}, "bad message from broker {}: {}", endpoint_, m.status().message());
+      // A broker (or whatever answers on its endpoint) sends these at will.
+      static common::LogLimiter limit(/*lines=*/10, std::chrono::seconds(10));
+      kLog.Warn(limit, {}, "bad message from broker {}: {}", endpoint_, m.status().message());
       continue;
     }
     return std::move(*m);

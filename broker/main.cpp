@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<broker::NativeApi> native;  // the native client protocol, unless off
   if (!cfg->native.endpoint.empty()) {
     auto n = broker::NativeApi::Create(*cfg, &zmq_ctx, stores, dispatcher->get(), &waiters,
-                                       &metrics, governance);
+                                       &follower, &metrics, governance);
     if (!n.ok()) return Fail(n.status());
     native = std::move(*n);
   }

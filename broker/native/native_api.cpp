@@ -26,11 +26,8 @@ constexpr auto kPollInterval = std::chrono::milliseconds(100);
 // Frames handled per poll from each socket, so neither starves the other.
 constexpr int kBurst = 256;
 using Clock = std::chrono::steady_clock;
-// The streamer rests this long after a pass that found nothing new.
-constexpr auto kStreamIdle = std::chrono::milliseconds(20);
-// Queue bounds: replies waiting for a client, events waiting for the loop.
-constexpr int kClientHwm = 100000;
-constexpr int kEventsHwm = 100000;
+// How soon frames waiting for a full client pipe are tried again.
+constexpr auto kRetryFull = std::chrono::milliseconds(10);
 
 // As the HTTP API writes JSON: invalid UTF-8 in output becomes U+FFFD.
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
@@ -39,13 +36,13 @@ std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 
 common::StatusOr<std::unique_ptr<NativeApi>> NativeApi::Create(
     const BrokerConfig& config, zmq::context_t* ctx, DispatcherStores stores,
-    Dispatcher* dispatcher, JobWaiters* waiters, BrokerMetrics* metrics, Governance governance) {
+    Dispatcher* dispatcher, JobWaiters* waiters, OutputFollower* follower, BrokerMetrics* metrics,
+    Governance governance) {
   if (config.native.endpoint.empty()) {
     return common::InvalidRequest("broker.clients.endpoint is empty: the native API is off");
   }
   std::unique_ptr<NativeApi> api(
-      new NativeApi(config, ctx, stores, dispatcher, waiters, metrics, governance));
-  ASSIGN_OR_RETURN(api->redis_endpoint_, RedisEndpoint::Parse(config.redis_url));
+      new NativeApi(config, ctx, stores, dispatcher, waiters, follower, metrics, governance));
   try {
     api->router_ = zmq::socket_t(*ctx, zmq::socket_type::router);
     api->router_.set(zmq::sockopt::router_mandatory, 1);  // a full pipe is seen, not hidden
@@ -61,12 +58,6 @@ common::StatusOr<std::unique_ptr<NativeApi>> NativeApi::Create(
                      ClientConnections::Create(ctx, api->router_, limits, metrics));
     api->router_.bind(config.native.endpoint);
     api->endpoint_ = api->router_.get(zmq::sockopt::last_endpoint);
-    api->events_ = zmq::socket_t(*ctx, zmq::socket_type::pull);
-    api->events_.set(zmq::sockopt::linger, 0);
-    api->events_.set(zmq::sockopt::rcvhwm, kEventsHwm);
-    api->events_endpoint_ =
-        "inproc://kiln-native-events-" + std::to_string(reinterpret_cast<uintptr_t>(api.get()));
-    api->events_.bind(api->events_endpoint_);
   } catch (const zmq::error_t& e) {
     return common::InvalidRequest("cannot bind client endpoint " + config.native.endpoint + ": " +
                                   e.what());
@@ -75,40 +66,40 @@ common::StatusOr<std::unique_ptr<NativeApi>> NativeApi::Create(
 }
 
 NativeApi::NativeApi(const BrokerConfig& config, zmq::context_t* ctx, DispatcherStores stores,
-                     Dispatcher* dispatcher, JobWaiters* waiters, BrokerMetrics* metrics,
-                     Governance governance)
+                     Dispatcher* dispatcher, JobWaiters* waiters, OutputFollower* follower,
+                     BrokerMetrics* metrics, Governance governance)
     : config_(config),
       ctx_(ctx),
       store_(stores.jobs),
       schedule_(stores.schedule),
       dispatcher_(dispatcher),
       metrics_(metrics),
-      submits_(config, stores, dispatcher, waiters, metrics, governance) {}
+      submits_(config, stores, dispatcher, waiters, metrics, governance),
+      follower_(follower) {}
 
-NativeApi::~NativeApi() = default;
+NativeApi::~NativeApi() {
+  // The follower outlives this: its readers must not reach a gone outbox.
+  for (auto& [identity, sub] : subs_) {
+    sub->Close();
+    follower_->Unfollow(sub->id());
+  }
+}
 
 void NativeApi::Run(std::stop_token stop) {
-  std::jthread streamer([this](std::stop_token st) { StreamLoop(st); });
-  std::stop_callback wake(streamer.get_stop_token(), [this] {
-    std::lock_guard lock(mu_);
-    cv_.notify_all();
-  });
   zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
-                             {events_.handle(), 0, ZMQ_POLLIN, 0},
+                             {nullptr, outbox_.fd(), ZMQ_POLLIN, 0},
                              {connections_->monitor().handle(), 0, ZMQ_POLLIN, 0}};
   while (!stop.stop_requested()) {
     try {
-      zmq::poll(items, 3, connections_->UntilDue(Clock::now(), kPollInterval));
+      auto wait = connections_->UntilDue(Clock::now(), kPollInterval);
+      if (!pending_.empty()) wait = std::min<std::chrono::milliseconds>(wait, kRetryFull);
+      zmq::poll(items, 3, wait);
       // Connection events first: a request's connection is then known.
       if (items[2].revents & ZMQ_POLLIN) connections_->DrainEvents();
-      // Streamer events next: they free the streamer's queue.
-      for (int i = 0; i < kBurst && (items[1].revents & ZMQ_POLLIN); ++i) {
-        std::vector<zmq::message_t> parts;
-        if (!zmq::recv_multipart(events_, std::back_inserter(parts), zmq::recv_flags::dontwait)) {
-          break;
-        }
-        if (parts.size() != 2) continue;
-        SendFrame(parts[0].to_string(), parts[1].to_string_view());
+      // Subscription frames next, after what already waits for their clients.
+      FlushPending();
+      if (items[1].revents & ZMQ_POLLIN) {
+        for (auto& item : outbox_.Take()) Deliver(std::move(item));
       }
       for (int i = 0; i < kBurst && (items[0].revents & ZMQ_POLLIN); ++i) {
         std::vector<zmq::message_t> parts;
@@ -134,7 +125,6 @@ void NativeApi::Run(std::stop_token stop) {
       kLog.Warn(limit, {}, "{}", e.what());
     }
   }
-  streamer.request_stop();
 }
 
 void NativeApi::HandleFrame(const std::string& identity, int fd, std::string_view frame) {
@@ -198,7 +188,7 @@ void NativeApi::OnSubmit(const std::string& identity, const Caller& caller,
     return SendError(identity, m.request_id, st, accepted.id);
   }
   Send(identity, accepted);
-  if (m.subscribe) Follow({identity, caller.tenant, m.request_id, accepted.id});
+  if (m.subscribe) Follow(identity, caller.tenant, m.request_id, accepted.id, 0);
 }
 
 Status NativeApi::Admit(const Caller& caller, const client::Submit& m, client::Accepted* accepted) {
@@ -233,7 +223,7 @@ void NativeApi::OnSubscribe(const std::string& identity, const Caller& caller,
     Release(caller.tenant);
     return SendError(identity, m.request_id, record.status(), m.id);
   }
-  Follow({identity, caller.tenant, m.request_id, m.id, "0", m.from_seq});
+  Follow(identity, caller.tenant, m.request_id, m.id, m.from_seq);
 }
 
 void NativeApi::OnCancel(const std::string& identity, const Caller& caller,
@@ -293,19 +283,108 @@ void NativeApi::Send(const std::string& identity, const client::Message& m) {
 }
 
 void NativeApi::SendFrame(const std::string& identity, std::string_view frame) {
+  Deliver({identity, std::string(frame), nullptr, false});
+}
+
+NativeApi::SendResult NativeApi::TrySend(const NativeOutbox::Item& item) {
   try {
-    if (!router_.send(zmq::buffer(identity),
-                      zmq::send_flags::sndmore | zmq::send_flags::dontwait) ||
-        !router_.send(zmq::buffer(frame), zmq::send_flags::dontwait)) {
-      // A client that does not read fills its queue at will.
-      static common::LogLimiter limit(/*lines=*/10, std::chrono::seconds(10));
-      kLog.Warn(limit, {}, "a client's queue is full ({} replies), dropped one", kClientHwm);
+    // ROUTER_MANDATORY: a full pipe fails the first part with EAGAIN, an
+    // unknown identity with EHOSTUNREACH; a sent first part means the
+    // second goes too.
+    if (!router_.send(zmq::buffer(item.identity),
+                      zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+      return SendResult::kFull;
     }
+    router_.send(zmq::buffer(item.frame), zmq::send_flags::none);
+    return SendResult::kSent;
   } catch (const zmq::error_t& e) {
-    // EHOSTUNREACH: the client has gone; nothing to tell it.
+    if (e.num() == EHOSTUNREACH) return SendResult::kGone;
     static common::LogLimiter limit(/*lines=*/10, std::chrono::seconds(10));
-    if (e.num() != EHOSTUNREACH) kLog.Warn(limit, {}, "send failed: {}", e.what());
+    kLog.Warn(limit, {}, "send failed: {}", e.what());
+    return SendResult::kGone;
   }
+}
+
+void NativeApi::Deliver(NativeOutbox::Item item) {
+  auto it = pending_.find(item.identity);
+  if (it == pending_.end()) {
+    switch (TrySend(item)) {
+      case SendResult::kSent:
+        return Delivered(item);
+      case SendResult::kGone:
+        if (item.from) ClientGone(item.identity);
+        return;  // a reply to a client that left: nothing to tell it
+      case SendResult::kFull:
+        it = pending_.try_emplace(item.identity).first;
+        break;
+    }
+  }
+  Pending& p = it->second;
+  if (!item.from) {
+    // A client that sends requests and never reads answers: its replies
+    // are bounded here (a subscription's frames are bounded by its buffer).
+    if (p.reply_bytes + item.frame.size() > kMaxPendingReplyBytes) {
+      static common::LogLimiter limit(/*lines=*/10, std::chrono::seconds(10));
+      kLog.Warn(limit, {},
+                "a client that does not read its replies: dropped one ({} bytes waiting)",
+                p.reply_bytes);
+      return;
+    }
+    p.reply_bytes += item.frame.size();
+  }
+  p.items.push_back(std::move(item));
+}
+
+void NativeApi::FlushPending() {
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    Pending& p = it->second;
+    bool gone = false;
+    while (!p.items.empty()) {
+      const SendResult r = TrySend(p.items.front());
+      if (r == SendResult::kFull) break;
+      if (r == SendResult::kGone) {
+        gone = true;
+        break;
+      }
+      NativeOutbox::Item item = std::move(p.items.front());
+      p.items.pop_front();
+      if (!item.from) p.reply_bytes -= item.frame.size();
+      Delivered(item);
+    }
+    if (gone) {
+      const std::string identity = it->first;
+      ++it;
+      ClientGone(identity);  // erases its entry
+      continue;
+    }
+    it = p.items.empty() ? pending_.erase(it) : std::next(it);
+  }
+}
+
+void NativeApi::Delivered(const NativeOutbox::Item& item) {
+  if (!item.from) return;
+  if (item.from->Sent(item.frame.size())) follower_->Wake(item.from->id());
+  if (!item.last) return;
+  // The subscription's final frame: it is over.
+  auto range = subs_.equal_range(item.identity);
+  for (auto it = range.first; it != range.second; ++it) {
+    if (it->second == item.from) {
+      subs_.erase(it);
+      Release(item.from->tenant());
+      break;
+    }
+  }
+}
+
+void NativeApi::ClientGone(const std::string& identity) {
+  pending_.erase(identity);
+  auto range = subs_.equal_range(identity);
+  for (auto it = range.first; it != range.second; ++it) {
+    it->second->Close();
+    follower_->Unfollow(it->second->id());
+    Release(it->second->tenant());
+  }
+  subs_.erase(range.first, range.second);
 }
 
 void NativeApi::SendError(const std::string& identity, uint64_t request_id, const Status& st,
@@ -318,7 +397,6 @@ void NativeApi::SendError(const std::string& identity, uint64_t request_id, cons
 Status NativeApi::Reserve(const Caller& caller) {
   const TenantConfig* tenant = caller.admin ? nullptr : FindTenant(config_, caller.tenant);
   const size_t tenant_limit = tenant ? TenantMaxSubscriptions(config_, *tenant) : 0;
-  std::lock_guard lock(mu_);
   if (active_ >= kMaxSubscriptions) {
     return Status(Code::kLimitExceeded, "too many open subscriptions on this broker (" +
                                             std::to_string(kMaxSubscriptions) + ")");
@@ -338,7 +416,6 @@ Status NativeApi::Reserve(const Caller& caller) {
 }
 
 void NativeApi::Release(const std::string& tenant) {
-  std::lock_guard lock(mu_);
   --active_;
   if (auto it = tenant_active_.find(tenant); it != tenant_active_.end() && --it->second == 0) {
     tenant_active_.erase(it);
@@ -346,97 +423,12 @@ void NativeApi::Release(const std::string& tenant) {
   if (metrics_) metrics_->SetNativeSubscriptions(active_);
 }
 
-void NativeApi::Follow(Subscription sub) {
-  std::lock_guard lock(mu_);
-  inbox_.push_back(std::move(sub));
-  cv_.notify_all();
-}
-
-void NativeApi::StreamLoop(std::stop_token stop) {
-  std::unique_ptr<RedisConnection> conn = RedisConnection::Lazy(redis_endpoint_);
-  zmq::socket_t out;
-  try {
-    out = zmq::socket_t(*ctx_, zmq::socket_type::push);
-    out.set(zmq::sockopt::linger, 0);
-    out.set(zmq::sockopt::sndhwm, kEventsHwm);
-    out.set(zmq::sockopt::sndtimeo, 200);
-    out.connect(events_endpoint_);
-  } catch (const zmq::error_t& e) {
-    kLog.Error({}, "streamer cannot start: {}", e.what());
-    return;
-  }
-  std::vector<Subscription> subs;
-  while (!stop.stop_requested()) {
-    {
-      std::lock_guard lock(mu_);
-      for (auto& s : inbox_) subs.push_back(std::move(s));
-      inbox_.clear();
-    }
-    bool progress = false;
-    std::vector<std::string> finished;  // their tenants
-    for (size_t i = 0; i < subs.size() && !stop.stop_requested();) {
-      if (Step(conn.get(), out, subs[i], &progress, stop)) {
-        finished.push_back(std::move(subs[i].tenant));
-        subs[i] = std::move(subs.back());
-        subs.pop_back();
-      } else {
-        ++i;
-      }
-    }
-    for (const auto& tenant : finished) Release(tenant);
-    std::unique_lock lock(mu_);
-    if (!progress && inbox_.empty()) {
-      cv_.wait_for(lock, kStreamIdle, [&] { return !inbox_.empty() || stop.stop_requested(); });
-    }
-  }
-}
-
-bool NativeApi::Step(RedisConnection* conn, zmq::socket_t& out, Subscription& sub, bool* progress,
-                     const std::stop_token& stop) {
-  auto emit = [&](const client::Message& m) {
-    const std::string frame = client::Encode(m);
-    while (!stop.stop_requested()) {
-      try {
-        if (out.send(zmq::buffer(sub.identity), zmq::send_flags::sndmore) &&
-            out.send(zmq::buffer(frame), zmq::send_flags::none)) {
-          return;
-        }
-        // Timed out: the loop is busy; try again (a half-sent message
-        // completes with the second part).
-      } catch (const zmq::error_t& e) {
-        if (e.num() == ETERM) return;
-        static common::LogLimiter limit(/*lines=*/10, std::chrono::seconds(10));
-        kLog.Warn(limit, {}, "streamer send failed: {}", e.what());
-        return;
-      }
-    }
-  };
-  auto fail = [&](const Status& st) {
-    emit(client::Error{sub.request_id, std::string(common::CodeName(st.code())), st.message(),
-                       common::IsRetryable(st.code()), sub.id});
-    return true;
-  };
-  // Whether the job had ended before this read: then the read drains every
-  // chunk there will ever be, and the result follows (as the SSE stream).
-  auto rec = store_->Load(sub.id);
-  if (!rec.ok()) return fail(submits_.StoreError(rec.status()));
-  const bool ended = IsTerminal(rec->status);
-  auto chunks = JobStore::ReadChunks(conn, sub.id, sub.after, -1);
-  if (!chunks.ok()) return fail(submits_.StoreError(chunks.status()));
-  for (auto& c : *chunks) {
-    if (c.chunk.seq >= sub.from_seq) {
-      emit(client::Output{sub.request_id, sub.id, c.chunk.stream, c.chunk.seq,
-                          std::move(c.chunk.data)});
-    }
-    sub.after = c.event_id;
-  }
-  if (!chunks->empty()) *progress = true;
-  if (ended && chunks->empty()) {
-    emit(client::Result{sub.request_id, sub.id, Dump(rec->ToJson())});
-    *progress = true;
-    return true;
-  }
-  return false;
+void NativeApi::Follow(const std::string& identity, const std::string& tenant, uint64_t request_id,
+                       const std::string& job_id, uint64_t from_seq) {
+  auto sub = std::make_shared<NativeSubscription>(&outbox_, identity, tenant, request_id, job_id,
+                                                  from_seq);
+  subs_.emplace(identity, sub);
+  sub->set_id(follower_->Follow(job_id, "0", sub));
 }
 
 }  // namespace kiln::broker

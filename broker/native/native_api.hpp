@@ -19,16 +19,22 @@
 // subscriptions on this broker (more answer RATE_LIMITED), and the broker
 // kMaxSubscriptions (more answer LIMIT_EXCEEDED).
 //
+// Subscriptions are NativeSubscriptions fed by the broker's shared
+// OutputFollower; their frames come back to the loop through a NativeOutbox.
+// Nothing is buffered without bound for a client that does not read: the
+// ROUTER's pipe to a client holds kClientHwm frames, what does not fit waits
+// in the loop per client (a subscription's frames count against its
+// NativeSubscription::kMaxBuffered, which stops the follower for it; other
+// replies against kMaxPendingReplyBytes, past which they are dropped), and a
+// client found gone has its subscriptions ended.
+//
 // Threads: Run() owns the ROUTER and serves requests (short Redis calls) in
-// the calling thread; it also runs one streamer thread that follows every
-// subscription (its own Redis connection) and hands the events back to the
-// loop over an inproc socket. Create() on any thread, then Run() on one.
+// the calling thread. Create() on any thread, then Run() on one.
 #pragma once
 
-#include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <stop_token>
 #include <string>
 #include <vector>
@@ -37,8 +43,9 @@
 #include "broker/api/submit_service.hpp"
 #include "broker/config.hpp"
 #include "broker/native/client_connections.hpp"
+#include "broker/native/native_subscription.hpp"
 #include "broker/scheduler/dispatcher.hpp"
-#include "broker/store/redis_connection.hpp"
+#include "broker/stream/output_follower.hpp"
 #include "common/protocol/client_messages.hpp"
 #include "common/status.hpp"
 
@@ -54,11 +61,16 @@ class NativeApi {
   // token) a connection may send before its first valid one.
   static constexpr uint32_t kMaxBadFrames = 8;
 
-  // Binds config.client_endpoint (which must not be empty).
+  // Frames the ROUTER queues for one client before a send would block.
+  static constexpr int kClientHwm = 64;
+  // Plain replies (not subscription frames) kept for a client whose pipe is full.
+  static constexpr size_t kMaxPendingReplyBytes = 1u << 20;
+
+  // Binds config.native.endpoint (which must not be empty).
   static common::StatusOr<std::unique_ptr<NativeApi>> Create(
       const BrokerConfig& config, zmq::context_t* ctx, DispatcherStores stores,
-      Dispatcher* dispatcher, JobWaiters* waiters, BrokerMetrics* metrics = nullptr,
-      Governance governance = {});
+      Dispatcher* dispatcher, JobWaiters* waiters, OutputFollower* follower,
+      BrokerMetrics* metrics = nullptr, Governance governance = {});
   ~NativeApi();
   NativeApi(const NativeApi&) = delete;
   NativeApi& operator=(const NativeApi&) = delete;
@@ -69,18 +81,15 @@ class NativeApi {
   void Run(std::stop_token stop);
 
  private:
-  struct Subscription {
-    std::string identity;  // the client's routing id
-    std::string tenant;    // whose quota it counts against ("" for an admin)
-    uint64_t request_id = 0;
-    std::string id;
-    std::string after = "0";  // last output stream entry sent
-    uint64_t from_seq = 0;    // chunks below this seq are skipped (a resume)
+  enum class SendResult { kSent, kFull, kGone };
+  struct Pending {
+    std::deque<NativeOutbox::Item> items;
+    size_t reply_bytes = 0;  // of plain replies in `items`
   };
 
   NativeApi(const BrokerConfig& config, zmq::context_t* ctx, DispatcherStores stores,
-            Dispatcher* dispatcher, JobWaiters* waiters, BrokerMetrics* metrics,
-            Governance governance);
+            Dispatcher* dispatcher, JobWaiters* waiters, OutputFollower* follower,
+            BrokerMetrics* metrics, Governance governance);
 
   // Loop thread. `fd` is the connection a frame came from (-1: unknown).
   void HandleFrame(const std::string& identity, int fd, std::string_view frame);
@@ -106,15 +115,18 @@ class NativeApi {
   // limits, before anything is done for it; Release undoes it.
   common::Status Reserve(const Caller& caller);
   void Release(const std::string& tenant);
-  // Hands a reserved subscription to the streamer.
-  void Follow(Subscription sub);
-
-  // Streamer thread.
-  void StreamLoop(std::stop_token stop);
-  // One pass over a subscription: sends new output, and the result once the
-  // job has ended and every chunk was sent. True when it is finished.
-  bool Step(RedisConnection* conn, zmq::socket_t& out, Subscription& sub, bool* progress,
-            const std::stop_token& stop);
+  // Hands a reserved subscription to the follower.
+  void Follow(const std::string& identity, const std::string& tenant, uint64_t request_id,
+              const std::string& job_id, uint64_t from_seq);
+  // Sends a frame now, or after the frames already waiting for its client.
+  void Deliver(NativeOutbox::Item item);
+  SendResult TrySend(const NativeOutbox::Item& item);
+  // Sends what waits for clients whose pipes have room again.
+  void FlushPending();
+  // A frame left for its client: the subscription's accounting.
+  void Delivered(const NativeOutbox::Item& item);
+  // The client is gone: its subscriptions end, its waiting frames go.
+  void ClientGone(const std::string& identity);
 
   const BrokerConfig& config_;
   zmq::context_t* ctx_;
@@ -123,18 +135,17 @@ class NativeApi {
   Dispatcher* dispatcher_;
   BrokerMetrics* metrics_;  // may be null
   SubmitService submits_;
-  RedisEndpoint redis_endpoint_;
+  OutputFollower* follower_;
   zmq::socket_t router_;
-  zmq::socket_t events_;  // PULL: [identity, frame] from the streamer
   std::string endpoint_;
-  std::string events_endpoint_;
   std::unique_ptr<ClientConnections> connections_;  // after router_: it monitors router_
+  NativeOutbox outbox_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;       // new subscriptions, stop
-  std::vector<Subscription> inbox_;  // guarded by mu_
-  size_t active_ = 0;                // guarded by mu_: reserved (followed + inbox + about to be)
-  std::map<std::string, size_t, std::less<>> tenant_active_;  // guarded by mu_: active_ per tenant
+  // Loop thread only.
+  std::map<std::string, Pending> pending_;                                // by client identity
+  std::multimap<std::string, std::shared_ptr<NativeSubscription>> subs_;  // by client identity
+  size_t active_ = 0;  // reserved subscriptions (followed, or about to be)
+  std::map<std::string, size_t, std::less<>> tenant_active_;  // active_ per tenant
 };
 
 }  // namespace kiln::broker

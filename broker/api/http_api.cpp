@@ -657,6 +657,9 @@ void HttpApi::ListWorkers(Call& call) {
 
 void HttpApi::Metrics(Call& call) {
   if (!deps_.metrics) return call.Fail(common::NotFound("metrics are off"));
+  deps_.metrics->SetHttpFront(server_->connections(), server_->reserve_connections(),
+                              waits_.total(), streams_.total(),
+                              deps_.follower ? deps_.follower->size() : 0);
   call.ex->Reply(HttpResponse{200, deps_.metrics->Render(), "text/plain; version=0.0.4", {}});
 }
 

@@ -648,6 +648,8 @@ int HttpServer::port() const { return impl_->port; }
 
 size_t HttpServer::connections() const { return impl_->limiter.open(); }
 
+size_t HttpServer::reserve_connections() const { return impl_->limiter.open_reserve(); }
+
 void HttpServer::After(std::chrono::milliseconds delay, std::function<void()> fn) {
   auto t = std::make_shared<asio::steady_timer>(impl_->ioc, delay);
   t->async_wait([t, fn = std::move(fn)](beast::error_code ec) {

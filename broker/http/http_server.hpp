@@ -71,8 +71,9 @@ class HttpServer {
   void Start();
   // Stops accepting, closes every connection and joins the I/O threads.
   void Stop();
-  // Connections open now (both lanes).
+  // Connections open now (both lanes), and of them on the reserve lane.
   size_t connections() const;
+  size_t reserve_connections() const;
   // Runs `fn` on an I/O thread after `delay` (unless stopped first): timers
   // for waits and streams. `fn` must not block. Any thread.
   void After(std::chrono::milliseconds delay, std::function<void()> fn);

@@ -172,6 +172,17 @@ BrokerMetrics::BrokerMetrics() : registry_(std::make_shared<prometheus::Registry
   for (const char* reason : {"limit", "address_limit", "auth_timeout", "bad_frames"}) {
     native_connections_closed_->Add({{"reason", reason}});
   }
+  auto gauge = [&r](const char* name, const char* help) {
+    return &prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({});
+  };
+  http_connections_ = gauge("kiln_http_connections", "HTTP connections open now (both lanes)");
+  http_reserve_connections_ =
+      gauge("kiln_http_reserve_connections",
+            "HTTP connections on the reserve lane (health and metrics only), open now");
+  http_waits_ = gauge("kiln_http_waits", "HTTP requests waiting for a job's end (wait, cancel)");
+  http_streams_ = gauge("kiln_http_streams", "Open event streams (SSE)");
+  output_followers_ = gauge("kiln_output_followers",
+                            "Output readers (SSE streams and native subscriptions) followed");
   common::RegisterBuildInfo(r);
 }
 
@@ -287,6 +298,15 @@ void BrokerMetrics::SetNativeConnections(size_t open) {
 
 void BrokerMetrics::NativeConnectionClosed(const std::string& reason) {
   native_connections_closed_->Add({{"reason", reason}}).Increment();
+}
+
+void BrokerMetrics::SetHttpFront(size_t connections, size_t reserve, size_t waits, size_t streams,
+                                 size_t followers) {
+  http_connections_->Set(static_cast<double>(connections));
+  http_reserve_connections_->Set(static_cast<double>(reserve));
+  http_waits_->Set(static_cast<double>(waits));
+  http_streams_->Set(static_cast<double>(streams));
+  output_followers_->Set(static_cast<double>(followers));
 }
 
 std::string BrokerMetrics::Render() const {

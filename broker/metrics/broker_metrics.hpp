@@ -82,6 +82,11 @@ class BrokerMetrics {
   // bad_frames).
   void SetNativeConnections(size_t open);
   void NativeConnectionClosed(const std::string& reason);
+  // The HTTP front end, as of a scrape: connections open (both lanes), of
+  // them on the reserve lane, requests waiting for a job's end, open event
+  // streams, and readers the output follower serves (SSE and native).
+  void SetHttpFront(size_t connections, size_t reserve, size_t waits, size_t streams,
+                    size_t followers);
 
   // The text exposition format (version 0.0.4).
   std::string Render() const;
@@ -122,6 +127,11 @@ class BrokerMetrics {
   prometheus::Counter* redis_errors_;
   prometheus::Gauge* native_connections_;
   prometheus::Family<prometheus::Counter>* native_connections_closed_;
+  prometheus::Gauge* http_connections_;
+  prometheus::Gauge* http_reserve_connections_;
+  prometheus::Gauge* http_waits_;
+  prometheus::Gauge* http_streams_;
+  prometheus::Gauge* output_followers_;
 };
 
 }  // namespace kiln::broker

@@ -38,6 +38,7 @@ common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
   http.Get("threads", &h.threads, 1, 4096);
   http.Get("io_threads", &h.io_threads, 1, 64);
   http.Get("max_body_bytes", &h.max_body_bytes, 1024, 256u << 20);
+  http.Get("max_body_buffer_bytes", &h.max_body_buffer_bytes, 1024, 64ull << 30);
   http.Get("max_header_bytes", &h.max_header_bytes, 1024, 1u << 20);
   http.Get("max_connections", &h.max_connections, 1, 1'000'000);
   http.Get("max_connections_per_address", &h.max_connections_per_address, 1, 1'000'000);

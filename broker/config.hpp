@@ -59,8 +59,9 @@ struct HttpConfig {
   uint32_t threads = 16;                // run handlers that call Redis; waits and streams hold none
   uint32_t io_threads = 2;              // read, parse and write every connection
   uint64_t max_body_bytes = 16u << 20;  // request body cap, chunked or not
-  uint32_t max_header_bytes = 16u << 10;  // request line + headers
-  uint32_t max_connections = 10000;       // open at once; more are refused at accept
+  uint64_t max_body_buffer_bytes = 256u << 20;  // all bodies being read or handled at once
+  uint32_t max_header_bytes = 16u << 10;        // request line + headers
+  uint32_t max_connections = 10000;             // open at once; more are refused at accept
   uint32_t max_connections_per_address = 1024;
   uint32_t header_timeout_ms = 10000;   // the whole request head must arrive within this
   uint32_t body_timeout_ms = 60000;     // and the whole body within this

@@ -118,6 +118,7 @@ common::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Create(const BrokerConfig& c
   o.listen = h.listen;
   o.io_threads = h.io_threads;
   o.max_body_bytes = h.max_body_bytes;
+  o.max_body_buffer_bytes = std::max(h.max_body_buffer_bytes, h.max_body_bytes);
   o.max_header_bytes = h.max_header_bytes;
   o.connections.max_total = h.max_connections;
   o.connections.max_per_address = h.max_connections_per_address;
@@ -346,8 +347,9 @@ void HttpApi::Submit(Call& call) {
                       " requests waiting on this broker; submit with wait:false and follow "
                       "the execution's events");
   };
-  auto out = submits_.Submit(call.caller, call.req().body,
-                             std::string(call.req().Header("idempotency-key")),
+  // Taken, not copied: a waiting request does not hold its body.
+  const std::string body = call.ex->TakeBody();
+  auto out = submits_.Submit(call.caller, body, std::string(call.req().Header("idempotency-key")),
                              /*register_waiter=*/true, admit);
   if (!out.ok()) return call.Fail(out.status());
   switch (out->kind) {
@@ -450,7 +452,7 @@ void HttpApi::Cancel(Call& call) {
 
 void HttpApi::Approve(Call& call) {
   bool trust = false;
-  const std::string& body_text = call.req().body;
+  const std::string body_text = call.ex->TakeBody();
   if (!body_text.empty()) {
     auto body = common::ParseJson(body_text, {}, "request body");
     if (!body.ok()) return call.Fail(body.status());

@@ -56,6 +56,10 @@ class HttpExchange {
   virtual ~HttpExchange() = default;
 
   virtual const HttpRequest& request() const = 0;
+  // Moves the body out (request().body is empty afterwards) and gives back
+  // its share of the server's body budget: a handler that keeps the
+  // exchange (a wait) takes the body first, so it is not held for the wait.
+  virtual std::string TakeBody() = 0;
   virtual void Reply(HttpResponse response) = 0;
 
   // A streamed answer (Transfer-Encoding: chunked): the status line and

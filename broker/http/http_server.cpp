@@ -127,6 +127,15 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   std::vector<std::thread> threads;
   int port = 0;
   std::atomic<bool> stopping{false};
+  std::atomic<uint64_t> body_bytes{0};  // reserved by request bodies
+
+  bool ReserveBody(uint64_t n) {
+    uint64_t cur = body_bytes.load();
+    do {
+      if (cur + n > options.max_body_buffer_bytes) return false;
+    } while (!body_bytes.compare_exchange_weak(cur, cur + n));
+    return true;
+  }
 
   Impl(HttpServerOptions o, Handler h, ErrorResponse e, Observer obs)
       : options(std::move(o)),
@@ -143,12 +152,54 @@ namespace {
 
 class Connection;
 
+// A request body's share of the server's body budget, given back when
+// destroyed.
+class BodyHold {
+ public:
+  BodyHold() = default;
+  BodyHold(HttpServer::Impl* server, uint64_t bytes) : server_(server), bytes_(bytes) {}
+  BodyHold(BodyHold&& o) noexcept : server_(o.server_), bytes_(o.bytes_) { o.server_ = nullptr; }
+  BodyHold& operator=(BodyHold&& o) noexcept {
+    if (this != &o) {
+      Release();
+      server_ = o.server_;
+      bytes_ = o.bytes_;
+      o.server_ = nullptr;
+    }
+    return *this;
+  }
+  BodyHold(const BodyHold&) = delete;
+  BodyHold& operator=(const BodyHold&) = delete;
+  ~BodyHold() { Release(); }
+  void Release() {
+    if (server_) server_->body_bytes -= bytes_;
+    server_ = nullptr;
+  }
+  // Keeps only `bytes` (a chunked body that turned out smaller).
+  void ShrinkTo(uint64_t bytes) {
+    if (server_ && bytes < bytes_) {
+      server_->body_bytes -= bytes_ - bytes;
+      bytes_ = bytes;
+    }
+  }
+
+ private:
+  HttpServer::Impl* server_ = nullptr;
+  uint64_t bytes_ = 0;
+};
+
 // The handler's side of one request on a Connection.
 class Exchange : public HttpExchange {
  public:
-  Exchange(std::shared_ptr<Connection> conn, HttpRequest request)
-      : conn_(std::move(conn)), request_(std::move(request)) {}
+  Exchange(std::shared_ptr<Connection> conn, HttpRequest request, BodyHold hold)
+      : conn_(std::move(conn)), request_(std::move(request)), hold_(std::move(hold)) {}
   const HttpRequest& request() const override { return request_; }
+  std::string TakeBody() override {
+    std::string body = std::move(request_.body);
+    request_.body.clear();
+    hold_.Release();
+    return body;
+  }
   void Reply(HttpResponse response) override;
   void StartStream(int status, std::string content_type, HttpHeaders headers) override;
   void Send(std::string piece) override;
@@ -159,6 +210,7 @@ class Exchange : public HttpExchange {
  private:
   std::shared_ptr<Connection> conn_;
   HttpRequest request_;
+  BodyHold hold_;
   std::atomic<bool> answered_{false};
 };
 
@@ -237,6 +289,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool watching_ = false;
   std::deque<std::string> out_;
   size_t out_payload_ = 0;  // payload bytes in out_ (what `pending` counts)
+  BodyHold body_hold_;      // the body being read
 };
 
 void Exchange::Reply(HttpResponse response) {
@@ -301,6 +354,20 @@ void Connection::ReadHeader() {
 void Connection::OnHeader(beast::error_code ec) {
   if (ec) return ReadFailed(ec, true);
   first_ = false;
+  // The body's share of the budget before a byte of it is read: its length,
+  // or the most a chunked one may grow to.
+  const auto length = parser_->content_length();
+  const uint64_t need =
+      length ? *length : (parser_->chunked() ? server_->options.max_body_bytes : 0);
+  if (need > 0) {
+    if (!server_->ReserveBody(need)) {
+      return Fail(common::Unavailable("the broker is receiving too many request bodies (" +
+                                      std::to_string(server_->options.max_body_buffer_bytes) +
+                                      " bytes); retry"),
+                  503);
+    }
+    body_hold_ = BodyHold(server_.get(), need);
+  }
   const auto& req = parser_->get();
   auto expect = req[http::field::expect];
   if (!parser_->is_done() && beast::iequals(expect, "100-continue")) {
@@ -323,7 +390,10 @@ void Connection::ReadBody() {
 
 void Connection::OnBody(beast::error_code ec) {
   timer_.cancel();
-  if (ec) return ReadFailed(ec, false);
+  if (ec) {
+    body_hold_.Release();
+    return ReadFailed(ec, false);
+  }
   Dispatch();
 }
 
@@ -392,7 +462,8 @@ void Connection::Dispatch() {
   busy_ = true;
   streaming_ = false;
   stream_end_ = false;
-  auto ex = std::make_shared<Exchange>(shared_from_this(), std::move(req));
+  body_hold_.ShrinkTo(req.body.size());
+  auto ex = std::make_shared<Exchange>(shared_from_this(), std::move(req), std::move(body_hold_));
   // The answer may take long (a wait, a stream): meanwhile, learn at once if
   // the client leaves.
   WatchPeer();
@@ -647,6 +718,8 @@ HttpServer::~HttpServer() { Stop(); }
 int HttpServer::port() const { return impl_->port; }
 
 size_t HttpServer::connections() const { return impl_->limiter.open(); }
+
+uint64_t HttpServer::body_bytes() const { return impl_->body_bytes.load(); }
 
 size_t HttpServer::reserve_connections() const { return impl_->limiter.open_reserve(); }
 

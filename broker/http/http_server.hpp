@@ -16,7 +16,11 @@
 //    write_timeout; a late request is answered 408;
 //  - sizes: the head up to max_header_bytes (431), the body up to
 //    max_body_bytes whether chunked or not (413, without reading the rest);
-//    a malformed request (bad Content-Length, bad chunking) is a 400 at once.
+//    a malformed request (bad Content-Length, bad chunking) is a 400 at once;
+//  - memory: the bodies being read or held by handlers together stay within
+//    max_body_buffer_bytes (a body's share is its Content-Length, or
+//    max_body_bytes while a chunked one is read); past it, 503 before the
+//    body is read.
 // The connection is closed after any of these answers. `Expect:
 // 100-continue` is honoured.
 //
@@ -41,6 +45,7 @@ struct HttpServerOptions {
   std::string listen = "127.0.0.1:0";  // host:port; port 0 picks a free one
   uint32_t io_threads = 2;
   uint64_t max_body_bytes = 16u << 20;
+  uint64_t max_body_buffer_bytes = 256u << 20;
   uint32_t max_header_bytes = 16u << 10;
   ConnectionLimiter::Limits connections;
   std::chrono::milliseconds header_timeout{10000};
@@ -71,6 +76,8 @@ class HttpServer {
   void Start();
   // Stops accepting, closes every connection and joins the I/O threads.
   void Stop();
+  // Bytes of request bodies held now (the budget's use).
+  uint64_t body_bytes() const;
   // Connections open now (both lanes), and of them on the reserve lane.
   size_t connections() const;
   size_t reserve_connections() const;

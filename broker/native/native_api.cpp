@@ -48,8 +48,14 @@ common::StatusOr<std::unique_ptr<NativeApi>> NativeApi::Create(
     api->router_.set(zmq::sockopt::router_mandatory, 1);  // a full pipe is seen, not hidden
     api->router_.set(zmq::sockopt::linger, 0);
     api->router_.set(zmq::sockopt::sndhwm, kClientHwm);
+    // A submit carries at most a request body: one up to twice that still
+    // gets a clear error; a bigger frame is dropped by libzmq with its
+    // connection, before it is held in memory.
     api->router_.set(zmq::sockopt::maxmsgsize,
-                     static_cast<int64_t>(common::protocol::kMaxMessageBytes));
+                     static_cast<int64_t>(2 * config.http.max_body_bytes + kFrameOverhead));
+    // Frames read from one client and not yet handled: past this libzmq stops
+    // reading that connection (TCP pushes back on the client).
+    api->router_.set(zmq::sockopt::rcvhwm, kClientRcvHwm);
     // Watched from before the bind, so no connection goes unseen.
     const ConnectionLimits limits{
         config.native.max_connections, config.native.max_connections_per_address,

@@ -63,6 +63,10 @@ class NativeApi {
 
   // Frames the ROUTER queues for one client before a send would block.
   static constexpr int kClientHwm = 64;
+  // Frames libzmq reads ahead from one client before TCP pushes back.
+  static constexpr int kClientRcvHwm = 16;
+  // A frame's bytes beyond its request JSON (token, ids, MessagePack framing).
+  static constexpr size_t kFrameOverhead = 128u << 10;
   // Plain replies (not subscription frames) kept for a client whose pipe is full.
   static constexpr size_t kMaxPendingReplyBytes = 1u << 20;
 

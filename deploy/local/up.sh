@@ -3,7 +3,8 @@
 #   its own redis-server (AOF on, data under the build tree), one broker,
 #   two workers. Installs missing dependencies and builds (Release) first.
 # Running it again reuses a healthy cluster. Stop it with deploy/local/down.sh.
-# Ports (override with env): KILN_HTTP_PORT=8080 KILN_ZMQ_PORT=5555 KILN_REDIS_PORT=6390
+# Ports (override with env): KILN_HTTP_PORT=8080 KILN_ZMQ_PORT=5555 (workers)
+# KILN_CLIENT_PORT=5556 (native client protocol) KILN_REDIS_PORT=6390
 # The workers create namespaces and cgroups: run as root (or with sudo).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -13,6 +14,7 @@ state="$build/local"
 bin="$build/bin"
 http_port=${KILN_HTTP_PORT:-8080}
 zmq_port=${KILN_ZMQ_PORT:-5555}
+client_port=${KILN_CLIENT_PORT:-5556}
 redis_port=${KILN_REDIS_PORT:-6390}
 envfile="$root/.kiln/local.env"
 
@@ -46,8 +48,8 @@ if alive "$state/run/broker.pid" && healthy; then
 else
   # Stop leftovers of an unhealthy earlier run (only our own pids).
   "$root/deploy/local/down.sh" --quiet || true
-  for p in "$http_port" "$zmq_port" "$redis_port"; do
-    port_free "$p" || die "port $p is in use by another program; set KILN_HTTP_PORT / KILN_ZMQ_PORT / KILN_REDIS_PORT"
+  for p in "$http_port" "$zmq_port" "$client_port" "$redis_port"; do
+    port_free "$p" || die "port $p is in use by another program; set KILN_HTTP_PORT / KILN_ZMQ_PORT / KILN_CLIENT_PORT / KILN_REDIS_PORT"
   done
   tenant_token="kiln-local-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
   admin_token="kiln-admin-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
@@ -62,6 +64,7 @@ broker:
   id: local-broker
   http: {listen: "127.0.0.1:$http_port"}
   workers: {endpoint: "tcp://127.0.0.1:$zmq_port"}
+  clients: {endpoint: "tcp://127.0.0.1:$client_port"}
   redis: {url: "redis://127.0.0.1:$redis_port"}
 tenants:
   - name: local
@@ -96,6 +99,7 @@ YAML
   cat > "$envfile" <<ENV
 # Written by deploy/local/up.sh: \`source .kiln/local.env\` readies a shell for kiln and curl.
 export KILN_URL=http://127.0.0.1:$http_port
+export KILN_NATIVE_ENDPOINT=tcp://127.0.0.1:$client_port
 export KILN_TOKEN=$tenant_token
 export KILN_ADMIN_TOKEN=$admin_token
 export REDIS_URL=redis://127.0.0.1:$redis_port

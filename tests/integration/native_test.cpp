@@ -377,7 +377,7 @@ TEST_F(NativeTest, HostileFramesGetErrorsAndHarmNothing) {
               {"input", {{"pad", std::string(17u << 20, 'x')}}}};
   cl.Send(client::Submit{8, TestCluster::kToken, big.dump(), "", false});
   EXPECT_THAT(As<client::Error>(cl.Next(8)).message, HasSubstr("request body limit"));
-  // A frame over the protocol's 64 MiB: ZeroMQ drops that connection; the
+  // A frame over twice the body limit: ZeroMQ drops that connection; the
   // broker goes on serving everyone.
   {
     NativeClient huge = Client();

@@ -188,6 +188,34 @@ TEST_F(HttpServerTest, ChunkedBodyOverTheLimitIs413BeforeItIsAllSent) {
   EXPECT_THAT(d.Read(3s), StartsWith("HTTP/1.1 413"));
 }
 
+TEST_F(HttpServerTest, BodiesInFlightStayWithinTheBudget) {
+  HttpServerOptions o;
+  o.max_body_bytes = 64 * 1024;
+  o.max_body_buffer_bytes = 100 * 1024;
+  StartServer(o);
+  // A holds 60,000 bytes of budget while it sends its body slowly.
+  Raw a(server_->port());
+  a.Send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 60000\r\n\r\n" +
+         std::string(1000, 'a'));
+  for (int i = 0; i < 200 && server_->body_bytes() == 0; ++i) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(server_->body_bytes(), 60000u);
+  // B does not fit: refused before its body is read.
+  Raw b(server_->port());
+  b.Send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 60000\r\n\r\n");
+  std::string got = b.Read(2s);
+  EXPECT_THAT(got, StartsWith("HTTP/1.1 503"));
+  EXPECT_THAT(got, HasSubstr("Retry-After: 1"));
+  // A finishes; its share comes back once its handler is done with it.
+  a.Send(std::string(59000, 'a'));
+  EXPECT_THAT(a.Read(2s, "POST 60000"), HasSubstr("POST 60000"));
+  for (int i = 0; i < 200 && server_->body_bytes() != 0; ++i) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(server_->body_bytes(), 0u);
+  Raw c(server_->port());
+  c.Send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 60000\r\n\r\n" +
+         std::string(60000, 'c'));
+  EXPECT_THAT(c.Read(2s, "POST 60000"), HasSubstr("POST 60000"));
+}
+
 TEST_F(HttpServerTest, OversizedHeadIs431) {
   HttpServerOptions o;
   o.max_header_bytes = 2048;

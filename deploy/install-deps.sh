@@ -8,6 +8,10 @@ packages=(
   # toolchain
   build-essential cmake ninja-build pkg-config git ca-certificates curl
   clang-format clang-tidy
+  # the fuzzing leg of tests/run.sh: Clang, its libFuzzer and sanitizer
+  # runtimes (libclang_rt.fuzzer-x86_64.a; only recommended by clang, so
+  # named), and llvm-symbolizer for file:line in crash stacks
+  clang libclang-rt-14-dev llvm
   # libraries (docs/architecture.md says why each one)
   libzmq3-dev cppzmq-dev libhiredis-dev libmsgpack-cxx-dev libboost-dev libseccomp-dev
   prometheus-cpp-dev libcpp-httplib-dev libssl-dev nlohmann-json3-dev libyaml-cpp-dev

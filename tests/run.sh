@@ -4,6 +4,8 @@
 #   tests/run.sh                            # everything
 #   KILN_TEST_ARGS="-L unit" tests/run.sh   # extra ctest arguments
 #   KILN_SKIP_SANITIZERS=1 tests/run.sh     # skip the ASan/UBSan leg
+#   KILN_SKIP_FUZZ=1 tests/run.sh           # skip the fuzzing leg (Clang, libFuzzer)
+#   KILN_FUZZ_SECONDS=300 tests/run.sh      # fuzz each target longer (default 20 s)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -29,13 +31,21 @@ if [[ -z "${KILN_SKIP_SANITIZERS:-}" ]]; then
   cmake -S . -B "$asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=ON \
     -DKILN_BUILD_TESTS=ON >/dev/null
   asan_tests=(common_unit_test protocol_codec_test protocol_client_codec_test protocol_fuzz_smoke
-              broker_unit_test cli_test secrets_test bench_test policy_test audit_chain_test
-              logging_test)
+              fuzz_replay broker_unit_test cli_test secrets_test bench_test policy_test
+              audit_chain_test logging_test)
   cmake --build "$asan" -j "$(nproc)" --target "${asan_tests[@]}"
   (cd "$asan" && ctest --output-on-failure -j 2 -R "^($(IFS='|'; echo "${asan_tests[*]}"))\$")
 fi
 
-# 2. Everything, in a normal build.
+# 2. Fuzzing: every decoder of client input (tests/fuzz/: the worker and client
+#    codecs, the submit body and JSON, HTTP requests) under libFuzzer with
+#    ASan/UBSan, for a bounded time each, in a Clang build of the fuzz targets
+#    only. A crash fails the run and names the input to keep as a regression.
+if [[ -z "${KILN_SKIP_FUZZ:-}" ]]; then
+  tests/fuzz/fuzz.sh "${KILN_FUZZ_BUILD_DIR:-$root/build-fuzz}" "${KILN_FUZZ_SECONDS:-20}"
+fi
+
+# 3. Everything, in a normal build.
 build=${KILN_BUILD_DIR:-$root/build}
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_BUILD_TESTS=ON
 cmake --build "$build" -j "$(nproc)"

@@ -1,14 +1,20 @@
 #include "broker/api/sse_events.hpp"
 
+#include <charconv>
+#include <cstdint>
+
 namespace kiln::broker {
 namespace {
 
-bool Digits(std::string_view s) {
+// A decimal that fits 64 bits, as Redis's stream ids need.
+bool U64(std::string_view s) {
   if (s.empty() || s.size() > 20) return false;
   for (char c : s) {
     if (c < '0' || c > '9') return false;
   }
-  return true;
+  uint64_t v;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return ec == std::errc() && p == s.data() + s.size();
 }
 
 }  // namespace
@@ -39,8 +45,8 @@ common::StatusOr<LastEventId> ParseLastEventId(std::string_view header) {
     return out;
   }
   auto dash = header.find('-');
-  if (dash != std::string_view::npos && Digits(header.substr(0, dash)) &&
-      Digits(header.substr(dash + 1))) {
+  if (dash != std::string_view::npos && U64(header.substr(0, dash)) &&
+      U64(header.substr(dash + 1))) {
     out.kind = LastEventId::Kind::kEntry;
     out.entry = std::string(header);
     return out;

@@ -221,6 +221,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
       : server_(std::move(server)),
         socket_(std::move(socket)),
         timer_(socket_.get_executor()),
+        // Bytes read and not yet parsed: never more than a head. A chunked
+        // body's size lines and trailers must fit too (Beast waits for their
+        // CRLF without a limit of its own); body bytes pass through it.
+        buffer_(server_->options.max_header_bytes),
         address_(std::move(address)),
         lane_(lane) {}
 
@@ -249,7 +253,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool reserve() const { return lane_ == ConnectionLimiter::Lane::kReserve; }
   void Arm(std::chrono::milliseconds d, bool reading);
   void ReadHeader();
-  void OnHeader(beast::error_code ec);
+  void OnHeader(beast::error_code ec, size_t head_bytes);
   void ReadBody();
   void OnBody(beast::error_code ec);
   void ReadFailed(beast::error_code ec, bool in_header);
@@ -348,12 +352,17 @@ void Connection::ReadHeader() {
   Arm(first_ ? server_->options.header_timeout : server_->options.idle_timeout, true);
   http::async_read_header(
       socket_, buffer_, *parser_,
-      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+      [self = shared_from_this()](beast::error_code ec, size_t n) { self->OnHeader(ec, n); });
 }
 
-void Connection::OnHeader(beast::error_code ec) {
+void Connection::OnHeader(beast::error_code ec, size_t head_bytes) {
   if (ec) return ReadFailed(ec, true);
   first_ = false;
+  // Beast applies its header limit to a window that moves with the reads;
+  // the head as a whole is checked here.
+  if (head_bytes > server_->options.max_header_bytes) {
+    return ReadFailed(http::error::header_limit, true);
+  }
   // The body's share of the budget before a byte of it is read: its length,
   // or the most a chunked one may grow to.
   const auto length = parser_->content_length();
@@ -427,7 +436,7 @@ void Connection::ReadFailed(beast::error_code ec, bool in_header) {
                        "request body larger than " + std::to_string(o.max_body_bytes) + " bytes"),
                 413);
   }
-  if (ec == http::error::header_limit) {
+  if (ec == http::error::header_limit || (in_header && ec == http::error::buffer_overflow)) {
     return Fail(Status(Code::kInvalidRequest,
                        "request head larger than " + std::to_string(o.max_header_bytes) + " bytes"),
                 431);
@@ -437,6 +446,10 @@ void Connection::ReadFailed(beast::error_code ec, bool in_header) {
   if (ec == http::error::bad_transfer_encoding) what = "bad Transfer-Encoding";
   if (ec == http::error::bad_chunk || ec == http::error::bad_chunk_extension) {
     what = "bad chunked encoding";
+  }
+  if (ec == http::error::buffer_overflow) {
+    what =
+        "a chunk-size line or trailer longer than " + std::to_string(o.max_header_bytes) + " bytes";
   }
   return Fail(Status(Code::kInvalidRequest, "malformed HTTP request: " + what), 400);
 }

@@ -2,13 +2,11 @@
 // back as a message or as INVALID_REQUEST, and a decoded message must survive
 // Encode + Decode unchanged.
 //
-//   cmake -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DKILN_FUZZ=ON
-//   ninja -C build-fuzz protocol_fuzz
-//   ./build-fuzz/tests/fuzz/protocol_fuzz -dict=tests/fuzz/protocol.dict corpus/
+//   tests/fuzz/fuzz.sh build-fuzz 600 protocol_fuzz   # build, then fuzz for 10 minutes
 //
-// The same function is linked into protocol_fuzz_smoke (any compiler), which
-// feeds it mutated valid frames under ctest. Violations abort, so both the
-// fuzzer and the smoke test report them as crashes.
+// The same function is linked into protocol_fuzz_smoke and fuzz_replay (any
+// compiler), which feed it mutated valid frames and the checked-in corpus
+// under ctest. Violations abort, so all of them report them as crashes.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +16,7 @@
 #include "common/protocol/codec.hpp"
 #include "common/protocol/messages.hpp"
 #include "common/status.hpp"
+#include "tests/fuzz/fuzz_targets.hpp"
 
 namespace {
 
@@ -32,7 +31,7 @@ namespace protocol = kiln::common::protocol;
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+int kiln::fuzz::ProtocolOneInput(const uint8_t* data, size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
   StatusOr<protocol::Message> first = protocol::Decode(bytes);
   if (!first.ok()) {
@@ -52,3 +51,5 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   return 0;
 }
+
+KILN_LIBFUZZER_ENTRY(kiln::fuzz::ProtocolOneInput)

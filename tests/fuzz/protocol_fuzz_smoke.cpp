@@ -9,15 +9,14 @@
 #include <vector>
 
 #include "common/protocol/codec.hpp"
+#include "tests/fuzz/fuzz_targets.hpp"
 #include "tests/unit/protocol/sample_messages.hpp"
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
 namespace kiln::common::protocol {
 namespace {
 
 void Feed(const std::string& bytes) {
-  LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  kiln::fuzz::ProtocolOneInput(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
 }
 
 std::vector<std::string> Seeds() {

@@ -120,8 +120,10 @@ TEST(SseEvents, LastEventIdAcceptsOnlyIdsTheStreamSends) {
   ASSERT_TRUE(e.ok());
   EXPECT_EQ(e->kind, LastEventId::Kind::kEntry);
   EXPECT_EQ(e->entry, "1700000000000-12");
-  for (const char* junk : {"junk", "-1", "1-", "1-2-3", "12", "1 -2", "END", "0x1-2",
-                           "123456789012345678901-0", "start\n", "1-2\r"}) {
+  EXPECT_TRUE(ParseLastEventId("18446744073709551615-18446744073709551615").ok());
+  for (const char* junk :
+       {"junk", "-1", "1-", "1-2-3", "12", "1 -2", "END", "0x1-2", "123456789012345678901-0",
+        "start\n", "1-2\r", "99999999999999999999-0", "0-18446744073709551616"}) {
     auto bad = ParseLastEventId(junk);
     ASSERT_FALSE(bad.ok()) << junk;
     EXPECT_EQ(bad.status().code(), common::Code::kInvalidRequest);

@@ -20,6 +20,7 @@
 #include "broker/store/schedule_store.hpp"
 #include "broker/store/session_store.hpp"
 #include "broker/stream/output_follower.hpp"
+#include "common/allocator_tuning.hpp"
 #include "common/fd_limit.hpp"
 #include "common/log/logging.hpp"
 #include "common/stop_signals.hpp"
@@ -35,6 +36,7 @@ int Fail(const kiln::common::Status& st) {
 
 int main(int argc, char** argv) {
   using namespace kiln;
+  common::ReturnFreedMemory();
   CLI::App app{"kiln-broker: accepts execution jobs and dispatches them to Kiln workers"};
   std::string config_file;
   std::string http_listen, worker_endpoint, redis_url, client_endpoint;

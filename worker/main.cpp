@@ -7,6 +7,7 @@
 #include <csignal>
 #include <thread>
 
+#include "common/allocator_tuning.hpp"
 #include "common/log/logging.hpp"
 #include "common/stop_signals.hpp"
 #include "worker/config.hpp"
@@ -17,6 +18,7 @@
 
 int main(int argc, char** argv) {
   using namespace kiln;
+  common::ReturnFreedMemory();
   CLI::App app{"kiln-worker: runs Kiln jobs in sandboxes for every broker it connects to"};
   std::string config_file;
   std::vector<std::string> brokers;

@@ -26,6 +26,9 @@ constexpr auto kCancelWait = std::chrono::seconds(5);
 // kRecheckMax), in case the notice of its end was lost.
 constexpr auto kRecheckFirst = std::chrono::milliseconds(1000);
 constexpr auto kRecheckMax = std::chrono::milliseconds(8000);
+// A finished job's record up to this size (output and result) is answered on
+// the thread that learnt of the end.
+constexpr size_t kInlineAnswerBytes = 64u << 10;
 // How long GET /v1/health waits for Redis to answer a PING.
 constexpr auto kHealthWait = std::chrono::milliseconds(500);
 
@@ -286,10 +289,14 @@ void HttpApi::AwaitEnd(std::shared_ptr<HttpExchange> ex, const std::string& id,
   w->cancel = cancel;
   {
     std::lock_guard lock(w->mu);
-    // The notice comes on the dispatcher's (or the event bus's) thread:
-    // serializing a record may be large work, so it moves to the pool.
+    // The notice comes on the dispatcher's (or the event bus's) thread: a
+    // small record is answered there (no thread hop on the hot path), a
+    // large one is serialized on the pool.
     w->watch = deps_.waiters->Watch(id, [w](const JobRecord& r) {
-      if (w->Claim()) w->api->OnPool([w, r] { w->Answer(r); });
+      if (!w->Claim()) return;
+      const size_t size = r.stdout_data.size() + r.stderr_data.size() + r.result_json.size();
+      if (size <= kInlineAnswerBytes) return w->Answer(r);
+      w->api->OnPool([w, r] { w->Answer(r); });
     });
   }
   ex->OnStreamEvents(nullptr, [w] { w->Claim(); });  // the client left: stop waiting

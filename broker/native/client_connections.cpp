@@ -37,7 +37,13 @@ std::string Format(const sockaddr_storage& a, socklen_t len) {
   if (a.ss_family == AF_INET6) {
     const auto& in6 = reinterpret_cast<const sockaddr_in6&>(a);
     inet_ntop(AF_INET6, &in6.sin6_addr, ip, sizeof(ip));
-    return "[" + std::string(ip) + "]:" + std::to_string(ntohs(in6.sin6_port));
+    // Appended piece by piece: "[" + std::string trips GCC 12's -Wrestrict
+    // false positive at -O3 (the Release build).
+    std::string out = "[";
+    out += ip;
+    out += "]:";
+    out += std::to_string(ntohs(in6.sin6_port));
+    return out;
   }
   if (a.ss_family == AF_UNIX && len > offsetof(sockaddr_un, sun_path)) {
     const auto& un = reinterpret_cast<const sockaddr_un&>(a);

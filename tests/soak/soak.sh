@@ -95,6 +95,9 @@ broker:
 limits:
   max: {max_output_bytes: 10485760}
 scheduling: {session_ttl_s: 30}
+# What Redis keeps grows with the jobs until these bound it: records live
+# job_ttl_s, the audit stream keeps max_entries (docs/security.md).
+audit: {max_entries: 5000}
 tenants:
   - {name: soak-a, tokens: ["$TOKEN"], enabled: true, auto_approve: true}
   - {name: soak-b, tokens: ["$OTHER"], enabled: true, auto_approve: true}
@@ -150,7 +153,8 @@ LOAD=$!
 sleep "$WARMUP"; sample start
 sleep $((SECONDS_TOTAL - WARMUP - 10)); sample end
 wait "$LOAD"
-sleep 15; sample after
+# Idle sessions end after session_ttl_s (30 s) and the broker's next tick.
+sleep 45; sample after
 
 echo
 printf '%-14s %12s %12s %12s %12s   %s\n' process 'idle' 'start' 'end' 'after' 'fds idle/start/end/after'

@@ -68,8 +68,9 @@ trap 'exit 130' INT TERM
 free_port() {
   local p
   while :; do
-    p=$((20000 + RANDOM % 40000))
-    [[ -z $(ss -Hltn "sport = :$p") ]] && { echo "$p"; return; }
+    # Below the ephemeral range (32768+), and in use by no socket at all.
+    p=$((20000 + RANDOM % 12000))
+    [[ -z $(ss -Htan "sport = :$p") ]] && { echo "$p"; return; }
   done
 }
 wait_for() {

@@ -51,6 +51,12 @@ struct HttpResponse {
   HttpHeaders headers;
 };
 
+// Splits a request target ("/v1/audit?after=1-0&count=5") into its path (as
+// sent) and its query, percent-decoded ('+' is a space; a repeated key keeps
+// its last value; a bad escape is kept as is). Pure; any thread.
+void ParseTarget(std::string_view target, std::string* path,
+                 std::map<std::string, std::string>* query);
+
 class HttpExchange {
  public:
   virtual ~HttpExchange() = default;

@@ -34,6 +34,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,6 +43,7 @@
 
 #include "broker/api/sse_events.hpp"
 #include "broker/config.hpp"
+#include "broker/http/http_exchange.hpp"
 #include "broker/http/route_table.hpp"
 #include "common/status.hpp"
 #include "tests/fuzz/fuzz_targets.hpp"
@@ -361,6 +363,15 @@ void CheckLastEventId(std::string_view header) {
 // What the broker looks at in a request it dispatches (HttpApi::Handle, Events).
 void CheckDispatch(const Outcome& o) {
   const std::string path = o.target.substr(0, o.target.find('?'));
+  // The broker's own split of the target: the path as sent, a query that
+  // decodes to no more bytes than it had.
+  std::string parsed_path;
+  std::map<std::string, std::string> query;
+  kiln::broker::ParseTarget(o.target, &parsed_path, &query);
+  Check(parsed_path == path, "ParseTarget's path differs from the target's", o.target);
+  size_t decoded = 0;
+  for (const auto& [k, v] : query) decoded += k.size() + v.size();
+  Check(decoded <= o.target.size(), "a query decoded to more bytes than it had", o.target);
   CheckRoute(o.method, path);
   for (const auto& [name, value] : o.fields) {
     if (beast::iequals(name, "last-event-id")) CheckLastEventId(value);

@@ -43,30 +43,43 @@ common::Status JobStore::Update(const JobRecord& record) {
 
 common::StatusOr<JobRecord> JobStore::Load(const std::string& id) {
   auto conn = pool_->Acquire();
-  ASSIGN_OR_RETURN(RedisReply r, conn->Eval(scripts::Load(), {id}));
-  if (r.is_nil()) return common::NotFound("no execution with id " + id);
-  if (r.elements.size() != 7) return common::Internal("redis: unexpected reply loading " + id);
-  auto j = common::ParseJson(r.elements[0].str);
+  // The live fields (a script), then the stored record with a plain HGET in
+  // the same round trip, read after them so it is at least as new. The
+  // record is not passed through Lua: for a record of 9.5 MiB that costs
+  // Redis ~90 ms against ~9 ms for HGET, and Redis serves no one meanwhile.
+  const std::vector<std::vector<std::string>> commands = {
+      {"EVALSHA", scripts::Load().sha1, "0", id}, {"HGET", JobKey(id), "record"}};
+  auto replies = conn->Pipeline(commands);
+  if (!replies.ok() && replies.status().message().find("NOSCRIPT") != std::string::npos) {
+    RETURN_IF_ERROR(conn->Eval(scripts::Load(), {id}).status());  // Redis learns the script
+    replies = conn->Pipeline(commands);
+  }
+  if (!replies.ok()) return replies.status();
+  const RedisReply& live = (*replies)[0];
+  const RedisReply& stored = (*replies)[1];
+  if (live.is_nil() || stored.is_nil()) return common::NotFound("no execution with id " + id);
+  if (live.elements.size() != 6) return common::Internal("redis: unexpected reply loading " + id);
+  auto j = common::ParseJson(stored.str);
   if (!j.ok()) return common::Internal("stored record of " + id + ": " + j.status().message());
   ASSIGN_OR_RETURN(JobRecord record, JobRecord::FromJson(*j));
   if (IsTerminal(record.status)) return record;
   // The stored record is the one written at submission; the scheduling
   // scripts keep the live fields beside it.
-  auto status = ParseJobStatus(r.elements[1].str);
+  auto status = ParseJobStatus(live.elements[0].str);
   if (status.ok()) record.status = *status;
   if (record.status == JobStatus::kRunning) {
-    record.worker = r.elements[2].str;
-    record.started_ms = std::strtoll(r.elements[3].str.c_str(), nullptr, 10);
+    record.worker = live.elements[1].str;
+    record.started_ms = std::strtoll(live.elements[2].str.c_str(), nullptr, 10);
     if (record.started_ms > 0) {
       record.queued_ms = static_cast<double>(record.started_ms - record.created_ms);
     }
   }
-  if (!r.elements[4].str.empty()) {
-    record.session_epoch = std::strtoull(r.elements[4].str.c_str(), nullptr, 10);
+  if (!live.elements[3].str.empty()) {
+    record.session_epoch = std::strtoull(live.elements[3].str.c_str(), nullptr, 10);
   }
   if (record.status == JobStatus::kQueued) {
-    if (r.elements[5].integer > 0) record.queue_position = r.elements[5].integer;
-    record.wait_reason = r.elements[6].str;
+    if (live.elements[4].integer > 0) record.queue_position = live.elements[4].integer;
+    record.wait_reason = live.elements[5].str;
   }
   return record;
 }

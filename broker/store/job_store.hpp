@@ -11,7 +11,8 @@
 //   {kiln}:out:<id>   stream  the job's output chunks (fields stream, seq,
 //                           data), for live and late subscribers (SSE);
 //                           capped at kMaxChunksKept entries, expires with the job
-// Round trips: Update 1, Load 1 (a script: record + live fields),
+// Round trips: Update 1, Load 1 (a script for the live fields and an HGET
+// of the record, pipelined),
 // AppendChunk 1 per output chunk, ReadChunks 1 per poll of a subscriber.
 // Thread-safe (each call leases its own connection from the pool).
 #pragma once

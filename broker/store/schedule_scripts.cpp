@@ -518,26 +518,28 @@ redis.call('DEL', wk)
 return out
 )lua";
 
-// ARGV: id. The record as clients see it: the stored record, the live
-// fields that changed since (running, worker, start, epoch) and, while
+// ARGV: id. The live fields of a job beside its stored record (which
+// JobStore::Load reads with a plain HGET: a record holds up to
+// max_output_bytes of output, and passing it through Lua costs Redis about
+// ten times what HGET does): status, worker, start, epoch and, while
 // queued, its place in line and why it waits.
-// Returns nil | {record, status, worker, started_ms, epoch, position, reason}.
+// Returns nil | {status, worker, started_ms, epoch, position, reason}.
 constexpr const char* kLoad = R"lua(
 local id = ARGV[1]
-local f = redis.call('HMGET', jobkey(id), 'record', 'status', 'worker', 'started_ms', 'epoch',
-                     'tenant', 'session', 'wait_reason')
+local f = redis.call('HMGET', jobkey(id), 'status', 'worker', 'started_ms', 'epoch', 'tenant',
+                     'session', 'wait_reason')
 if not f[1] then return nil end
 local position = -1
-if f[2] == 'queued' then
-  local r = redis.call('ZRANK', P .. 'q:' .. f[6], id)
+if f[1] == 'queued' then
+  local r = redis.call('ZRANK', P .. 'q:' .. f[5], id)
   if r then
     position = r + 1
-  elseif (f[7] or '') ~= '' then
-    local p = redis.call('LPOS', P .. 'sq:' .. f[7], id)
+  elseif (f[6] or '') ~= '' then
+    local p = redis.call('LPOS', P .. 'sq:' .. f[6], id)
     if p then position = p + 2 end
   end
 end
-return {f[1], f[2], f[3] or '', f[4] or '', f[5] or '', position, f[8] or ''}
+return {f[1], f[2] or '', f[3] or '', f[4] or '', position, f[7] or ''}
 )lua";
 
 // ARGV: tenant, conversation ('' for all). The tenant's live sessions;

@@ -64,7 +64,9 @@ OutputFollower::Id OutputFollower::Follow(const std::string& job_id, const std::
   // Registered before the first status check, so no end falls between.
   e.watch = waiters_->Watch(job_id, [this, id](const JobRecord& record) {
     std::lock_guard lock(mu_);
-    inbox_.ends.emplace_back(id, record);
+    auto end = SharedEndLocked(record.id);
+    if (!end) end = SharedEndLocked(record.id, std::make_shared<const JobRecord>(record));
+    inbox_.ends.emplace_back(id, std::move(end));
     cv_.notify_one();
   });
   std::lock_guard lock(mu_);
@@ -90,11 +92,22 @@ size_t OutputFollower::size() const {
   return count_;
 }
 
+std::shared_ptr<const JobRecord> OutputFollower::SharedEndLocked(
+    const std::string& id, std::shared_ptr<const JobRecord> make) {
+  auto it = ends_.find(id);
+  if (it != ends_.end()) {
+    if (auto known = it->second.lock()) return known;
+  }
+  if (make) ends_[id] = make;
+  return make;
+}
+
 void OutputFollower::DrainInbox() {
   Inbox in;
   {
     std::lock_guard lock(mu_);
     std::swap(in, inbox_);
+    std::erase_if(ends_, [](const auto& kv) { return kv.second.expired(); });
   }
   for (auto& [id, e] : in.follows) entries_.emplace(id, std::move(e));
   for (auto& [id, record] : in.ends) {
@@ -154,9 +167,20 @@ common::Status OutputFollower::CheckEnds(bool all) {
     }
     auto status = ParseJobStatus(replies[i].str);
     if (!status.ok() || !IsTerminal(*status)) continue;
-    auto record = jobs_->Load(it->second.job);
-    if (!record.ok()) return record.status();
-    it->second.end = std::move(*record);
+    // Another reader of the job may hold its record already.
+    std::shared_ptr<const JobRecord> end;
+    {
+      std::lock_guard lock(mu_);
+      end = SharedEndLocked(it->second.job);
+    }
+    if (!end) {
+      auto record = jobs_->Load(it->second.job);
+      if (!record.ok()) return record.status();
+      auto loaded = std::make_shared<const JobRecord>(std::move(*record));
+      std::lock_guard lock(mu_);
+      end = SharedEndLocked(it->second.job, std::move(loaded));
+    }
+    it->second.end = std::move(end);
   }
   return common::Status::Ok();
 }

@@ -91,17 +91,24 @@ class OutputFollower {
     std::string cursor;  // last stream entry id delivered ("0": none)
     std::shared_ptr<Reader> reader;
     JobWaiters::Handle watch;
-    bool checked = false;          // status read once since Follow
-    std::optional<JobRecord> end;  // the terminal record, once known
-    bool read_since_end = false;   // a read that began after `end` was known
-    bool asleep = false;           // said it had no room; waits for Wake
+    bool checked = false;  // status read once since Follow
+    // The terminal record, once known: one copy per job, shared by all its
+    // readers (a record holds up to max_output_bytes of output).
+    std::shared_ptr<const JobRecord> end;
+    bool read_since_end = false;  // a read that began after `end` was known
+    bool asleep = false;          // said it had no room; waits for Wake
   };
   struct Inbox {
     std::vector<std::pair<Id, Entry>> follows;
     std::vector<Id> unfollows;
     std::vector<Id> wakes;
-    std::vector<std::pair<Id, JobRecord>> ends;
+    std::vector<std::pair<Id, std::shared_ptr<const JobRecord>>> ends;
   };
+
+  // The copy of job `id`'s terminal record its readers share, if they hold
+  // one; `make` makes it when not. mu_ held.
+  std::shared_ptr<const JobRecord> SharedEndLocked(const std::string& id,
+                                                   std::shared_ptr<const JobRecord> make = nullptr);
 
   void DrainInbox();
   // Reads the status of entries never checked, and of all every kCheckInterval.
@@ -118,8 +125,10 @@ class OutputFollower {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  Inbox inbox_;       // guarded by mu_
-  Id next_id_ = 1;    // guarded by mu_
+  Inbox inbox_;     // guarded by mu_
+  Id next_id_ = 1;  // guarded by mu_
+  // Terminal records in use, by job id (expired ones are swept each turn).
+  std::map<std::string, std::weak_ptr<const JobRecord>> ends_;  // guarded by mu_
   size_t count_ = 0;  // guarded by mu_: followed, inbox included
 
   // Follower thread only.

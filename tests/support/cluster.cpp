@@ -55,7 +55,8 @@ void TestCluster::StartBroker(int i) {
   std::ostringstream y;
   y << "broker:\n"
     << "  id: broker-" << i << "\n"
-    << "  http: {listen: \"127.0.0.1:" << http_ports_[i] << "\", threads: 32}\n"
+    << "  http: {listen: \"127.0.0.1:" << http_ports_[i] << "\", threads: 32"
+    << options_.broker_http_fields << "}\n"
     << "  workers: {endpoint: \"tcp://127.0.0.1:" << zmq_ports_[i]
     << "\", heartbeat_interval_ms: 200, heartbeat_liveness: 5}\n"
     << "  clients: {endpoint: \"tcp://127.0.0.1:" << client_ports_[i] << "\""
@@ -63,7 +64,7 @@ void TestCluster::StartBroker(int i) {
     << "  redis: {url: \"redis://127.0.0.1:" << redis_port_ << "\"}\n"
     << "limits:\n"
     << "  default: {timeout_ms: 10000, max_output_bytes: 65536}\n"
-    << "  max: {timeout_ms: 60000, max_output_bytes: 1048576}\n"
+    << "  max: {timeout_ms: 60000, max_output_bytes: " << options_.max_output_bytes << "}\n"
     << "  max_code_bytes: " << options_.max_code_bytes << "\n"
     << "tenants:\n"
     << "  - {name: tenant-a, tokens: [\"" << kToken << "\"], secrets: ["

@@ -35,7 +35,9 @@ struct ClusterOptions {
   std::vector<std::string> tenant_a_secrets;  // registered secrets of tenant-a (kToken)
   std::string tenant_a_fields;                // e.g. ", slots: 2, weight: 1" inside tenant-a's map
   std::string tenant_b_fields;
-  std::string broker_clients_fields;  // e.g. ", auth_timeout_ms: 500" inside broker.clients
+  std::string broker_clients_fields;    // e.g. ", auth_timeout_ms: 500" inside broker.clients
+  std::string broker_http_fields;       // e.g. ", header_timeout_ms: 1000" inside broker.http
+  uint64_t max_output_bytes = 1048576;  // limits.max.max_output_bytes of every broker
   // More "  - {name: ..., tokens: [...]}" lines. tenant-a and tenant-b have
   // code execution enabled and auto-approved; others get what they say.
   std::string extra_tenants_yaml;
@@ -73,6 +75,9 @@ class TestCluster {
   std::string worker_config(int i) const;
   ChildProcess& worker(int i) { return workers_.at(i); }
   ChildProcess& broker(int i) { return brokers_.at(i); }
+  ChildProcess& redis() { return redis_; }
+  int brokers() const { return static_cast<int>(brokers_.size()); }
+  int workers() const { return static_cast<int>(workers_.size()); }
 
   HttpReply Request(const std::string& method, const std::string& path,
                     const std::string& body = "", const std::string& token = kToken, int broker = 0,

@@ -55,5 +55,10 @@ std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& content);
 // Pids of live processes whose real uid is in [uid_lo, uid_hi].
 std::vector<pid_t> ProcessesWithUidIn(uid_t uid_lo, uid_t uid_hi);
+// A "kB" field of /proc/<pid>/status (VmRSS, VmHWM, ...); -1 when absent.
+long ProcStatusKb(pid_t pid, const std::string& field);
+// Resets the process's peak RSS (VmHWM) to its current RSS; false when the
+// kernel refuses (then VmHWM stays the peak since the process started).
+bool ResetPeakRss(pid_t pid);
 
 }  // namespace kiln::testing

@@ -37,6 +37,7 @@ class TestReader : public OutputFollower::Reader {
   void OnEnd(const JobRecord& r) override {
     std::lock_guard lock(mu);
     end = JobStatusName(r.status);
+    end_address = r.stdout_data.data();  // compared, never dereferenced
     ++last_calls;
   }
   void OnError(const common::Status& st) override {
@@ -60,6 +61,7 @@ class TestReader : public OutputFollower::Reader {
   std::atomic<bool> room{true};
   std::mutex mu;
   std::string data, end, error;
+  const void* end_address = nullptr;
   int batches = 0;
   int last_calls = 0;
 };
@@ -103,10 +105,11 @@ class OutputFollowerTest : public ::testing::Test {
     r.tenant = "t";
     return r;
   }
-  void Put(const std::string& id, JobStatus status) {
+  void Put(const std::string& id, JobStatus status) { PutRecord(Record(id, status)); }
+  void PutRecord(const JobRecord& r) {
     auto c = pool_->Acquire();
-    ASSERT_TRUE(c->Command({"HSET", JobStore::JobKey(id), "record",
-                            Record(id, status).ToJson().dump(), "status", JobStatusName(status)})
+    ASSERT_TRUE(c->Command({"HSET", JobStore::JobKey(r.id), "record", r.ToJson().dump(), "status",
+                            JobStatusName(r.status)})
                     .ok());
   }
   void Chunk(const std::string& id, uint64_t seq, const std::string& data) {
@@ -188,6 +191,51 @@ TEST_F(OutputFollowerTest, AReaderWithoutRoomIsNotReadForUntilWoken) {
   slow->room = true;
   follower_->Wake(slow_id);
   ASSERT_TRUE(WaitFor([&] { return slow->Data().size() == 100; }, 5s));
+}
+
+// A terminal record holds up to max_output_bytes of output: the readers of
+// one job hold one copy of it, however many there are and however long they
+// wait for room (20 stalled readers of a 10 MiB job used to cost 200 MiB),
+// whether the end came from the notice or from the status check.
+TEST_F(OutputFollowerTest, ReadersOfAJobShareOneCopyOfItsEnd) {
+  for (bool notice : {true, false}) {
+    const std::string id = notice ? "j6" : "j7";
+    // Output on the heap (past the short-string buffer): its address names the copy.
+    JobRecord ended = Record(id, JobStatus::kSucceeded);
+    ended.stdout_data = std::string(4096, 'o');
+    Put(id, JobStatus::kRunning);
+    if (!notice) PutRecord(ended);
+    Chunk(id, 0, "out");
+    std::vector<std::shared_ptr<TestReader>> readers;
+    std::vector<OutputFollower::Id> ids;
+    for (int i = 0; i < 3; ++i) {
+      readers.push_back(std::make_shared<TestReader>());
+      readers.back()->room = false;
+      ids.push_back(follower_->Follow(id, "0", readers.back()));
+    }
+    if (notice) {
+      PutRecord(ended);
+      waiters_.Notify(ended);
+    }
+    std::this_thread::sleep_for(300ms);  // the end is known, the readers have no room
+    for (size_t i = 0; i < readers.size(); ++i) {
+      readers[i]->room = true;
+      follower_->Wake(ids[i]);
+    }
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          for (auto& r : readers) {
+            if (r->End().empty()) return false;
+          }
+          return true;
+        },
+        5s));
+    for (auto& r : readers) {
+      EXPECT_EQ(r->Data(), "out");
+      EXPECT_EQ(r->End(), "succeeded");
+      EXPECT_EQ(r->end_address, readers[0]->end_address) << (notice ? "notice" : "check");
+    }
+  }
 }
 
 TEST_F(OutputFollowerTest, MissingJobIsNotFoundAndUnfollowStopsDelivery) {

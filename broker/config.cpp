@@ -55,6 +55,7 @@ common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
   clients.Get("max_connections", &c.native.max_connections, 1, 1'000'000);
   clients.Get("max_connections_per_address", &c.native.max_connections_per_address, 1, 1'000'000);
   clients.Get("auth_timeout_ms", &c.native.auth_timeout_ms, 100, 600'000);
+  clients.Get("write_timeout_ms", &c.native.write_timeout_ms, 100, 3'600'000);
   YamlReader redis = b.Child("redis");
   redis.Get("url", &c.redis_url);
   redis.Get("pool_size", &c.redis_pool_size, 1, 1024);
@@ -91,6 +92,7 @@ common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
   qr.Get("tenant_max_waits", &q.tenant_max_waits, 1, 10'000'000);
   qr.Get("tenant_max_streams", &q.tenant_max_streams, 1, 10'000'000);
   qr.Get("tenant_max_subscriptions", &q.tenant_max_subscriptions, 1, 10'000'000);
+  qr.Get("tenant_max_unread_bytes", &q.tenant_max_unread_bytes, 1u << 20, 1ull << 40);
   qr.Get("tenant_submit_rate", &q.tenant_submit_rate, 0.0, 1e9);
   qr.Get("tenant_submit_burst", &q.tenant_submit_burst, 0, 1'000'000'000);
   if (st.ok()) st = qr.Finish();
@@ -113,6 +115,7 @@ common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
     t.Get("max_waits", &tc.max_waits, 0, 10'000'000);
     t.Get("max_streams", &tc.max_streams, 0, 10'000'000);
     t.Get("max_subscriptions", &tc.max_subscriptions, 0, 10'000'000);
+    t.Get("max_unread_bytes", &tc.max_unread_bytes, 0, 1ull << 40);
     t.Get("submit_rate", &tc.submit_rate, 0.0, 1e9);
     t.Get("submit_burst", &tc.submit_burst, 0, 1'000'000'000);
     if (tc.secrets.size() > common::protocol::kMaxListEntries) {
@@ -227,6 +230,9 @@ uint32_t TenantMaxStreams(const BrokerConfig& c, const TenantConfig& t) {
 }
 uint32_t TenantMaxSubscriptions(const BrokerConfig& c, const TenantConfig& t) {
   return t.max_subscriptions ? t.max_subscriptions : c.quotas.tenant_max_subscriptions;
+}
+uint64_t TenantMaxUnreadBytes(const BrokerConfig& c, const TenantConfig& t) {
+  return t.max_unread_bytes ? t.max_unread_bytes : c.quotas.tenant_max_unread_bytes;
 }
 double TenantSubmitRate(const BrokerConfig& c, const TenantConfig& t) {
   return t.submit_rate > 0 ? t.submit_rate : c.quotas.tenant_submit_rate;

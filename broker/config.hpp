@@ -38,6 +38,7 @@ struct TenantConfig {
   uint32_t max_waits = 0;          // wait:true submits waiting at once
   uint32_t max_streams = 0;        // open event streams (SSE)
   uint32_t max_subscriptions = 0;  // open native subscriptions
+  uint64_t max_unread_bytes = 0;   // records sent to its clients and not yet read
   double submit_rate = 0;          // submits per second (token bucket); 0: the default
   uint32_t submit_burst = 0;       // bucket size
 };
@@ -49,6 +50,9 @@ struct QuotaConfig {
   uint32_t tenant_max_waits = 1000;
   uint32_t tenant_max_streams = 256;
   uint32_t tenant_max_subscriptions = 1024;
+  // Bytes of records (GET answers, stream ends, subscription results) sent to
+  // a tenant's clients that they have not read yet (UnreadBudget).
+  uint64_t tenant_max_unread_bytes = 64u << 20;
   double tenant_submit_rate = 0;     // submits per second per broker; 0: no rate limit
   uint32_t tenant_submit_burst = 0;  // 0: twice the rate (at least 1)
 };
@@ -75,6 +79,8 @@ struct NativeConfig {
   uint32_t max_connections = 4096;
   uint32_t max_connections_per_address = 1024;
   uint32_t auth_timeout_ms = 10000;  // a connection without a valid request by then is closed
+  uint32_t write_timeout_ms =
+      30000;  // a client holding unread frames, none taken for this long, is closed
 };
 
 // Cluster-wide scheduling (every broker should use the same values: they
@@ -146,6 +152,7 @@ uint32_t TenantMaxRequests(const BrokerConfig& c, const TenantConfig& t);
 uint32_t TenantMaxWaits(const BrokerConfig& c, const TenantConfig& t);
 uint32_t TenantMaxStreams(const BrokerConfig& c, const TenantConfig& t);
 uint32_t TenantMaxSubscriptions(const BrokerConfig& c, const TenantConfig& t);
+uint64_t TenantMaxUnreadBytes(const BrokerConfig& c, const TenantConfig& t);
 double TenantSubmitRate(const BrokerConfig& c, const TenantConfig& t);
 uint32_t TenantSubmitBurst(const BrokerConfig& c, const TenantConfig& t);
 const TenantConfig* FindTenant(const BrokerConfig& c, const std::string& name);

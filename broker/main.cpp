@@ -20,6 +20,7 @@
 #include "broker/store/schedule_store.hpp"
 #include "broker/store/session_store.hpp"
 #include "broker/stream/output_follower.hpp"
+#include "broker/stream/unread_budget.hpp"
 #include "common/allocator_tuning.hpp"
 #include "common/fd_limit.hpp"
 #include "common/log/logging.hpp"
@@ -123,14 +124,15 @@ int main(int argc, char** argv) {
   if (!endpoint.ok()) return Fail(endpoint.status());
   broker::RedisProbe probe(*endpoint);
   broker::OutputFollower follower(*endpoint, &store, &waiters);
-  broker::HttpApiDeps http_deps{stores, dispatcher->get(), &waiters,  &follower,
+  broker::UnreadBudget unread;  // outlives both front ends and the follower's readers
+  broker::HttpApiDeps http_deps{stores, dispatcher->get(), &waiters,  &follower, &unread,
                                 &probe, &metrics,          governance};
   auto api = broker::HttpApi::Create(*cfg, http_deps);
   if (!api.ok()) return Fail(api.status());
   std::unique_ptr<broker::NativeApi> native;  // the native client protocol, unless off
   if (!cfg->native.endpoint.empty()) {
     auto n = broker::NativeApi::Create(*cfg, &zmq_ctx, stores, dispatcher->get(), &waiters,
-                                       &follower, &metrics, governance);
+                                       &follower, &unread, &metrics, governance);
     if (!n.ok()) return Fail(n.status());
     native = std::move(*n);
   }

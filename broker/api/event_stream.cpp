@@ -6,8 +6,9 @@ using nlohmann::json;
 
 void EventStream::Start(std::shared_ptr<HttpExchange> exchange, OutputFollower* follower,
                         HttpServer* timers, const JobRecord& record, const LastEventId& last,
-                        QuotaCounter::Hold hold) {
-  auto stream = std::make_shared<EventStream>(exchange, follower, timers, std::move(hold));
+                        QuotaCounter::Hold hold, Unread unread) {
+  auto stream =
+      std::make_shared<EventStream>(exchange, follower, timers, std::move(hold), std::move(unread));
   std::weak_ptr<EventStream> weak = stream;
   exchange->OnStreamEvents(
       [weak, follower] {
@@ -74,16 +75,25 @@ void EventStream::OnChunks(std::vector<JobStore::StoredChunk>& chunks) {
   Send(std::move(out));
 }
 
-void EventStream::OnEnd(const JobRecord& record) {
+bool EventStream::OnEnd(const JobRecord& record) {
+  {
+    std::lock_guard lock(mu_);
+    if (done_) return true;  // the client left: nothing to send
+  }
+  // Charged before it is made: a declined end costs no copy of the record.
+  auto charge = unread_.budget->TryCharge(unread_.tenant, record.ApproxJsonBytes(), unread_.limit);
+  if (!charge) return false;
   const bool error = record.status == JobStatus::kError || record.status == JobStatus::kRejected;
-  Finish(SseEvent(error ? "execution_error" : "execution_end", "end", record.ToJson()));
+  Finish(SseEvent(error ? "execution_error" : "execution_end", "end", record.ToJson()),
+         std::move(charge));
+  return true;
 }
 
 void EventStream::OnError(const common::Status& status) {
   Finish(SseEvent("execution_error", "", ErrorJson(status)));
 }
 
-void EventStream::Finish(std::string last_event) {
+void EventStream::Finish(std::string last_event, UnreadBudget::Charge charge) {
   Send(std::move(last_event));
   QuotaCounter::Hold hold;
   {
@@ -92,7 +102,7 @@ void EventStream::Finish(std::string last_event) {
     done_ = true;
     hold = std::move(hold_);
   }
-  exchange_->End();
+  exchange_->End(std::move(charge));
 }
 
 void EventStream::OnClosed() {

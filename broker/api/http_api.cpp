@@ -105,7 +105,11 @@ struct HttpApi::Waiting {
   // The answer for a record (terminal, or current at the deadline).
   void Answer(const JobRecord& r) {
     if (!cancel || IsTerminal(r.status)) {
-      ex->Reply(JsonResponse(200, r.ToJson(), headers));
+      // A wait's answer cannot be refused any more: charged all the same,
+      // so the tenant's later GETs see it.
+      HttpResponse res = JsonResponse(200, r.ToJson(), headers);
+      res.keep = api->deps_.unread->Force(r.tenant, r.ApproxJsonBytes());
+      ex->Reply(std::move(res));
     } else {
       // Still ending (the worker has not confirmed yet): the record will say.
       ex->Reply(JsonResponse(202, {{"id", r.id}, {"status", JobStatusName(r.status)}}, headers));
@@ -385,9 +389,60 @@ void HttpApi::Submit(Call& call) {
 }
 
 void HttpApi::Get(Call& call) {
-  auto record = LoadForCaller(call);
-  if (!record.ok()) return call.Fail(record.status());
-  call.Reply(200, record->ToJson());
+  const std::string& id = call.params.at(0);
+  auto peek = store_->PeekRecord(id);
+  if (!peek.ok()) {
+    return call.Fail(peek.status().code() == Code::kNotFound ? peek.status()
+                                                             : StoreError(peek.status()));
+  }
+  // Another tenant's job is indistinguishable from a missing one.
+  if (!call.caller.admin && peek->tenant != call.caller.tenant) {
+    return call.Fail(common::NotFound("no execution with id " + id));
+  }
+  if (!IsTerminal(peek->status)) {
+    // Live fields join the stored record (which holds no output yet).
+    auto record = LoadForCaller(call);
+    if (!record.ok()) return call.Fail(record.status());
+    return ReplyRecord(call, *record);
+  }
+  // A terminal record is answered as stored: charged before it is read,
+  // and never parsed (one copy of up to max_output_bytes, not six).
+  Status refused;
+  auto charge = ChargeBytes(call, peek->record_bytes, &refused);
+  if (!charge) return call.Fail(refused);
+  auto text = store_->RecordText(id);
+  if (!text.ok()) {
+    return call.Fail(text.status().code() == Code::kNotFound ? text.status()
+                                                             : StoreError(text.status()));
+  }
+  HttpResponse res{200, std::move(*text), "application/json", {}, std::move(charge)};
+  call.ex->Reply(std::move(res));
+}
+
+UnreadBudget::Charge HttpApi::ChargeBytes(const Call& call, size_t bytes, Status* refused) {
+  const TenantConfig* tenant =
+      call.caller.admin ? nullptr : FindTenant(config_, call.caller.tenant);
+  const size_t limit =
+      tenant ? TenantMaxUnreadBytes(config_, *tenant) : config_.quotas.tenant_max_unread_bytes;
+  const std::string who = tenant ? tenant->name : std::string("admin");
+  auto charge = deps_.unread->TryCharge(who, bytes, limit);
+  if (!charge) {
+    *refused = Status(Code::kRateLimited,
+                      "the clients of " + who + " have " + std::to_string(deps_.unread->held(who)) +
+                          " bytes of answers they have not read yet on this broker "
+                          "(quotas.tenant_max_unread_bytes " +
+                          std::to_string(limit) + "); read them, then retry");
+  }
+  return charge;
+}
+
+void HttpApi::ReplyRecord(Call& call, const JobRecord& record) {
+  Status refused;
+  auto charge = ChargeBytes(call, record.ApproxJsonBytes(), &refused);
+  if (!charge) return call.Fail(refused);
+  HttpResponse res = JsonResponse(200, record.ToJson());
+  res.keep = std::move(charge);
+  call.ex->Reply(std::move(res));
 }
 
 void HttpApi::Events(Call& call) {
@@ -410,7 +465,10 @@ void HttpApi::Events(Call& call) {
     return call.Fail(Status(Code::kRateLimited, who + " has " + std::to_string(limit) +
                                                     " event streams open on this broker"));
   }
-  EventStream::Start(call.ex, deps_.follower, server_.get(), *record, *last, std::move(hold));
+  const size_t unread_limit =
+      tenant ? TenantMaxUnreadBytes(config_, *tenant) : config_.quotas.tenant_max_unread_bytes;
+  EventStream::Start(call.ex, deps_.follower, server_.get(), *record, *last, std::move(hold),
+                     {deps_.unread, who, unread_limit});
 }
 
 void HttpApi::Cancel(Call& call) {
@@ -418,7 +476,7 @@ void HttpApi::Cancel(Call& call) {
   if (!record.ok()) return call.Fail(record.status());
   const std::string id = record->id;
   // Cancelling a finished job changes nothing: answer with its record.
-  if (IsTerminal(record->status)) return call.Reply(200, record->ToJson());
+  if (IsTerminal(record->status)) return ReplyRecord(call, *record);
   const TenantConfig* tenant =
       call.caller.admin ? nullptr : FindTenant(config_, call.caller.tenant);
   QuotaCounter::Hold hold;

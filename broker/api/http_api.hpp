@@ -35,6 +35,7 @@
 #include "broker/scheduler/job_waiters.hpp"
 #include "broker/store/redis_probe.hpp"
 #include "broker/stream/output_follower.hpp"
+#include "broker/stream/unread_budget.hpp"
 #include "common/status.hpp"
 
 namespace kiln::broker {
@@ -46,6 +47,7 @@ struct HttpApiDeps {
   Dispatcher* dispatcher = nullptr;
   JobWaiters* waiters = nullptr;
   OutputFollower* follower = nullptr;
+  UnreadBudget* unread = nullptr;
   RedisProbe* probe = nullptr;
   BrokerMetrics* metrics = nullptr;  // optional
   Governance governance;             // optional parts
@@ -94,6 +96,11 @@ class HttpApi {
 
   void Submit(Call& call);
   void Get(Call& call);
+  // `bytes` of an answer against the caller's UnreadBudget; null (and
+  // `refused` says why) when it holds too much already.
+  UnreadBudget::Charge ChargeBytes(const Call& call, size_t bytes, common::Status* refused);
+  // 200 with the record, charged; 429 RATE_LIMITED when refused.
+  void ReplyRecord(Call& call, const JobRecord& record);
   void Events(Call& call);
   void Cancel(Call& call);
   void Approve(Call& call);

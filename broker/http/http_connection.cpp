@@ -101,7 +101,7 @@ class Exchange : public HttpExchange {
   void Reply(HttpResponse response) override;
   void StartStream(int status, std::string content_type, HttpHeaders headers) override;
   void Send(std::string piece) override;
-  void End() override;
+  void End(std::shared_ptr<const void> keep) override;
   size_t Pending() const override;
   void OnStreamEvents(std::function<void()> drained, std::function<void()> closed) override;
 
@@ -141,7 +141,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
   void WriteResponse(HttpResponse response);
   void BeginStream(int status, std::string content_type, HttpHeaders headers);
-  void QueuePiece(std::string piece, bool last);
+  void QueuePiece(std::string piece, bool last, std::shared_ptr<const void> keep = nullptr);
   std::atomic<size_t> pending{0};
   std::mutex callbacks_mu;
   std::function<void()> on_drained;  // guarded by callbacks_mu
@@ -190,8 +190,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool writing_ = false;
   bool watching_ = false;
   std::deque<std::string> out_;
-  size_t out_payload_ = 0;  // payload bytes in out_ (what `pending` counts)
-  BodyHold body_hold_;      // the body being read
+  size_t out_payload_ = 0;                          // payload bytes in out_ (what `pending` counts)
+  std::vector<std::shared_ptr<const void>> keeps_;  // held until out_ is written
+  BodyHold body_hold_;                              // the body being read
 };
 
 void Exchange::Reply(HttpResponse response) {
@@ -212,8 +213,9 @@ void Exchange::Send(std::string piece) {
   conn_->Post([c = conn_, p = std::move(piece)]() mutable { c->QueuePiece(std::move(p), false); });
 }
 
-void Exchange::End() {
-  conn_->Post([c = conn_] { c->QueuePiece({}, true); });
+void Exchange::End(std::shared_ptr<const void> keep) {
+  conn_->Post(
+      [c = conn_, k = std::move(keep)]() mutable { c->QueuePiece({}, true, std::move(k)); });
 }
 
 size_t Exchange::Pending() const { return conn_->pending.load(); }
@@ -410,12 +412,14 @@ void Connection::WriteResponse(HttpResponse r) {
   res->prepare_payload();
   Arm(server_->options.write_timeout, false);
   writing_ = true;
-  http::async_write(socket_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
-    self->writing_ = false;
-    self->timer_.cancel();
-    if (ec) return self->Close();
-    self->AfterAnswer();
-  });
+  http::async_write(
+      socket_, *res,
+      [self = shared_from_this(), res, keep = std::move(r.keep)](beast::error_code ec, size_t) {
+        self->writing_ = false;
+        self->timer_.cancel();
+        if (ec) return self->Close();
+        self->AfterAnswer();
+      });
 }
 
 void Connection::AfterAnswer() {
@@ -437,7 +441,8 @@ void Connection::BeginStream(int status, std::string content_type, HttpHeaders h
   PumpWrites();
 }
 
-void Connection::QueuePiece(std::string piece, bool last) {
+void Connection::QueuePiece(std::string piece, bool last, std::shared_ptr<const void> keep) {
+  if (keep) keeps_.push_back(std::move(keep));
   if (closed_ || stream_end_) {
     pending -= std::min(pending.load(), piece.size());
     return;
@@ -461,36 +466,44 @@ void Connection::QueuePiece(std::string piece, bool last) {
 
 void Connection::PumpWrites() {
   if (writing_ || closed_ || !streaming_ || out_.empty()) return;
-  // Everything queued goes in one write.
+  // Everything queued goes in one write (a single piece, such as a large
+  // last event, without a copy).
   auto data = std::make_shared<std::string>();
-  for (auto& s : out_) *data += s;
+  if (out_.size() == 1) {
+    *data = std::move(out_.front());
+  } else {
+    for (auto& s : out_) *data += s;
+  }
   out_.clear();
+  auto keeps = std::make_shared<std::vector<std::shared_ptr<const void>>>(std::move(keeps_));
+  keeps_.clear();
   const size_t payload = out_payload_;
   out_payload_ = 0;
   writing_ = true;
   Arm(server_->options.write_timeout, false);
-  asio::async_write(socket_, asio::buffer(*data),
-                    [self = shared_from_this(), data, payload](beast::error_code ec, size_t) {
-                      self->writing_ = false;
-                      self->timer_.cancel();
-                      if (ec) return self->Close();
-                      self->pending -= std::min(self->pending.load(), payload);
-                      if (!self->out_.empty()) return self->PumpWrites();
-                      if (self->stream_end_) {
-                        {
-                          std::lock_guard lock(self->callbacks_mu);
-                          self->on_drained = nullptr;
-                          self->on_closed = nullptr;
-                        }
-                        return self->AfterAnswer();
-                      }
-                      std::function<void()> drained;
-                      {
-                        std::lock_guard lock(self->callbacks_mu);
-                        drained = self->on_drained;
-                      }
-                      if (drained) drained();
-                    });
+  asio::async_write(
+      socket_, asio::buffer(*data),
+      [self = shared_from_this(), data, payload, keeps](beast::error_code ec, size_t) {
+        self->writing_ = false;
+        self->timer_.cancel();
+        if (ec) return self->Close();
+        self->pending -= std::min(self->pending.load(), payload);
+        if (!self->out_.empty()) return self->PumpWrites();
+        if (self->stream_end_) {
+          {
+            std::lock_guard lock(self->callbacks_mu);
+            self->on_drained = nullptr;
+            self->on_closed = nullptr;
+          }
+          return self->AfterAnswer();
+        }
+        std::function<void()> drained;
+        {
+          std::lock_guard lock(self->callbacks_mu);
+          drained = self->on_drained;
+        }
+        if (drained) drained();
+      });
 }
 
 void Connection::Fail(const Status& st, int http_status) {
@@ -524,6 +537,7 @@ void Connection::Close() {
   socket_.shutdown(tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
   out_.clear();
+  keeps_.clear();
   pending = 0;
   Release();
   NotifyClosed();

@@ -49,6 +49,9 @@ struct HttpResponse {
   std::string body;
   std::string content_type = "application/json";
   HttpHeaders headers;
+  // Held until the response is written or the connection is gone (an
+  // UnreadBudget charge for a large body).
+  std::shared_ptr<const void> keep;
 };
 
 // Splits a request target ("/v1/audit?after=1-0&count=5") into its path (as
@@ -72,7 +75,9 @@ class HttpExchange {
   // headers, then pieces as they come, then End().
   virtual void StartStream(int status, std::string content_type, HttpHeaders headers) = 0;
   virtual void Send(std::string piece) = 0;
-  virtual void End() = 0;
+  // `keep` is held until everything sent is written or the connection is
+  // gone (an UnreadBudget charge for the last event).
+  virtual void End(std::shared_ptr<const void> keep = nullptr) = 0;
   // Bytes given to Send() that the client has not taken yet.
   virtual size_t Pending() const = 0;
   // For a stream: `drained` runs each time Pending() falls to zero, `closed`

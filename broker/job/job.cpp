@@ -280,6 +280,13 @@ void JobRecord::ApplyResult(const protocol::Result& res, int64_t now_ms) {
   }
 }
 
+size_t JobRecord::ApproxJsonBytes() const {
+  size_t n = 1024 + stdout_data.size() + stderr_data.size() + result_json.size();
+  for (const auto& f : files) n += 64 + f.path.size() + (f.content.size() + 2) / 3 * 4;
+  for (const auto& w : warnings) n += 8 + w.size();
+  return n;
+}
+
 json JobRecord::ToJson() const {
   json j = {
       {"id", id},

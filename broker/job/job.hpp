@@ -130,6 +130,9 @@ struct JobRecord {
 
   nlohmann::json ToJson() const;
   static common::StatusOr<JobRecord> FromJson(const nlohmann::json& j);
+  // About how long ToJson().dump() is, without making it: the output, result
+  // and files (base64) plus a little; what UnreadBudget charges for it.
+  size_t ApproxJsonBytes() const;
 };
 
 // The API's error object for a Status, e.g. {"code":"INVALID_REQUEST",...}.

@@ -167,9 +167,9 @@ BrokerMetrics::BrokerMetrics() : registry_(std::make_shared<prometheus::Registry
            .Name("kiln_native_connections_closed_total")
            .Help(
                "Native client connections the broker closed, by reason (limit, "
-               "address_limit, auth_timeout, bad_frames)")
+               "address_limit, auth_timeout, bad_frames, stalled)")
            .Register(r);
-  for (const char* reason : {"limit", "address_limit", "auth_timeout", "bad_frames"}) {
+  for (const char* reason : {"limit", "address_limit", "auth_timeout", "bad_frames", "stalled"}) {
     native_connections_closed_->Add({{"reason", reason}});
   }
   auto gauge = [&r](const char* name, const char* help) {

@@ -51,6 +51,9 @@ class ClientConnections {
   // What the request from `fd` turned out to be (-1: ignored).
   void Authenticated(int fd);
   void BadFrame(int fd);
+  // Closes `fd`: its client holds frames it does not read (NativeApi's
+  // write timeout).
+  void CloseStalled(int fd) { Close(fd, CloseReason::kStalled); }
   // Closes connections past their auth timeout and forgets fds that have gone
   // without an event. Call every loop turn.
   void Tick(Clock::time_point now);

@@ -18,6 +18,8 @@ std::string_view CloseReasonName(CloseReason reason) {
       return "auth_timeout";
     case CloseReason::kBadFrames:
       return "bad_frames";
+    case CloseReason::kStalled:
+      return "stalled";
   }
   return "limit";
 }

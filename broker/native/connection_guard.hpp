@@ -39,9 +39,9 @@ struct ConnectionLimits {
   uint32_t max_bad_frames = 8;  // failed requests before the first valid one
 };
 
-enum class CloseReason { kLimit, kAddressLimit, kAuthTimeout, kBadFrames };
+enum class CloseReason { kLimit, kAddressLimit, kAuthTimeout, kBadFrames, kStalled };
 
-// "limit", "address_limit", "auth_timeout", "bad_frames" (metric labels).
+// "limit", "address_limit", "auth_timeout", "bad_frames", "stalled" (metric labels).
 std::string_view CloseReasonName(CloseReason reason);
 
 // The key max_per_address counts a peer under: an IPv4 address as it is

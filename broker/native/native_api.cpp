@@ -36,13 +36,13 @@ std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 
 common::StatusOr<std::unique_ptr<NativeApi>> NativeApi::Create(
     const BrokerConfig& config, zmq::context_t* ctx, DispatcherStores stores,
-    Dispatcher* dispatcher, JobWaiters* waiters, OutputFollower* follower, BrokerMetrics* metrics,
-    Governance governance) {
+    Dispatcher* dispatcher, JobWaiters* waiters, OutputFollower* follower, UnreadBudget* unread,
+    BrokerMetrics* metrics, Governance governance) {
   if (config.native.endpoint.empty()) {
     return common::InvalidRequest("broker.clients.endpoint is empty: the native API is off");
   }
-  std::unique_ptr<NativeApi> api(
-      new NativeApi(config, ctx, stores, dispatcher, waiters, follower, metrics, governance));
+  std::unique_ptr<NativeApi> api(new NativeApi(config, ctx, stores, dispatcher, waiters, follower,
+                                               unread, metrics, governance));
   try {
     api->router_ = zmq::socket_t(*ctx, zmq::socket_type::router);
     api->router_.set(zmq::sockopt::router_mandatory, 1);  // a full pipe is seen, not hidden
@@ -73,7 +73,7 @@ common::StatusOr<std::unique_ptr<NativeApi>> NativeApi::Create(
 
 NativeApi::NativeApi(const BrokerConfig& config, zmq::context_t* ctx, DispatcherStores stores,
                      Dispatcher* dispatcher, JobWaiters* waiters, OutputFollower* follower,
-                     BrokerMetrics* metrics, Governance governance)
+                     UnreadBudget* unread, BrokerMetrics* metrics, Governance governance)
     : config_(config),
       ctx_(ctx),
       store_(stores.jobs),
@@ -81,7 +81,8 @@ NativeApi::NativeApi(const BrokerConfig& config, zmq::context_t* ctx, Dispatcher
       dispatcher_(dispatcher),
       metrics_(metrics),
       submits_(config, stores, dispatcher, waiters, metrics, governance),
-      follower_(follower) {}
+      follower_(follower),
+      unread_(unread) {}
 
 NativeApi::~NativeApi() {
   // The follower outlives this: its readers must not reach a gone outbox.
@@ -93,7 +94,7 @@ NativeApi::~NativeApi() {
 
 void NativeApi::Run(std::stop_token stop) {
   zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
-                             {nullptr, outbox_.fd(), ZMQ_POLLIN, 0},
+                             {nullptr, outbox_->fd(), ZMQ_POLLIN, 0},
                              {connections_->monitor().handle(), 0, ZMQ_POLLIN, 0}};
   while (!stop.stop_requested()) {
     try {
@@ -105,7 +106,8 @@ void NativeApi::Run(std::stop_token stop) {
       // Subscription frames next, after what already waits for their clients.
       FlushPending();
       if (items[1].revents & ZMQ_POLLIN) {
-        for (auto& item : outbox_.Take()) Deliver(std::move(item));
+        for (auto& item : outbox_->Take()) Deliver(std::move(item));
+        for (auto& sub : outbox_->TakeWakes()) follower_->Wake(sub->id());
       }
       for (int i = 0; i < kBurst && (items[0].revents & ZMQ_POLLIN); ++i) {
         std::vector<zmq::message_t> parts;
@@ -122,9 +124,12 @@ void NativeApi::Run(std::stop_token stop) {
           connections_->BadFrame(fd);
           continue;
         }
+        clients_[identity].fd = fd;
         HandleFrame(identity, fd, parts[1].to_string_view());
       }
-      connections_->Tick(Clock::now());
+      const auto now = Clock::now();
+      connections_->Tick(now);
+      if (now >= next_client_sweep_) SweepClients(now);
     } catch (const zmq::error_t& e) {
       if (e.num() == ETERM) break;
       static common::LogLimiter limit(/*lines=*/10, std::chrono::seconds(10));
@@ -237,9 +242,7 @@ void NativeApi::OnCancel(const std::string& identity, const Caller& caller,
   auto record = LoadFor(caller, m.id);
   if (!record.ok()) return SendError(identity, m.request_id, record.status(), m.id);
   // Cancelling a finished job changes nothing: answer with its record.
-  if (IsTerminal(record->status)) {
-    return Send(identity, client::Result{m.request_id, m.id, Dump(record->ToJson())});
-  }
+  if (IsTerminal(record->status)) return SendRecord(identity, caller, m.request_id, *record);
   if (record->status == JobStatus::kQueued) {
     // As POST /v1/executions/{id}/cancel: queued jobs end here, unless one
     // has just started it (then the cancel below reaches its worker).
@@ -258,17 +261,69 @@ void NativeApi::OnCancel(const std::string& identity, const Caller& caller,
   }
   auto now = store_->Load(m.id);
   if (!now.ok()) return SendError(identity, m.request_id, submits_.StoreError(now.status()), m.id);
-  if (IsTerminal(now->status)) {
-    return Send(identity, client::Result{m.request_id, m.id, Dump(now->ToJson())});
-  }
+  if (IsTerminal(now->status)) return SendRecord(identity, caller, m.request_id, *now);
   // Still ending: the worker's result will say (a subscriber sees it).
   Send(identity, client::Accepted{m.request_id, m.id, JobStatusName(now->status)});
 }
 
 void NativeApi::OnGet(const std::string& identity, const Caller& caller, const client::Get& m) {
-  auto record = LoadFor(caller, m.id);
-  if (!record.ok()) return SendError(identity, m.request_id, record.status(), m.id);
-  Send(identity, client::Result{m.request_id, m.id, Dump(record->ToJson())});
+  auto peek = store_->PeekRecord(m.id);
+  if (!peek.ok()) {
+    return SendError(identity, m.request_id,
+                     peek.status().code() == Code::kNotFound ? peek.status()
+                                                             : submits_.StoreError(peek.status()),
+                     m.id);
+  }
+  // Another tenant's job is indistinguishable from a missing one.
+  if (!caller.admin && peek->tenant != caller.tenant) {
+    return SendError(identity, m.request_id, common::NotFound("no execution with id " + m.id),
+                     m.id);
+  }
+  if (!IsTerminal(peek->status)) {
+    // Live fields join the stored record (which holds no output yet).
+    auto record = LoadFor(caller, m.id);
+    if (!record.ok()) return SendError(identity, m.request_id, record.status(), m.id);
+    return SendRecord(identity, caller, m.request_id, *record);
+  }
+  // A terminal record is answered as stored (HttpApi::Get): charged before
+  // it is read, never parsed.
+  auto charge = ChargeRecord(caller, peek->record_bytes);
+  if (!charge.ok()) return SendError(identity, m.request_id, charge.status(), m.id);
+  auto text = store_->RecordText(m.id);
+  if (!text.ok()) {
+    return SendError(identity, m.request_id,
+                     text.status().code() == Code::kNotFound ? text.status()
+                                                             : submits_.StoreError(text.status()),
+                     m.id);
+  }
+  Deliver({identity, client::Encode(client::Result{m.request_id, m.id, std::move(*text)}), nullptr,
+           false, std::move(*charge)});
+}
+
+size_t NativeApi::UnreadLimit(const std::string& tenant) const {
+  const TenantConfig* t = FindTenant(config_, tenant);
+  return t ? TenantMaxUnreadBytes(config_, *t) : config_.quotas.tenant_max_unread_bytes;
+}
+
+common::StatusOr<UnreadBudget::Charge> NativeApi::ChargeRecord(const Caller& caller, size_t bytes) {
+  const size_t limit = UnreadLimit(caller.tenant);
+  auto charge = unread_->TryCharge(caller.tenant, bytes, limit);
+  if (!charge) {
+    return Status(Code::kRateLimited, "the clients of tenant " + caller.tenant + " have " +
+                                          std::to_string(unread_->held(caller.tenant)) +
+                                          " bytes of answers they have not read yet on this broker "
+                                          "(quotas.tenant_max_unread_bytes " +
+                                          std::to_string(limit) + "); read them, then retry");
+  }
+  return charge;
+}
+
+void NativeApi::SendRecord(const std::string& identity, const Caller& caller, uint64_t request_id,
+                           const JobRecord& record) {
+  auto charge = ChargeRecord(caller, record.ApproxJsonBytes());
+  if (!charge.ok()) return SendError(identity, request_id, charge.status(), record.id);
+  Deliver({identity, client::Encode(client::Result{request_id, record.id, Dump(record.ToJson())}),
+           nullptr, false, std::move(*charge)});
 }
 
 common::StatusOr<JobRecord> NativeApi::LoadFor(const Caller& caller, const std::string& id) {
@@ -289,10 +344,10 @@ void NativeApi::Send(const std::string& identity, const client::Message& m) {
 }
 
 void NativeApi::SendFrame(const std::string& identity, std::string_view frame) {
-  Deliver({identity, std::string(frame), nullptr, false});
+  Deliver({identity, std::string(frame), nullptr, false, nullptr});
 }
 
-NativeApi::SendResult NativeApi::TrySend(const NativeOutbox::Item& item) {
+NativeApi::SendResult NativeApi::TrySend(NativeOutbox::Item& item) {
   try {
     // ROUTER_MANDATORY: a full pipe fails the first part with EAGAIN, an
     // unknown identity with EHOSTUNREACH; a sent first part means the
@@ -301,7 +356,8 @@ NativeApi::SendResult NativeApi::TrySend(const NativeOutbox::Item& item) {
                       zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
       return SendResult::kFull;
     }
-    router_.send(zmq::buffer(item.frame), zmq::send_flags::none);
+    auto& backlog = clients_[item.identity].backlog;
+    router_.send(OwnedFrame(std::move(item), backlog, outbox_), zmq::send_flags::none);
     return SendResult::kSent;
   } catch (const zmq::error_t& e) {
     if (e.num() == EHOSTUNREACH) return SendResult::kGone;
@@ -314,11 +370,15 @@ NativeApi::SendResult NativeApi::TrySend(const NativeOutbox::Item& item) {
 void NativeApi::Deliver(NativeOutbox::Item item) {
   auto it = pending_.find(item.identity);
   if (it == pending_.end()) {
+    const auto from = item.from;
+    const bool last = item.last;
+    const std::string identity = item.identity;
     switch (TrySend(item)) {
       case SendResult::kSent:
-        return Delivered(item);
+        if (last) Delivered(identity, from);
+        return;
       case SendResult::kGone:
-        if (item.from) ClientGone(item.identity);
+        if (from) ClientGone(identity);
         return;  // a reply to a client that left: nothing to tell it
       case SendResult::kFull:
         it = pending_.try_emplace(item.identity).first;
@@ -328,8 +388,9 @@ void NativeApi::Deliver(NativeOutbox::Item item) {
   Pending& p = it->second;
   if (!item.from) {
     // A client that sends requests and never reads answers: its replies
-    // are bounded here (a subscription's frames are bounded by its buffer).
-    if (p.reply_bytes + item.frame.size() > kMaxPendingReplyBytes) {
+    // are bounded here (a subscription's frames are bounded by its buffer),
+    // one reply of any size at least.
+    if (p.reply_bytes > 0 && p.reply_bytes + item.frame.size() > kMaxPendingReplyBytes) {
       static common::LogLimiter limit(/*lines=*/10, std::chrono::seconds(10));
       kLog.Warn(limit, {},
                 "a client that does not read its replies: dropped one ({} bytes waiting)",
@@ -346,16 +407,19 @@ void NativeApi::FlushPending() {
     Pending& p = it->second;
     bool gone = false;
     while (!p.items.empty()) {
-      const SendResult r = TrySend(p.items.front());
+      NativeOutbox::Item& front = p.items.front();
+      const auto from = front.from;
+      const bool last = front.last;
+      const size_t bytes = front.frame.size();
+      const SendResult r = TrySend(front);
       if (r == SendResult::kFull) break;
       if (r == SendResult::kGone) {
         gone = true;
         break;
       }
-      NativeOutbox::Item item = std::move(p.items.front());
       p.items.pop_front();
-      if (!item.from) p.reply_bytes -= item.frame.size();
-      Delivered(item);
+      if (!from) p.reply_bytes -= bytes;
+      if (last) Delivered(it->first, from);
     }
     if (gone) {
       const std::string identity = it->first;
@@ -367,23 +431,48 @@ void NativeApi::FlushPending() {
   }
 }
 
-void NativeApi::Delivered(const NativeOutbox::Item& item) {
-  if (!item.from) return;
-  if (item.from->Sent(item.frame.size())) follower_->Wake(item.from->id());
-  if (!item.last) return;
-  // The subscription's final frame: it is over.
-  auto range = subs_.equal_range(item.identity);
+void NativeApi::Delivered(const std::string& identity,
+                          const std::shared_ptr<NativeSubscription>& from) {
+  if (!from) return;
+  auto range = subs_.equal_range(identity);
   for (auto it = range.first; it != range.second; ++it) {
-    if (it->second == item.from) {
+    if (it->second == from) {
       subs_.erase(it);
-      Release(item.from->tenant());
+      Release(from->tenant());
       break;
     }
   }
 }
 
+void NativeApi::SweepClients(Clock::time_point now) {
+  next_client_sweep_ = now + std::chrono::seconds(1);
+  const int64_t now_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+  const int64_t timeout = config_.native.write_timeout_ms;
+  for (auto it = clients_.begin(); it != clients_.end();) {
+    const ClientBacklog& b = *it->second.backlog;
+    const size_t bytes = b.bytes.load();
+    if (bytes == 0) {
+      // Nothing of it in ZeroMQ, nothing waiting, nothing followed: forgotten
+      // until it sends again.
+      const bool idle = !pending_.contains(it->first) && !subs_.contains(it->first);
+      it = idle ? clients_.erase(it) : std::next(it);
+      continue;
+    }
+    if (now_ms - b.last_taken_ms.load() > timeout && it->second.fd >= 0) {
+      static common::LogLimiter limit(/*lines=*/10, std::chrono::seconds(10));
+      kLog.Info(limit, {}, "a client took none of its {} unread bytes for {} ms: closing it", bytes,
+                timeout);
+      connections_->CloseStalled(it->second.fd);
+      it->second.fd = -1;  // ZeroMQ drops its frames once the connection is gone
+    }
+    ++it;
+  }
+}
+
 void NativeApi::ClientGone(const std::string& identity) {
   pending_.erase(identity);
+  clients_.erase(identity);  // frames still in ZeroMQ keep their backlog alive
   auto range = subs_.equal_range(identity);
   for (auto it = range.first; it != range.second; ++it) {
     it->second->Close();
@@ -431,8 +520,8 @@ void NativeApi::Release(const std::string& tenant) {
 
 void NativeApi::Follow(const std::string& identity, const std::string& tenant, uint64_t request_id,
                        const std::string& job_id, uint64_t from_seq) {
-  auto sub = std::make_shared<NativeSubscription>(&outbox_, identity, tenant, request_id, job_id,
-                                                  from_seq);
+  auto sub = std::make_shared<NativeSubscription>(outbox_.get(), identity, tenant, request_id,
+                                                  job_id, from_seq, unread_, UnreadLimit(tenant));
   subs_.emplace(identity, sub);
   sub->set_id(follower_->Follow(job_id, "0", sub));
 }

@@ -21,17 +21,24 @@
 //
 // Subscriptions are NativeSubscriptions fed by the broker's shared
 // OutputFollower; their frames come back to the loop through a NativeOutbox.
-// Nothing is buffered without bound for a client that does not read: the
-// ROUTER's pipe to a client holds kClientHwm frames, what does not fit waits
-// in the loop per client (a subscription's frames count against its
-// NativeSubscription::kMaxBuffered, which stops the follower for it; other
-// replies against kMaxPendingReplyBytes, past which they are dropped), and a
-// client found gone has its subscriptions ended.
+// Nothing is buffered without bound for a client that does not read: every
+// frame is handed to ZeroMQ as an OwnedFrame, so the broker knows when it is
+// written; the ROUTER's pipe to a client holds kClientHwm frames, what does
+// not fit waits in the loop per client; a subscription's frames, wherever
+// they wait, count against its NativeSubscription::kMaxBuffered, which stops
+// the follower for it; other replies count against kMaxPendingReplyBytes
+// while they wait here, past which they are dropped; a record (a get's or
+// cancel's answer, a subscription's result) is charged to the tenant's
+// UnreadBudget until written, and one that does not fit answers
+// RATE_LIMITED (a subscription's result waits instead). A client with frames
+// in ZeroMQ that has taken none for broker.clients.write_timeout_ms is
+// closed; a client found gone has its subscriptions ended.
 //
 // Threads: Run() owns the ROUTER and serves requests (short Redis calls) in
 // the calling thread. Create() on any thread, then Run() on one.
 #pragma once
 
+#include <chrono>
 #include <deque>
 #include <map>
 #include <memory>
@@ -55,6 +62,7 @@ class BrokerMetrics;
 
 class NativeApi {
  public:
+  using Clock = std::chrono::steady_clock;
   // Most subscriptions followed at once (more answer LIMIT_EXCEEDED).
   static constexpr size_t kMaxSubscriptions = 10000;
   // Failed requests (undecodable, wrong part count, a reply type, a wrong
@@ -73,7 +81,7 @@ class NativeApi {
   // Binds config.native.endpoint (which must not be empty).
   static common::StatusOr<std::unique_ptr<NativeApi>> Create(
       const BrokerConfig& config, zmq::context_t* ctx, DispatcherStores stores,
-      Dispatcher* dispatcher, JobWaiters* waiters, OutputFollower* follower,
+      Dispatcher* dispatcher, JobWaiters* waiters, OutputFollower* follower, UnreadBudget* unread,
       BrokerMetrics* metrics = nullptr, Governance governance = {});
   ~NativeApi();
   NativeApi(const NativeApi&) = delete;
@@ -91,9 +99,14 @@ class NativeApi {
     size_t reply_bytes = 0;  // of plain replies in `items`
   };
 
+  struct Client {
+    std::shared_ptr<ClientBacklog> backlog = std::make_shared<ClientBacklog>();
+    int fd = -1;  // the connection its last request came from (-1: unknown)
+  };
+
   NativeApi(const BrokerConfig& config, zmq::context_t* ctx, DispatcherStores stores,
             Dispatcher* dispatcher, JobWaiters* waiters, OutputFollower* follower,
-            BrokerMetrics* metrics, Governance governance);
+            UnreadBudget* unread, BrokerMetrics* metrics, Governance governance);
 
   // Loop thread. `fd` is the connection a frame came from (-1: unknown).
   void HandleFrame(const std::string& identity, int fd, std::string_view frame);
@@ -111,6 +124,13 @@ class NativeApi {
              const common::protocol::client::Get& m);
   // The job if the caller may see it (another tenant's is NOT_FOUND).
   common::StatusOr<JobRecord> LoadFor(const Caller& caller, const std::string& id);
+  // Answers with a record, charged to the caller's UnreadBudget (over it:
+  // RATE_LIMITED instead).
+  void SendRecord(const std::string& identity, const Caller& caller, uint64_t request_id,
+                  const JobRecord& record);
+  size_t UnreadLimit(const std::string& tenant) const;
+  // `bytes` against the caller's UnreadBudget, or RATE_LIMITED saying why.
+  common::StatusOr<UnreadBudget::Charge> ChargeRecord(const Caller& caller, size_t bytes);
   void Send(const std::string& identity, const common::protocol::client::Message& m);
   void SendFrame(const std::string& identity, std::string_view frame);
   void SendError(const std::string& identity, uint64_t request_id, const common::Status& st,
@@ -124,11 +144,15 @@ class NativeApi {
               const std::string& job_id, uint64_t from_seq);
   // Sends a frame now, or after the frames already waiting for its client.
   void Deliver(NativeOutbox::Item item);
-  SendResult TrySend(const NativeOutbox::Item& item);
+  // On kSent the item's frame and charge have gone to ZeroMQ.
+  SendResult TrySend(NativeOutbox::Item& item);
   // Sends what waits for clients whose pipes have room again.
   void FlushPending();
-  // A frame left for its client: the subscription's accounting.
-  void Delivered(const NativeOutbox::Item& item);
+  // A subscription's final frame left for its client: it is over.
+  void Delivered(const std::string& identity, const std::shared_ptr<NativeSubscription>& from);
+  // Closes clients that hold unread frames and took none for the write
+  // timeout; forgets clients with nothing left here.
+  void SweepClients(Clock::time_point now);
   // The client is gone: its subscriptions end, its waiting frames go.
   void ClientGone(const std::string& identity);
 
@@ -140,13 +164,17 @@ class NativeApi {
   BrokerMetrics* metrics_;  // may be null
   SubmitService submits_;
   OutputFollower* follower_;
+  UnreadBudget* unread_;
   zmq::socket_t router_;
   std::string endpoint_;
   std::unique_ptr<ClientConnections> connections_;  // after router_: it monitors router_
-  NativeOutbox outbox_;
+  // Shared with the frames in ZeroMQ, whose release may come after this.
+  std::shared_ptr<NativeOutbox> outbox_ = std::make_shared<NativeOutbox>();
 
   // Loop thread only.
-  std::map<std::string, Pending> pending_;                                // by client identity
+  std::map<std::string, Pending> pending_;  // by client identity
+  std::map<std::string, Client> clients_;   // by client identity
+  Clock::time_point next_client_sweep_;
   std::multimap<std::string, std::shared_ptr<NativeSubscription>> subs_;  // by client identity
   size_t active_ = 0;  // reserved subscriptions (followed, or about to be)
   std::map<std::string, size_t, std::less<>> tenant_active_;  // active_ per tenant

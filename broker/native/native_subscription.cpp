@@ -3,6 +3,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 
 #include "common/protocol/client_codec.hpp"
@@ -21,6 +22,18 @@ void NativeOutbox::Push(Item item) {
     std::lock_guard lock(mu_);
     items_.push_back(std::move(item));
   }
+  Signal();
+}
+
+void NativeOutbox::PushWake(std::shared_ptr<NativeSubscription> sub) {
+  {
+    std::lock_guard lock(mu_);
+    wakes_.push_back(std::move(sub));
+  }
+  Signal();
+}
+
+void NativeOutbox::Signal() {
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof(one));
 }
@@ -34,10 +47,53 @@ std::deque<NativeOutbox::Item> NativeOutbox::Take() {
   return out;
 }
 
-void NativeSubscription::Queue(std::string frame, bool last) {
+std::vector<std::shared_ptr<NativeSubscription>> NativeOutbox::TakeWakes() {
+  std::lock_guard lock(mu_);
+  std::vector<std::shared_ptr<NativeSubscription>> out;
+  out.swap(wakes_);
+  return out;
+}
+
+namespace {
+
+// What an OwnedFrame's message points into, until ZeroMQ lets go of it.
+struct InFlight {
+  NativeOutbox::Item item;
+  std::shared_ptr<ClientBacklog> backlog;
+  std::shared_ptr<NativeOutbox> outbox;
+};
+
+int64_t SteadyMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// ZeroMQ's free function: runs on its I/O thread once the frame is written
+// (or dropped), or on the sending thread if the send fails.
+void Release(void* /*data*/, void* hint) {
+  std::unique_ptr<InFlight> f(static_cast<InFlight*>(hint));
+  const size_t bytes = f->item.frame.size();
+  f->backlog->last_taken_ms = SteadyMs();
+  f->backlog->bytes -= bytes;
+  if (f->item.from && f->item.from->Sent(bytes)) f->outbox->PushWake(std::move(f->item.from));
+}
+
+}  // namespace
+
+zmq::message_t OwnedFrame(NativeOutbox::Item item, std::shared_ptr<ClientBacklog> backlog,
+                          std::shared_ptr<NativeOutbox> outbox) {
+  const size_t bytes = item.frame.size();
+  if (backlog->bytes.fetch_add(bytes) == 0) backlog->last_taken_ms = SteadyMs();
+  auto* f = new InFlight{std::move(item), std::move(backlog), std::move(outbox)};
+  // libzmq copies nothing and calls Release exactly once, also on failure.
+  return zmq::message_t(f->item.frame.data(), bytes, &Release, f);
+}
+
+void NativeSubscription::Queue(std::string frame, bool last, UnreadBudget::Charge charge) {
   if (closed_) return;
   buffered_ += frame.size();
-  outbox_->Push({identity_, std::move(frame), shared_from_this(), last});
+  outbox_->Push({identity_, std::move(frame), shared_from_this(), last, std::move(charge)});
 }
 
 void NativeSubscription::OnChunks(std::vector<JobStore::StoredChunk>& chunks) {
@@ -50,11 +106,16 @@ void NativeSubscription::OnChunks(std::vector<JobStore::StoredChunk>& chunks) {
   }
 }
 
-void NativeSubscription::OnEnd(const JobRecord& record) {
+bool NativeSubscription::OnEnd(const JobRecord& record) {
+  if (closed_) return true;
+  // Charged before it is made: a declined end costs no copy of the record.
+  auto charge = unread_->TryCharge(tenant_, record.ApproxJsonBytes(), unread_limit_);
+  if (!charge) return false;
   // As the HTTP API writes JSON: invalid UTF-8 in output becomes U+FFFD.
   const std::string json =
       record.ToJson().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  Queue(client::Encode(client::Result{request_id_, job_id_, json}), true);
+  Queue(client::Encode(client::Result{request_id_, job_id_, json}), true, std::move(charge));
+  return true;
 }
 
 void NativeSubscription::OnError(const common::Status& st) {

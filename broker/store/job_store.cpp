@@ -41,6 +41,27 @@ common::Status JobStore::Update(const JobRecord& record) {
   return r.ok() ? common::Status::Ok() : r.status().WithContext("updating job " + record.id);
 }
 
+common::StatusOr<JobStore::Peek> JobStore::PeekRecord(const std::string& id) {
+  auto conn = pool_->Acquire();
+  ASSIGN_OR_RETURN(auto r, conn->Pipeline({{"HMGET", JobKey(id), "status", "tenant"},
+                                           {"HSTRLEN", JobKey(id), "record"}}));
+  const RedisReply& fields = r[0];
+  if (fields.elements.size() != 2 || fields.elements[0].is_nil() || r[1].integer <= 0) {
+    return common::NotFound("no execution with id " + id);
+  }
+  auto status = ParseJobStatus(fields.elements[0].str);
+  if (!status.ok())
+    return common::Internal("stored status of " + id + ": " + status.status().message());
+  return Peek{*status, fields.elements[1].str, static_cast<size_t>(r[1].integer)};
+}
+
+common::StatusOr<std::string> JobStore::RecordText(const std::string& id) {
+  auto conn = pool_->Acquire();
+  ASSIGN_OR_RETURN(RedisReply r, conn->Command({"HGET", JobKey(id), "record"}));
+  if (r.is_nil()) return common::NotFound("no execution with id " + id);
+  return std::move(r.str);
+}
+
 common::StatusOr<JobRecord> JobStore::Load(const std::string& id) {
   auto conn = pool_->Acquire();
   // The live fields (a script), then the stored record with a plain HGET in

@@ -41,6 +41,20 @@ class JobStore {
   common::Status Update(const JobRecord& record);
   // NOT_FOUND when the job is unknown or expired.
   common::StatusOr<JobRecord> Load(const std::string& id);
+
+  // What a reader of a large record learns before reading it: whose it is,
+  // its status and the size of its stored JSON (HMGET + HSTRLEN, 1 round
+  // trip). A terminal record's stored JSON is the record as clients see it
+  // (written by ToJson): RecordText (HGET, 1 round trip) then answers it
+  // without parsing and serializing it again (a record holds up to
+  // max_output_bytes of output, and each copy costs that).
+  struct Peek {
+    JobStatus status = JobStatus::kQueued;
+    std::string tenant;
+    size_t record_bytes = 0;
+  };
+  common::StatusOr<Peek> PeekRecord(const std::string& id);
+  common::StatusOr<std::string> RecordText(const std::string& id);
   common::StatusOr<JobSpec> LoadSpec(const std::string& id);
   // How the job was approved: "auto", "trusted_session", "admin:<name>" or "none".
   common::StatusOr<std::string> Approval(const std::string& id);

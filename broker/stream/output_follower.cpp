@@ -132,18 +132,33 @@ void OutputFollower::DrainInbox() {
   }
 }
 
-void OutputFollower::Finish(std::map<Id, Entry>::iterator it, const common::Status* error) {
+OutputFollower::Entry OutputFollower::Remove(std::map<Id, Entry>::iterator it) {
   Entry e = std::move(it->second);
   entries_.erase(it);
   waiters_->Unwatch(e.watch);
-  {
-    std::lock_guard lock(mu_);
-    --count_;
+  std::lock_guard lock(mu_);
+  --count_;
+  return e;
+}
+
+void OutputFollower::Fail(std::map<Id, Entry>::iterator it, const common::Status& error) {
+  Remove(it).reader->OnError(error);
+}
+
+bool OutputFollower::TryEnd(std::map<Id, Entry>::iterator it) {
+  if (!it->second.reader->OnEnd(*it->second.end)) {
+    it->second.end_declined = true;
+    return false;
   }
-  if (error) {
-    e.reader->OnError(*error);
-  } else {
-    e.reader->OnEnd(*e.end);
+  Remove(it);
+  return true;
+}
+
+void OutputFollower::RetryDeclinedEnds() {
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    auto next = std::next(it);
+    if (it->second.end_declined) TryEnd(it);
+    it = next;
   }
 }
 
@@ -162,7 +177,7 @@ common::Status OutputFollower::CheckEnds(bool all) {
     it->second.checked = true;
     if (replies[i].is_nil()) {
       const common::Status gone = common::NotFound("no execution with id " + it->second.job);
-      Finish(it, &gone);
+      Fail(it, gone);
       continue;
     }
     auto status = ParseJobStatus(replies[i].str);
@@ -192,7 +207,7 @@ common::StatusOr<bool> OutputFollower::ReadOnce(bool may_block) {
   std::map<std::string, std::pair<std::string, std::vector<Id>>> jobs;
   bool draining = false;
   for (auto& [id, e] : entries_) {
-    if (e.asleep) continue;
+    if (e.asleep || e.end_declined) continue;
     if (!e.reader->HasRoom()) {
       e.asleep = true;
       continue;
@@ -247,7 +262,7 @@ common::StatusOr<bool> OutputFollower::ReadOnce(bool may_block) {
         e.cursor = mine.back().event_id;
         e.reader->OnChunks(mine);
       } else if (e.end && e.read_since_end && exhausted) {
-        Finish(it, nullptr);
+        TryEnd(it);
       }
     }
   }
@@ -261,7 +276,7 @@ void OutputFollower::Run(std::stop_token stop) {
   });
   conn_ = RedisConnection::Lazy(endpoint_);
   auto next_check = Clock::now() + kCheckInterval;
-  std::optional<Clock::time_point> failing_since;
+  Clock::time_point failing_since{};  // epoch: Redis answers
   while (!stop.stop_requested()) {
     DrainInbox();
     if (entries_.empty()) {
@@ -273,6 +288,7 @@ void OutputFollower::Run(std::stop_token stop) {
     const auto now = Clock::now();
     const bool all = now >= next_check;
     if (all) next_check = now + kCheckInterval;
+    RetryDeclinedEnds();
     common::Status st = CheckEnds(all);
     bool idle = false;
     if (st.ok()) {
@@ -289,18 +305,18 @@ void OutputFollower::Run(std::stop_token stop) {
       }
     }
     if (!st.ok()) {
-      if (!failing_since) failing_since = Clock::now();
+      if (failing_since == Clock::time_point{}) failing_since = Clock::now();
       kLog.Debug({}, "output follower: {}", st.ToString());
-      if (Clock::now() - *failing_since > kRedisGrace) {
+      if (Clock::now() - failing_since > kRedisGrace) {
         const common::Status gone(common::Code::kUnavailable, "redis: " + st.message());
-        while (!entries_.empty()) Finish(entries_.begin(), &gone);
-        failing_since.reset();
+        while (!entries_.empty()) Fail(entries_.begin(), gone);
+        failing_since = {};
       }
       std::unique_lock lock(mu_);
       cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stop.stop_requested(); });
       continue;
     }
-    failing_since.reset();
+    failing_since = {};
     if (idle) {
       std::unique_lock lock(mu_);
       cv_.wait_for(lock, options_.block, [&] {

@@ -13,9 +13,11 @@
 // own bounded buffer and nothing else (the rest stays in Redis). A reader
 // gets its chunks in order, then OnEnd() with the terminal record once the
 // job has ended and no chunk is left, or OnError() — exactly one of the two,
-// last. Ends come from JobWaiters (this broker's dispatcher, or the EventBus
-// for another broker's) and from a status check once per kCheckInterval, in
-// case a notice was lost.
+// last. A reader may decline OnEnd (its tenant's UnreadBudget is full): it is
+// offered the end again every turn, and costs nothing meanwhile (the record
+// is one copy per job, shared by its readers). Ends come from JobWaiters (this broker's dispatcher,
+// or the EventBus for another broker's) and from a status check once per kCheckInterval, in case a
+// notice was lost.
 //
 // Threads: Run() on one thread; Follow/Unfollow/Wake from any thread. Reader
 // methods are called on the follower's thread, may still be called once
@@ -51,7 +53,8 @@ class OutputFollower {
     // Whether it takes more now; a reader that says no is skipped until Wake().
     virtual bool HasRoom() = 0;
     virtual void OnChunks(std::vector<JobStore::StoredChunk>& chunks) = 0;
-    virtual void OnEnd(const JobRecord& record) = 0;
+    // False: not now (the reader keeps nothing of `record`); asked again later.
+    virtual bool OnEnd(const JobRecord& record) = 0;
     virtual void OnError(const common::Status& status) = 0;
   };
   using Id = uint64_t;
@@ -97,6 +100,7 @@ class OutputFollower {
     std::shared_ptr<const JobRecord> end;
     bool read_since_end = false;  // a read that began after `end` was known
     bool asleep = false;          // said it had no room; waits for Wake
+    bool end_declined = false;    // OnEnd said not now: offered again each turn
   };
   struct Inbox {
     std::vector<std::pair<Id, Entry>> follows;
@@ -111,12 +115,19 @@ class OutputFollower {
                                                    std::shared_ptr<const JobRecord> make = nullptr);
 
   void DrainInbox();
+  // Offers the end to `it`'s reader; true when taken (the entry is gone).
+  bool TryEnd(std::map<Id, Entry>::iterator it);
+  // Offers the end again to the readers that declined it.
+  void RetryDeclinedEnds();
   // Reads the status of entries never checked, and of all every kCheckInterval.
   common::Status CheckEnds(bool all);
   // One XREAD for every reader with room; delivers; ends the drained.
   // False when no reader had room (nothing was read).
   common::StatusOr<bool> ReadOnce(bool may_block);
-  void Finish(std::map<Id, Entry>::iterator it, const common::Status* error);
+  // Ends `it`'s reader with `error` (the entry is gone).
+  void Fail(std::map<Id, Entry>::iterator it, const common::Status& error);
+  // Takes `it` out of the follower.
+  Entry Remove(std::map<Id, Entry>::iterator it);
 
   RedisEndpoint endpoint_;
   JobStore* jobs_;

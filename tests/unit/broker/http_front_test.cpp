@@ -13,6 +13,7 @@
 #include "broker/http/route_table.hpp"
 #include "broker/http/work_pool.hpp"
 #include "broker/stream/output_follower.hpp"
+#include "broker/stream/unread_budget.hpp"
 
 namespace kiln::broker {
 namespace {
@@ -110,6 +111,40 @@ TEST(QuotaCounter, HoldsUpToTheLimitAndReleasesOnDestruction) {
     EXPECT_EQ(q.count("t"), 1u);
   }
   EXPECT_EQ(q.total(), 0u);
+}
+
+TEST(UnreadBudget, ChargesUpToTheLimitPerTenantAndAlwaysOneWhenEmpty) {
+  UnreadBudget b;
+  auto a = b.TryCharge("t", 40, 100);
+  auto c = b.TryCharge("t", 60, 100);
+  ASSERT_TRUE(a && c);
+  EXPECT_EQ(b.held("t"), 100u);
+  EXPECT_FALSE(b.TryCharge("t", 1, 100));    // full
+  EXPECT_TRUE(b.TryCharge("u", 1000, 100));  // another tenant; and more than the
+                                             // limit goes when nothing is held
+  EXPECT_EQ(b.held("u"), 0u);                // (released at once: a temporary)
+  auto copy = a;                             // copies share one charge
+  a.reset();
+  EXPECT_EQ(b.held("t"), 100u);
+  copy.reset();
+  EXPECT_EQ(b.held("t"), 60u);
+  EXPECT_TRUE(b.TryCharge("t", 40, 100));
+  EXPECT_FALSE(b.TryCharge("t", 41, 100));
+  auto forced = b.Force("t", 500);  // a wait's answer: counted, never refused
+  EXPECT_EQ(b.held("t"), 560u);
+  EXPECT_FALSE(b.TryCharge("t", 1, 100));
+  c.reset();
+  forced.reset();
+  EXPECT_EQ(b.held("t"), 0u);
+}
+
+TEST(UnreadBudget, AChargeMayOutliveTheBudget) {
+  UnreadBudget::Charge kept;
+  {
+    UnreadBudget b;
+    kept = b.TryCharge("t", 10, 100);
+  }
+  kept.reset();  // no use after free (ASan would say)
 }
 
 TEST(SseEvents, LastEventIdAcceptsOnlyIdsTheStreamSends) {

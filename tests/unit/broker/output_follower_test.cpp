@@ -34,11 +34,14 @@ class TestReader : public OutputFollower::Reader {
     for (auto& c : chunks) data += c.chunk.data;
     ++batches;
   }
-  void OnEnd(const JobRecord& r) override {
+  bool OnEnd(const JobRecord& r) override {
     std::lock_guard lock(mu);
+    ++end_offers;
+    if (decline_end) return false;
     end = JobStatusName(r.status);
     end_address = r.stdout_data.data();  // compared, never dereferenced
     ++last_calls;
+    return true;
   }
   void OnError(const common::Status& st) override {
     std::lock_guard lock(mu);
@@ -59,6 +62,8 @@ class TestReader : public OutputFollower::Reader {
   }
 
   std::atomic<bool> room{true};
+  std::atomic<bool> decline_end{false};  // OnEnd says not now
+  int end_offers = 0;
   std::mutex mu;
   std::string data, end, error;
   const void* end_address = nullptr;
@@ -191,6 +196,34 @@ TEST_F(OutputFollowerTest, AReaderWithoutRoomIsNotReadForUntilWoken) {
   slow->room = true;
   follower_->Wake(slow_id);
   ASSERT_TRUE(WaitFor([&] { return slow->Data().size() == 100; }, 5s));
+}
+
+// A reader may decline its end (its tenant's unread budget is full): it is
+// offered the end again until it takes it, exactly once, and the other
+// readers of the job are not held back meanwhile.
+TEST_F(OutputFollowerTest, ADeclinedEndIsOfferedAgainUntilTaken) {
+  Put("j9", JobStatus::kSucceeded);
+  Chunk("j9", 0, "q");
+  auto declining = std::make_shared<TestReader>();
+  declining->decline_end = true;
+  auto other = std::make_shared<TestReader>();
+  follower_->Follow("j9", "0", declining);
+  follower_->Follow("j9", "0", other);
+  ASSERT_TRUE(WaitFor([&] { return other->End() == "succeeded"; }, 5s));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        std::lock_guard lock(declining->mu);
+        return declining->end_offers >= 3;
+      },
+      5s));
+  EXPECT_EQ(declining->End(), "");
+  EXPECT_EQ(declining->Data(), "q");  // its chunks came; only the end waits
+  EXPECT_EQ(follower_->size(), 1u);
+  declining->decline_end = false;
+  ASSERT_TRUE(WaitFor([&] { return declining->End() == "succeeded"; }, 5s));
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(declining->last_calls, 1);
+  EXPECT_EQ(follower_->size(), 0u);
 }
 
 // A terminal record holds up to max_output_bytes of output: the readers of

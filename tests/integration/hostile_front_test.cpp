@@ -839,7 +839,7 @@ TEST_F(HostileFrontTest, ManySubscribersEndingTogetherCostBoundedMemory) {
     }
   }
   EXPECT_EQ(ended, kSubs);
-  EXPECT_LT(PeakGrowthKb(mem, "60 subscribers ending together"), 192 * kMiB);
+  EXPECT_LT(PeakGrowthKb(mem, "60 subscribers ending together"), 224 * kMiB);
 }
 
 // Reads one SSE stream to its end: the data lines of its output_chunk

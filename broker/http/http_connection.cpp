@@ -475,8 +475,12 @@ void Connection::PumpWrites() {
     for (auto& s : out_) *data += s;
   }
   out_.clear();
-  auto keeps = std::make_shared<std::vector<std::shared_ptr<const void>>>(std::move(keeps_));
-  keeps_.clear();
+  // Charges for what this write carries go with it (rarely any).
+  std::shared_ptr<std::vector<std::shared_ptr<const void>>> keeps;
+  if (!keeps_.empty()) {
+    keeps = std::make_shared<std::vector<std::shared_ptr<const void>>>(std::move(keeps_));
+    keeps_.clear();
+  }
   const size_t payload = out_payload_;
   out_payload_ = 0;
   writing_ = true;

@@ -617,7 +617,12 @@ while True:
 
 TEST_P(EscapeTest, ShellForkBombIsContainedByThePidsLimit) {
   auto start = std::chrono::steady_clock::now();
-  auto bomb = RunAsync("shell", R"SH(:(){ :|:& };:
+  // The bomb starts in a child of its own: the script's shell forks once,
+  // before the bomb exists. (Calling `:` directly made the shell fork each
+  // side of the first pipeline; under load the first side's descendants
+  // could fill the pids limit before the second fork, and bash then retried
+  // that fork with growing sleeps past the 3 s this script waits.)
+  auto bomb = RunAsync("shell", R"SH(:(){ :|:& }; : &
 end=$((SECONDS+3)); while ((SECONDS<end)); do true; done
 echo bomb-contained
 while true; do true; done

@@ -442,11 +442,11 @@ void Connection::BeginStream(int status, std::string content_type, HttpHeaders h
 }
 
 void Connection::QueuePiece(std::string piece, bool last, std::shared_ptr<const void> keep) {
-  if (keep) keeps_.push_back(std::move(keep));
   if (closed_ || stream_end_) {
     pending -= std::min(pending.load(), piece.size());
-    return;
+    return;  // `keep` goes now: nothing more is written
   }
+  if (keep) keeps_.push_back(std::move(keep));
   if (!piece.empty()) {
     char size[20];
     auto [p, ec] = std::to_chars(size, size + sizeof(size), piece.size(), 16);

@@ -50,8 +50,9 @@ common::StatusOr<JobStore::Peek> JobStore::PeekRecord(const std::string& id) {
     return common::NotFound("no execution with id " + id);
   }
   auto status = ParseJobStatus(fields.elements[0].str);
-  if (!status.ok())
+  if (!status.ok()) {
     return common::Internal("stored status of " + id + ": " + status.status().message());
+  }
   return Peek{*status, fields.elements[1].str, static_cast<size_t>(r[1].integer)};
 }
 

@@ -15,9 +15,9 @@
 // job has ended and no chunk is left, or OnError() — exactly one of the two,
 // last. A reader may decline OnEnd (its tenant's UnreadBudget is full): it is
 // offered the end again every turn, and costs nothing meanwhile (the record
-// is one copy per job, shared by its readers). Ends come from JobWaiters (this broker's dispatcher,
-// or the EventBus for another broker's) and from a status check once per kCheckInterval, in case a
-// notice was lost.
+// is one copy per job, shared by its readers). Ends come from JobWaiters
+// (this broker's dispatcher, or the EventBus for another broker's) and from
+// a status check once per kCheckInterval, in case a notice was lost.
 //
 // Threads: Run() on one thread; Follow/Unfollow/Wake from any thread. Reader
 // methods are called on the follower's thread, may still be called once

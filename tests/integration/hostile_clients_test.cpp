@@ -48,17 +48,7 @@ class HostileClientsTest : public ::testing::Test {
   }
 
   // Output of redis-cli against the cluster's Redis.
-  static std::string RedisCli(const std::string& args) {
-    std::string cmd = "redis-cli -p " + std::to_string(cluster_->redis_port()) + " " + args;
-    std::string out;
-    FILE* p = ::popen(cmd.c_str(), "r");
-    if (p == nullptr) return out;
-    char buf[4096];
-    size_t n;
-    while ((n = ::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    ::pclose(p);
-    return out;
-  }
+  static std::string RedisCli(const std::string& args) { return cluster_->RedisCli(args); }
   static uint64_t UsedMemory() {
     const std::string info = RedisCli("INFO memory");
     const std::string key = "used_memory:";

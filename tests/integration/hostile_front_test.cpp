@@ -311,17 +311,7 @@ class HostileFrontTest : public ::testing::Test {
   }
 
   // Output of redis-cli against the cluster's Redis.
-  std::string RedisCli(const std::string& args) {
-    std::string cmd = "redis-cli -p " + std::to_string(c().redis_port()) + " " + args;
-    std::string out;
-    FILE* p = ::popen(cmd.c_str(), "r");
-    if (p == nullptr) return out;
-    char buf[4096];
-    size_t n;
-    while ((n = ::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    ::pclose(p);
-    return out;
-  }
+  std::string RedisCli(const std::string& args) { return c().RedisCli(args); }
   // CPU time redis-server has used (user + system), in seconds.
   double RedisCpuSeconds() {
     std::istringstream info(RedisCli("INFO cpu"));
@@ -352,6 +342,13 @@ class HostileFrontTest : public ::testing::Test {
     auto r = c().Request("POST", "/v1/executions", b.dump(), token);
     EXPECT_EQ(r.status, 202) << r.raw;
     return r.body.value("id", "");
+  }
+  // A job of tenant-a writing ~9.5 MiB (FloodText(kFloodBlocks)) within a
+  // max_output_bytes of 10 MiB; its id.
+  std::string LaunchFlood() {
+    return Launch({{"language", "python"},
+                   {"code", FloodCode(kFloodBlocks)},
+                   {"limits", {{"max_output_bytes", kTenMiB}, {"timeout_ms", 60000}}}});
   }
   // Polls the record until the job ends; the record.
   json AwaitEnd(const std::string& id, seconds timeout = seconds(60)) {
@@ -738,10 +735,7 @@ TEST_F(HostileFrontTest, NativeSubscribersThatDoNotReadCostBoundedMemory) {
   const std::string expected = FloodText(kFloodBlocks);
   Memory mem = BeginMemory();
   NativeClient cl(ctx_, c().client_endpoint(), /*stalled=*/true);
-  const std::string id =
-      Launch({{"language", "python"},
-              {"code", FloodCode(kFloodBlocks)},
-              {"limits", {{"max_output_bytes", kTenMiB}, {"timeout_ms", 60000}}}});
+  const std::string id = LaunchFlood();
   ASSERT_FALSE(id.empty());
   for (uint64_t i = 0; i < kSubs; ++i)
     cl.Send(client::Subscribe{100u + i, TestCluster::kToken, id});
@@ -820,10 +814,7 @@ TEST_F(HostileFrontTest, ManySubscribersEndingTogetherCostBoundedMemory) {
   Memory mem = BeginMemory();
   // The client reads once the job has ended, so that its readers end together.
   NativeClient cl(ctx_, c().client_endpoint(), /*stalled=*/true);
-  const std::string id =
-      Launch({{"language", "python"},
-              {"code", FloodCode(kFloodBlocks)},
-              {"limits", {{"max_output_bytes", kTenMiB}, {"timeout_ms", 60000}}}});
+  const std::string id = LaunchFlood();
   ASSERT_FALSE(id.empty());
   for (uint64_t i = 0; i < kSubs; ++i)
     cl.Send(client::Subscribe{100u + i, TestCluster::kToken, id});
@@ -892,10 +883,7 @@ TEST_F(HostileFrontTest, SseStreamsThatDoNotReadCostBoundedMemory) {
   StartCluster({.brokers = 1, .workers = 1, .max_output_bytes = kTenMiB});
   const std::string expected = FloodText(kFloodBlocks);
   Memory mem = BeginMemory();
-  const std::string id =
-      Launch({{"language", "python"},
-              {"code", FloodCode(kFloodBlocks)},
-              {"limits", {{"max_output_bytes", kTenMiB}, {"timeout_ms", 60000}}}});
+  const std::string id = LaunchFlood();
   ASSERT_FALSE(id.empty());
   std::vector<RawSocket> stalled;
   for (int i = 0; i < kStalled; ++i) {
@@ -952,10 +940,7 @@ TEST_F(HostileFrontTest, SseStreamsEndingTogetherCostBoundedMemory) {
   StartCluster({.brokers = 1, .workers = 1, .max_output_bytes = kTenMiB});
   const std::string expected = FloodText(kFloodBlocks);
   Memory mem = BeginMemory();
-  const std::string id =
-      Launch({{"language", "python"},
-              {"code", FloodCode(kFloodBlocks)},
-              {"limits", {{"max_output_bytes", kTenMiB}, {"timeout_ms", 60000}}}});
+  const std::string id = LaunchFlood();
   ASSERT_FALSE(id.empty());
   std::vector<RawSocket> streams;
   for (int i = 0; i < kStreams; ++i) {
@@ -996,10 +981,7 @@ TEST_F(HostileFrontTest, SseStreamsEndingTogetherCostBoundedMemory) {
 TEST_F(HostileFrontTest, LargeAnswersPastTheUnreadBudgetGet429) {
   constexpr int kConnections = 30;
   StartCluster({.brokers = 1, .workers = 1, .max_output_bytes = kTenMiB});
-  const std::string id =
-      Launch({{"language", "python"},
-              {"code", FloodCode(kFloodBlocks)},
-              {"limits", {{"max_output_bytes", kTenMiB}, {"timeout_ms", 60000}}}});
+  const std::string id = LaunchFlood();
   ASSERT_FALSE(id.empty());
   ASSERT_EQ(AwaitEndInRedis(id), "succeeded");
   Memory mem = BeginMemory();
@@ -1067,10 +1049,7 @@ TEST_F(HostileFrontTest, NativeClientsThatTakeNothingAreClosed) {
                 .tenant_a_fields = ", max_unread_bytes: 16777216",
                 .broker_clients_fields = ", write_timeout_ms: 3000",
                 .max_output_bytes = kTenMiB});
-  const std::string id =
-      Launch({{"language", "python"},
-              {"code", FloodCode(kFloodBlocks)},
-              {"limits", {{"max_output_bytes", kTenMiB}, {"timeout_ms", 60000}}}});
+  const std::string id = LaunchFlood();
   ASSERT_FALSE(id.empty());
   ASSERT_EQ(AwaitEndInRedis(id), "succeeded");
   const auto closed = [&] {
@@ -1507,10 +1486,7 @@ TEST_F(HostileFrontTest, RequestsPastTheTenantCapGet429) {
 TEST_F(HostileFrontTest, ReadsOfALargeRecordDoNotStallRedis) {
   constexpr int kReaders = 8;
   StartCluster({.brokers = 1, .workers = 1, .max_output_bytes = kTenMiB});
-  const std::string id =
-      Launch({{"language", "python"},
-              {"code", FloodCode(kFloodBlocks)},
-              {"limits", {{"max_output_bytes", kTenMiB}, {"timeout_ms", 60000}}}});
+  const std::string id = LaunchFlood();
   ASSERT_FALSE(id.empty());
   ASSERT_EQ(AwaitEndInRedis(id), "succeeded");
   Memory mem = BeginMemory();

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 
+#include <cstdio>
 #include <sstream>
 #include <stdexcept>
 
@@ -116,6 +117,18 @@ TestCluster::~TestCluster() {
   for (auto& b : brokers_) b.Stop();
   redis_.Stop();
   if (getenv("KILN_KEEP_TEST_DIR") == nullptr) RemoveTree(dir_);
+}
+
+std::string TestCluster::RedisCli(const std::string& args) const {
+  const std::string cmd = "redis-cli -p " + std::to_string(redis_port_) + " " + args;
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = ::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  ::pclose(p);
+  return out;
 }
 
 std::string TestCluster::url(int broker) const {

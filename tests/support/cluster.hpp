@@ -68,6 +68,8 @@ class TestCluster {
   std::string url(int broker = 0) const;
   int http_port(int broker = 0) const { return http_ports_.at(broker); }
   int redis_port() const { return redis_port_; }
+  // What `redis-cli -p <redis port> <args>` prints (args as a shell would split them).
+  std::string RedisCli(const std::string& args) const;
   // The broker's native client endpoint (broker.clients.endpoint), tcp://127.0.0.1:PORT.
   std::string client_endpoint(int broker = 0) const {
     return "tcp://127.0.0.1:" + std::to_string(client_ports_.at(broker));

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/log/logging.hpp"
+#include "tests/unit/common/capture_stderr.hpp"
 
 namespace kiln::common {
 namespace {
@@ -79,25 +80,7 @@ TEST(LogLimiter, CountsExactlyAcrossThreads) {
   EXPECT_EQ(limit.Allow(), std::optional<uint64_t>(3990));
 }
 
-template <typename F>
-std::vector<std::string> CaptureStderr(F body) {
-  char path[] = "/tmp/kiln-limit-test-XXXXXX";
-  int fd = mkstemp(path);
-  EXPECT_GE(fd, 0);
-  std::fflush(stderr);
-  int saved = dup(2);
-  dup2(fd, 2);
-  body();
-  std::fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  close(fd);
-  std::ifstream in(path);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  unlink(path);
-  return lines;
-}
+using testing::CaptureStderr;
 
 TEST(LogLimiter, SubsystemLogSaysHowManyLinesItLeftOut) {
   LogOptions options;

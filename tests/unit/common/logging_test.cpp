@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tests/unit/common/capture_stderr.hpp"
+
 namespace kiln::common {
 namespace {
 
@@ -22,26 +24,7 @@ using ::testing::Not;
 // Made before any InitLogging, like a file-scope logger in a .cpp.
 const SubsystemLog kEarly("scheduler");
 
-// Runs `body` with fd 2 going to a temporary file; returns what was written.
-template <typename F>
-std::vector<std::string> CaptureStderr(F body) {
-  char path[] = "/tmp/kiln-log-test-XXXXXX";
-  int fd = mkstemp(path);
-  EXPECT_GE(fd, 0);
-  std::fflush(stderr);
-  int saved = dup(2);
-  dup2(fd, 2);
-  body();
-  std::fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  close(fd);
-  std::ifstream in(path);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  unlink(path);
-  return lines;
-}
+using testing::CaptureStderr;
 
 LogOptions Options(std::string format, std::string level = "info",
                    std::map<std::string, std::string> levels = {}) {

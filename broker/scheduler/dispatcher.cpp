@@ -82,6 +82,7 @@ Dispatcher::Dispatcher(DispatcherOptions options, zmq::socket_t router, common::
       {protocol::MessageType::kRegisterAck, &Dispatcher::HandleUnexpected},
       {protocol::MessageType::kExecute, &Dispatcher::HandleUnexpected},
       {protocol::MessageType::kCancel, &Dispatcher::HandleUnexpected},
+      {protocol::MessageType::kResultAck, &Dispatcher::HandleUnexpected},
   };
 }
 

@@ -84,6 +84,8 @@ void Describe(V& v, Ref<V, Register> m) {
   v.TextList("sandbox_layers", m.sandbox_layers, Need::kOptional);
   v.Text("metrics_endpoint", m.metrics_endpoint, Need::kOptional, kMaxStringBytes);
   v.Uint("heartbeat_interval_ms", m.heartbeat_interval_ms, Need::kOptional);
+  v.Text("incarnation", m.incarnation, Need::kOptional, kMaxIdBytes);
+  v.TextList("held_jobs", m.held_jobs, Need::kOptional, kMaxHeldJobs, kMaxIdBytes);
 }
 
 template <typename V>
@@ -124,6 +126,7 @@ void Describe(V& v, Ref<V, OutputChunk> m) {
   v.Id("job_id", m.job_id);
   v.Enum("stream", m.stream, Need::kRequired, Stream::kStdout, Stream::kStderr);
   v.Uint("seq", m.seq, Need::kRequired);
+  v.Uint("offset", m.offset, Need::kOptional);
   v.Bytes("data", m.data, Need::kRequired, kMaxChunkBytes);
 }
 
@@ -161,6 +164,11 @@ void Describe(V& v, Ref<V, CloseSession> m) {
 }
 
 template <typename V>
+void Describe(V& v, Ref<V, ResultAck> m) {
+  v.Id("job_id", m.job_id);
+}
+
+template <typename V>
 void Describe(V& v, Ref<V, Disconnect> m) {
   v.Text("reason", m.reason, Need::kOptional, kMaxStringBytes);
 }
@@ -192,7 +200,8 @@ class FieldCounter {
   void OptionalInt(std::string_view key, const std::optional<int32_t>& v) {
     if (v.has_value()) Add(key, 0);
   }
-  void TextList(std::string_view key, const std::vector<std::string>& v, Need) {
+  void TextList(std::string_view key, const std::vector<std::string>& v, Need,
+                size_t = kMaxListEntries, size_t = kMaxStringBytes) {
     size_t n = 0;
     for (const std::string& s : v) n += s.size() + kOverhead;
     Add(key, n);
@@ -304,7 +313,8 @@ class BodyEncoder {
     PackStr(pk_, key);
     pk_.pack_int64(*v);
   }
-  void TextList(std::string_view key, const std::vector<std::string>& v, Need) {
+  void TextList(std::string_view key, const std::vector<std::string>& v, Need,
+                size_t = kMaxListEntries, size_t = kMaxStringBytes) {
     PackStr(pk_, key);
     pk_.pack_array(static_cast<uint32_t>(v.size()));
     for (const std::string& s : v) PackStr(pk_, s);
@@ -556,15 +566,16 @@ class BodyDecoder {
     Check(key, ReadInt32(*o, &i));
     if (status_.ok()) v = i;
   }
-  void TextList(std::string_view key, std::vector<std::string>& v, Need need) {
+  void TextList(std::string_view key, std::vector<std::string>& v, Need need,
+                size_t max_entries = kMaxListEntries, size_t max_bytes = kMaxStringBytes) {
     const msgpack::object* o = Find(key, need);
     if (o == nullptr) return;
     if (o->type != msgpack::type::ARRAY) return Check(key, WrongType("array", *o));
     const msgpack::object_array& a = o->via.array;
-    if (a.size > kMaxListEntries) return Check(key, TooMany(a.size, kMaxListEntries));
+    if (a.size > max_entries) return Check(key, TooMany(a.size, max_entries));
     v.resize(a.size);
     for (uint32_t i = 0; i < a.size && status_.ok(); ++i) {
-      Check(key, ReadText(a.ptr[i], kMaxStringBytes, &v[i]), i);
+      Check(key, ReadText(a.ptr[i], max_bytes, &v[i]), i);
     }
   }
   void TextMap(std::string_view key, std::map<std::string, std::string>& v, Need need) {
@@ -727,6 +738,8 @@ StatusOr<Message> DecodeFrame(const msgpack::object& frame) {
       return DecodeBody<Disconnect>(body, MessageType::kDisconnect);
     case static_cast<uint64_t>(MessageType::kCloseSession):
       return DecodeBody<CloseSession>(body, MessageType::kCloseSession);
+    case static_cast<uint64_t>(MessageType::kResultAck):
+      return DecodeBody<ResultAck>(body, MessageType::kResultAck);
     default:
       return InvalidRequest("unknown message type " + std::to_string(type.via.u64));
   }

@@ -27,6 +27,8 @@ template <>
 constexpr MessageType kTypeOf<Disconnect> = MessageType::kDisconnect;
 template <>
 constexpr MessageType kTypeOf<CloseSession> = MessageType::kCloseSession;
+template <>
+constexpr MessageType kTypeOf<ResultAck> = MessageType::kResultAck;
 
 }  // namespace
 
@@ -60,6 +62,8 @@ const char* TypeName(MessageType t) {
       return "close_session";
     case MessageType::kDisconnect:
       return "disconnect";
+    case MessageType::kResultAck:
+      return "result_ack";
   }
   return "unknown";
 }

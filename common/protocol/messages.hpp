@@ -33,6 +33,7 @@ inline constexpr size_t kMaxChunkBytes = 64u << 10;   // one OutputChunk's data
 inline constexpr size_t kMaxStreamBytes = 16u << 20;  // stdout or stderr in a Result
 inline constexpr size_t kMaxResultJsonBytes = 8u << 20;
 inline constexpr size_t kMaxListEntries = 64;  // runtimes, layers, collect
+inline constexpr size_t kMaxHeldJobs = 1000;   // job ids in a Register
 
 enum class MessageType : uint8_t {
   kRegister = 1,
@@ -44,6 +45,7 @@ enum class MessageType : uint8_t {
   kCancel = 7,
   kDisconnect = 8,
   kCloseSession = 9,
+  kResultAck = 10,
 };
 
 struct Limits {
@@ -71,6 +73,12 @@ struct Register {
   std::vector<std::string> sandbox_layers;  // active layers, e.g. "seccomp"
   std::string metrics_endpoint;             // host:port of the worker's /metrics
   uint32_t heartbeat_interval_ms = 0;
+  // Random per worker process: a broker that sees the same incarnation again
+  // knows the worker reconnected (its jobs and sessions live on), not restarted.
+  std::string incarnation;
+  // Jobs the worker still holds: running, or finished with a Result no broker
+  // has acknowledged yet. A broker loses only the jobs missing here.
+  std::vector<std::string> held_jobs;
   friend bool operator==(const Register&, const Register&) = default;
 };
 
@@ -120,7 +128,8 @@ enum class Stream : uint8_t { kStdout = 1, kStderr = 2 };
 struct OutputChunk {
   std::string job_id;
   Stream stream = Stream::kStdout;
-  uint64_t seq = 0;  // per job, from 0, across both streams
+  uint64_t seq = 0;     // per job, from 0, across both streams
+  uint64_t offset = 0;  // where `data` starts in its stream (bytes kept before it)
   std::string data;
   friend bool operator==(const OutputChunk&, const OutputChunk&) = default;
 };
@@ -193,8 +202,16 @@ struct Disconnect {
   friend bool operator==(const Disconnect&, const Disconnect&) = default;
 };
 
+// Broker -> worker: the job's Result is stored (or was not needed): the
+// worker may forget it. Until then the worker keeps it and sends it again
+// after every (re)registration.
+struct ResultAck {
+  std::string job_id;
+  friend bool operator==(const ResultAck&, const ResultAck&) = default;
+};
+
 using Message = std::variant<Register, RegisterAck, Heartbeat, Execute, OutputChunk, Result, Cancel,
-                             Disconnect, CloseSession>;
+                             Disconnect, CloseSession, ResultAck>;
 
 MessageType TypeOf(const Message& m);
 const char* TypeName(MessageType t);

@@ -92,7 +92,7 @@ class OutputPump {
     dest->append(masked);
     kept_ += masked.size();
     if (options_.on_chunk && job_.stream_output) {
-      options_.on_chunk(protocol::OutputChunk{job_.job_id, stream, seq_++, std::move(masked)});
+      options_.on_chunk(protocol::OutputChunk{job_.job_id, stream, seq_++, 0, std::move(masked)});
     }
   }
 

@@ -118,7 +118,7 @@ class OutputFollowerTest : public ::testing::Test {
                     .ok());
   }
   void Chunk(const std::string& id, uint64_t seq, const std::string& data) {
-    ASSERT_TRUE(jobs_->AppendChunk({id, common::protocol::Stream::kStdout, seq, data}).ok());
+    ASSERT_TRUE(jobs_->AppendChunk({id, common::protocol::Stream::kStdout, seq, 0, data}).ok());
   }
 
   static inline std::string dir_;

@@ -261,7 +261,8 @@ TEST(MessagesTest, TypeOfAndNames) {
   const std::vector<Message> full = FullMessages();
   const std::vector<std::string> names = {"register", "register_ack", "heartbeat",
                                           "execute",  "output_chunk", "result",
-                                          "cancel",   "disconnect",   "close_session"};
+                                          "cancel",   "disconnect",   "close_session",
+                                          "result_ack"};
   ASSERT_EQ(full.size(), names.size());
   for (size_t i = 0; i < full.size(); ++i) {
     EXPECT_EQ(static_cast<size_t>(TypeOf(full[i])), i + 1);
@@ -293,7 +294,7 @@ TEST(CodecRoundTripTest, EveryTypeWithEveryField) {
     ASSERT_TRUE(IsOk(back));
     EXPECT_EQ(*back, m);
   }
-  EXPECT_EQ(seen.size(), 9u);
+  EXPECT_EQ(seen.size(), 10u);
 }
 
 TEST(CodecRoundTripTest, EveryTypeWithOnlyRequiredFields) {
@@ -305,7 +306,7 @@ TEST(CodecRoundTripTest, EveryTypeWithOnlyRequiredFields) {
     ASSERT_TRUE(IsOk(back));
     EXPECT_EQ(*back, m);
   }
-  EXPECT_EQ(seen.size(), 9u);
+  EXPECT_EQ(seen.size(), 10u);
 }
 
 TEST(CodecRoundTripTest, ExtremeNumbers) {
@@ -532,7 +533,7 @@ TEST(CodecEnvelopeTest, WrongVersion) {
 }
 
 TEST(CodecEnvelopeTest, UnknownType) {
-  for (uint64_t t : {0ull, 10ull, 255ull, 1ull << 40}) {
+  for (uint64_t t : {0ull, 11ull, 255ull, 1ull << 40}) {
     Value frame = FrameOf(Full(MessageType::kCancel));
     frame.items[1] = U(t);
     EXPECT_TRUE(IsInvalid(DecodeValue(frame), "unknown message type " + std::to_string(t)));
@@ -948,6 +949,9 @@ TEST(CodecLimitsTest, EveryFieldSizeLimit) {
       {MessageType::kCancel, {"job_id"}, kMaxIdBytes, "cancel.job_id"},
       {MessageType::kDisconnect, {"reason"}, kMaxStringBytes, "disconnect.reason"},
       {MessageType::kCloseSession, {"session_id"}, kMaxIdBytes, "close_session.session_id"},
+      {MessageType::kResultAck, {"job_id"}, kMaxIdBytes, "result_ack.job_id"},
+      {MessageType::kRegister, {"incarnation"}, kMaxIdBytes, "register.incarnation"},
+      {MessageType::kRegister, {"held_jobs", "1"}, kMaxIdBytes, "register.held_jobs[1]"},
   };
   for (const SizeCase& c : cases) {
     SCOPED_TRACE(c.name);
@@ -980,6 +984,7 @@ TEST(CodecLimitsTest, EveryListLimit) {
   const std::vector<CountCase> cases = {
       {MessageType::kRegister, "runtimes", kMaxListEntries, Str("python")},
       {MessageType::kRegister, "sandbox_layers", kMaxListEntries, Str("seccomp")},
+      {MessageType::kRegister, "held_jobs", kMaxHeldJobs, Str("ex_1")},
       {MessageType::kExecute, "collect", kMaxListEntries, Str("*.txt")},
       {MessageType::kExecute, "files", kMaxFiles, file},
       {MessageType::kResult, "files", kMaxFiles, file},

@@ -38,7 +38,9 @@ inline std::vector<Message> FullMessages() {
                .slots = 8,
                .sandbox_layers = {"namespaces", "seccomp", "landlock", "cgroups"},
                .metrics_endpoint = "10.0.0.5:9100",
-               .heartbeat_interval_ms = 1000},
+               .heartbeat_interval_ms = 1000,
+               .incarnation = "7f3a9c0e5b2d4e61",
+               .held_jobs = {"ex_0123456789", "ex_abc"}},
       RegisterAck{.broker_id = "broker-1", .heartbeat_interval_ms = 1000, .heartbeat_liveness = 3},
       Heartbeat{.sender_id = "worker-1", .running = 3, .free_slots = 5, .draining = true},
       Execute{.job_id = "ex_0123456789",
@@ -59,6 +61,7 @@ inline std::vector<Message> FullMessages() {
       OutputChunk{.job_id = "ex_0123456789",
                   .stream = Stream::kStderr,
                   .seq = 1ull << 40,
+                  .offset = 1ull << 33,
                   .data = "partial line\n" + AllBytes()},
       Result{.job_id = "ex_0123456789",
              .reason = EndReason::kSandboxViolation,
@@ -84,6 +87,7 @@ inline std::vector<Message> FullMessages() {
       Cancel{.job_id = "ex_0123456789"},
       Disconnect{.reason = "shutting down"},
       CloseSession{.session_id = "ses_42"},
+      ResultAck{.job_id = "ex_0123456789"},
   };
 }
 
@@ -100,6 +104,7 @@ inline std::vector<Message> MinimalMessages() {
       Cancel{.job_id = "j"},
       Disconnect{},
       CloseSession{.session_id = "s"},
+      ResultAck{.job_id = "j"},
   };
 }
 

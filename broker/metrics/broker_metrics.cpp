@@ -139,6 +139,29 @@ BrokerMetrics::BrokerMetrics() : registry_(std::make_shared<prometheus::Registry
                        .Help("Redis calls that failed")
                        .Register(r)
                        .Add({});
+  output_chunks_dropped_ =
+      &prometheus::BuildCounter()
+           .Name("kiln_output_chunks_dropped_total")
+           .Help(
+               "Output chunks not stored live because the broker's output buffer was full "
+               "(the job's end completes its stream from the result)")
+           .Register(r)
+           .Add({});
+  output_entries_stored_ = &prometheus::BuildCounter()
+                                .Name("kiln_output_entries_stored_total")
+                                .Help("Output stream entries stored in Redis (coalesced chunks)")
+                                .Register(r)
+                                .Add({});
+  output_pending_bytes_ = &prometheus::BuildGauge()
+                               .Name("kiln_output_pending_bytes")
+                               .Help("Output bytes received from workers, not yet stored")
+                               .Register(r)
+                               .Add({});
+  results_unsaved_ = &prometheus::BuildGauge()
+                          .Name("kiln_results_unsaved")
+                          .Help("Job results held in memory until Redis takes them")
+                          .Register(r)
+                          .Add({});
   approvals_ = &prometheus::BuildCounter()
                     .Name("kiln_approvals_total")
                     .Help("Jobs that needed approval, by outcome (approved, denied, expired)")
@@ -269,6 +292,20 @@ void BrokerMetrics::SetWorkers(size_t live, uint64_t slots, uint64_t slots_busy)
 }
 
 void BrokerMetrics::WorkerLost() { workers_lost_->Increment(); }
+
+void BrokerMetrics::OutputChunkDropped() { output_chunks_dropped_->Increment(); }
+
+void BrokerMetrics::OutputStored(size_t entries) {
+  output_entries_stored_->Increment(static_cast<double>(entries));
+}
+
+void BrokerMetrics::SetOutputPending(size_t bytes) {
+  output_pending_bytes_->Set(static_cast<double>(bytes));
+}
+
+void BrokerMetrics::SetResultsUnsaved(size_t results) {
+  results_unsaved_->Set(static_cast<double>(results));
+}
 
 void BrokerMetrics::JobsWorkerLost(size_t jobs) {
   jobs_worker_lost_->Increment(static_cast<double>(jobs));

@@ -77,6 +77,15 @@ class BrokerMetrics {
   void NativeError(const std::string& code);
   void SetNativeSubscriptions(size_t open);
   void RedisError();
+  // Output chunks from workers: dropped because the broker's buffer for
+  // the job or for all jobs was full (the job's end completes its stream);
+  // stored as `entries` Redis stream entries (coalesced).
+  void OutputChunkDropped();
+  void OutputStored(size_t entries);
+  // As of a scrape: output bytes waiting to be stored, results waiting for
+  // Redis (kept in memory, unacknowledged, until stored).
+  void SetOutputPending(size_t bytes);
+  void SetResultsUnsaved(size_t results);
   // Native client connections (broker/native/client_connections.hpp): held
   // now; closed by the broker, by reason (limit, address_limit, auth_timeout,
   // bad_frames).
@@ -125,6 +134,10 @@ class BrokerMetrics {
   prometheus::Counter* workers_lost_;
   prometheus::Counter* jobs_worker_lost_;
   prometheus::Counter* redis_errors_;
+  prometheus::Counter* output_chunks_dropped_;
+  prometheus::Counter* output_entries_stored_;
+  prometheus::Gauge* output_pending_bytes_;
+  prometheus::Gauge* results_unsaved_;
   prometheus::Gauge* native_connections_;
   prometheus::Family<prometheus::Counter>* native_connections_closed_;
   prometheus::Gauge* http_connections_;

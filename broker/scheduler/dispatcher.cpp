@@ -1,9 +1,13 @@
 #include "broker/scheduler/dispatcher.hpp"
 
+#include <poll.h>
 #include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <set>
+#include <thread>
+#include <type_traits>
 
 #include "broker/metrics/broker_metrics.hpp"
 #include "broker/scheduler/audit_writer.hpp"
@@ -47,44 +51,27 @@ common::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Create(DispatcherOptio
                                                                  JobWaiters* waiters) {
   common::UniqueFd wake(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!wake.valid()) return common::ErrnoStatus("eventfd", errno);
-  try {
-    zmq::socket_t router(*ctx, zmq::socket_type::router);
-    router.set(zmq::sockopt::router_mandatory, 1);  // sends to a gone worker fail, not vanish
-    router.set(zmq::sockopt::router_handover, 1);   // a reconnecting worker takes its id back
-    router.set(zmq::sockopt::linger, 0);
-    router.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(protocol::kMaxMessageBytes));
-    router.bind(options.endpoint);
-    std::string bound = router.get(zmq::sockopt::last_endpoint);
-    auto d = std::unique_ptr<Dispatcher>(
-        new Dispatcher(std::move(options), std::move(router), std::move(wake), stores, waiters));
-    d->bound_endpoint_ = std::move(bound);
-    return d;
-  } catch (const zmq::error_t& e) {
-    return common::InvalidRequest("cannot bind worker endpoint " + options.endpoint + ": " +
-                                  e.what());
-  }
+  GatewayOptions g;
+  g.broker_id = options.broker_id;
+  g.endpoint = options.endpoint;
+  g.heartbeat_interval = options.heartbeat_interval;
+  g.liveness = options.liveness;
+  g.metrics = options.metrics;
+  auto d = std::unique_ptr<Dispatcher>(
+      new Dispatcher(std::move(options), std::move(wake), stores, waiters));
+  Dispatcher* self = d.get();
+  ASSIGN_OR_RETURN(d->gateway_,
+                   WorkerGateway::Create(std::move(g), ctx, &d->output_, [self] { self->Wake(); }));
+  return d;
 }
 
-Dispatcher::Dispatcher(DispatcherOptions options, zmq::socket_t router, common::UniqueFd wake,
-                       DispatcherStores stores, JobWaiters* waiters)
+Dispatcher::Dispatcher(DispatcherOptions options, common::UniqueFd wake, DispatcherStores stores,
+                       JobWaiters* waiters)
     : options_(std::move(options)),
-      router_(std::move(router)),
       wake_(std::move(wake)),
       stores_(stores),
       waiters_(waiters),
-      table_(options_.heartbeat_interval * options_.liveness) {
-  handlers_ = {
-      {protocol::MessageType::kRegister, &Dispatcher::HandleRegister},
-      {protocol::MessageType::kHeartbeat, &Dispatcher::HandleHeartbeat},
-      {protocol::MessageType::kOutputChunk, &Dispatcher::HandleOutputChunk},
-      {protocol::MessageType::kResult, &Dispatcher::HandleResult},
-      {protocol::MessageType::kDisconnect, &Dispatcher::HandleDisconnect},
-      {protocol::MessageType::kRegisterAck, &Dispatcher::HandleUnexpected},
-      {protocol::MessageType::kExecute, &Dispatcher::HandleUnexpected},
-      {protocol::MessageType::kCancel, &Dispatcher::HandleUnexpected},
-      {protocol::MessageType::kResultAck, &Dispatcher::HandleUnexpected},
-  };
-}
+      output_(options_.output_buffer_job_bytes, options_.output_buffer_bytes) {}
 
 Dispatcher::~Dispatcher() = default;
 
@@ -218,6 +205,7 @@ void Dispatcher::Run(std::stop_token stop) {
   started_at_ = Clock::now();
   next_tick_ = started_at_;
   next_pump_ = started_at_;
+  std::jthread io([this](std::stop_token st) { gateway_->Run(st); });
   while (!stop.stop_requested()) {
     auto now = Clock::now();
     if (now >= next_tick_) {
@@ -229,34 +217,38 @@ void Dispatcher::Run(std::stop_token stop) {
       next_pump_ = now + options_.pump_interval;
     }
     auto until = std::min(next_tick_, pump_due_ ? next_pump_ : next_tick_);
-    // Wake at least every 100 ms to notice a stop request.
+    // Wake at least every 100 ms to notice a stop request; at once while
+    // output waits to be stored.
     auto wait = std::min<Clock::duration>(until - Clock::now(), std::chrono::milliseconds(100));
-    zmq::pollitem_t items[] = {
-        {router_.handle(), 0, ZMQ_POLLIN, 0},
-        {nullptr, wake_.get(), ZMQ_POLLIN, 0},
-    };
-    try {
-      zmq::poll(items, 2,
-                std::chrono::duration_cast<std::chrono::milliseconds>(
-                    std::max<Clock::duration>(wait, Clock::duration::zero())));
-    } catch (const zmq::error_t& e) {
-      if (e.num() == EINTR) continue;
-      kLog.Error({}, "poll failed: {}", e.what());
-      continue;
+    if (!output_.empty()) wait = Clock::duration::zero();
+    pollfd p{wake_.get(), POLLIN, 0};
+    int n = ::poll(&p, 1,
+                   static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                        std::max<Clock::duration>(wait, Clock::duration::zero()))
+                                        .count()));
+    if (n > 0) {
+      uint64_t count = 0;
+      ssize_t r = ::read(wake_.get(), &count, sizeof(count));
+      (void)r;
     }
-    if (items[1].revents & ZMQ_POLLIN) DrainInbox();
-    if (items[0].revents & ZMQ_POLLIN) ReceiveAll();
+    DrainInbox();
+    HandleEvents();
+    // The rest of the output, a budget at a time: a flood's chunks share the
+    // loop with everything else.
+    if (!output_.empty()) StoreOutput(output_.TakeSome(options_.output_flush_bytes));
+    if (options_.metrics) {
+      options_.metrics->SetOutputPending(output_.bytes());
+      options_.metrics->SetResultsUnsaved(unsaved_.size());
+    }
   }
-  // Tell workers we are going, so they fail over at once instead of after
-  // their liveness timeout. Our jobs in flight stay in Redis for another
-  // broker (or this one, restarted) to take over.
-  for (const auto& [id, w] : table_.workers()) Send(id, protocol::Disconnect{"broker stopping"});
+  // Workers are told we are going (by the gateway, as it stops), so they
+  // fail over at once instead of after their liveness timeout. Our jobs in
+  // flight stay in Redis for another broker (or this one, restarted) to take
+  // over.
+  io.request_stop();
 }
 
 void Dispatcher::DrainInbox() {
-  uint64_t count = 0;
-  ssize_t n = ::read(wake_.get(), &count, sizeof(count));
-  (void)n;
   std::deque<StartRequest> batch;
   std::deque<std::string> cancels;
   std::deque<std::pair<std::string, std::string>> closes;
@@ -295,7 +287,7 @@ void Dispatcher::SendStart(StartRequest req) {
   record.started_ms = common::NowMs();
   record.queued_ms = static_cast<double>(record.started_ms - spec.created_ms);
   const std::string id = spec.id;
-  if (!table_.Known(req.worker) || !Send(req.worker, protocol::Message(std::move(execute)))) {
+  if (!table_.Known(req.worker)) {
     // The worker left between the script and now: the job goes back to its
     // place in the queue (it never ran).
     kJobsLog.Info({.job = id, .worker = req.worker},
@@ -303,6 +295,8 @@ void Dispatcher::SendStart(StartRequest req) {
     Requeue(id);
     return;
   }
+  // If the gateway cannot hand it over, an Undeliverable event requeues it.
+  Send(req.worker, protocol::Message(std::move(execute)));
   table_.Assign(req.worker, id);
   if (options_.metrics) options_.metrics->Started(spec.tenant, spec.language);
   in_flight_.emplace(id, InFlight{std::move(spec), std::move(record), std::move(req.worker)});
@@ -313,93 +307,95 @@ void Dispatcher::CancelNow(const std::string& job_id) {
   if (it != in_flight_.end()) Send(it->second.worker, protocol::Cancel{job_id});
 }
 
-void Dispatcher::ReceiveAll() {
-  for (int i = 0; i < kMaxMessagesPerPoll; ++i) {
-    zmq::message_t identity_frame;
-    zmq::message_t payload;
-    try {
-      if (!router_.recv(identity_frame, zmq::recv_flags::dontwait)) return;
-      if (!identity_frame.more()) continue;
-      if (!router_.recv(payload, zmq::recv_flags::none)) return;
-      // Drop any extra frames: a well-behaved worker sends exactly one.
-      bool extra = payload.more();
-      while (extra) {
-        zmq::message_t junk;
-        if (!router_.recv(junk, zmq::recv_flags::none)) break;
-        extra = junk.more();
-      }
-      if (payload.more() || extra) continue;
-    } catch (const zmq::error_t& e) {
-      kLog.Error({}, "receive failed: {}", e.what());
-      return;
-    }
-    std::string identity = identity_frame.to_string();
-    auto decoded = protocol::Decode(
-        std::string_view(static_cast<const char*>(payload.data()), payload.size()));
-    if (!decoded.ok()) {
-      static common::LogLimiter limit(kHostileLines, kLogWindow);
-      kLog.Warn(limit, {.worker = identity}, "dropping a bad message from a worker: {}",
-                decoded.status().message());
-      continue;
-    }
-    table_.Touch(identity, Clock::now(), common::NowMs());
-    auto handler = handlers_.find(protocol::TypeOf(*decoded));
-    if (handler != handlers_.end()) (this->*handler->second)(identity, *decoded);
+void Dispatcher::Send(const std::string& worker, protocol::Message m) {
+  gateway_->Send(worker, std::move(m));
+}
+
+void Dispatcher::HandleEvents() {
+  std::deque<GatewayEvent> events = gateway_->TakeEvents();
+  if (events.empty()) return;
+  // A job's chunks are stored before its end: the chunks of every Result
+  // here came before it, so they are in the buffer now.
+  std::vector<std::string> ending;
+  for (const auto& e : events) {
+    if (const auto* r = std::get_if<WorkerResult>(&e)) ending.push_back(r->result.job_id);
+  }
+  if (!ending.empty()) StoreOutput(output_.Take(ending));
+  for (auto& e : events) {
+    std::visit(
+        [this](auto& ev) {
+          using T = std::decay_t<decltype(ev)>;
+          if constexpr (std::is_same_v<T, WorkerRegistered>) {
+            OnRegistered(ev);
+          } else if constexpr (std::is_same_v<T, WorkerBeat>) {
+            OnBeat(ev);
+          } else if constexpr (std::is_same_v<T, WorkerResult>) {
+            OnResult(ev);
+          } else if constexpr (std::is_same_v<T, WorkerGone>) {
+            OnGone(ev);
+          } else {
+            OnUndeliverable(ev);
+          }
+        },
+        e);
   }
 }
 
-void Dispatcher::HandleRegister(const std::string& identity, protocol::Message& m) {
-  auto& reg = std::get<protocol::Register>(m);
-  if (reg.worker_id.empty() || reg.worker_id != identity || reg.slots == 0 ||
-      reg.runtimes.empty()) {
+void Dispatcher::StoreOutput(std::vector<JobOutput> batch) {
+  if (batch.empty()) return;
+  auto t0 = Clock::now();
+  auto stored = stores_.jobs->AppendOutput(batch);
+  if (options_.metrics) options_.metrics->RedisCall("output", SecondsSince(t0));
+  if (!stored.ok()) {
+    if (options_.metrics) options_.metrics->RedisError();
+    // One per batch while Redis fails, and a worker sends chunks at will.
     static common::LogLimiter limit(kHostileLines, kLogWindow);
-    kLog.Warn(limit, {.worker = identity},
-              "refusing registration from '{}': needs an id (its routing id), slots and "
-              "runtimes",
-              identity);
-    Send(identity, protocol::Disconnect{"registration needs worker_id, slots and runtimes"});
+    kLog.Warn(limit, {}, "{} (live output lost; each job's end completes its stream)",
+              stored.status().ToString());
     return;
   }
-  auto lost = table_.OnRegister(identity, reg, Clock::now(), common::NowMs());
-  if (!lost.empty()) LoseWorker(identity, lost, "the worker restarted");
+  size_t entries = 0;
+  for (size_t i = 0; i < batch.size() && i < stored->size(); ++i) {
+    entries += (*stored)[i].entries;
+    auto it = in_flight_.find(batch[i].job_id);
+    if (it != in_flight_.end() && (*stored)[i].running) it->second.stored = (*stored)[i];
+  }
+  if (options_.metrics) options_.metrics->OutputStored(entries);
+}
+
+void Dispatcher::OnRegistered(WorkerRegistered& e) {
+  const protocol::Register& reg = e.reg;
+  auto outcome = table_.OnRegister(e.worker, reg, common::NowMs());
+  if (outcome.restarted) {
+    LoseWorker(e.worker, outcome.lost, "the worker restarted");
+  } else if (!outcome.lost.empty()) {
+    LoseJobs(e.worker, outcome.lost, "the worker reconnected without it");
+  }
   static common::LogLimiter limit(kRoutineLines, kLogWindow);
   kLog.Info(limit, {.worker = reg.worker_id},
-            "worker registered: {} slots, runtimes [{}], layers [{}]", reg.slots,
-            fmt::join(reg.runtimes, ","), fmt::join(reg.sandbox_layers, ","));
-  Send(identity, protocol::RegisterAck{options_.broker_id,
-                                       static_cast<uint32_t>(options_.heartbeat_interval.count()),
-                                       options_.liveness});
+            "worker registered: {} slots, runtimes [{}], layers [{}], holding {} jobs", reg.slots,
+            fmt::join(reg.runtimes, ","), fmt::join(reg.sandbox_layers, ","), reg.held_jobs.size());
   PublishWorkers();
   pump_due_ = true;  // new slots: queued jobs may run
 }
 
-void Dispatcher::HandleHeartbeat(const std::string& identity, protocol::Message& m) {
-  auto& hb = std::get<protocol::Heartbeat>(m);
-  if (!table_.OnHeartbeat(identity, hb, Clock::now(), common::NowMs())) {
-    // We do not know this worker (we restarted, or declared it dead): make it
-    // register again.
-    Send(identity, protocol::Disconnect{"unknown worker: register again"});
-    return;
-  }
-  PublishWorkers();  // draining or refusing may have changed
+void Dispatcher::OnBeat(WorkerBeat& e) {
+  if (table_.OnHeartbeat(e.worker, e.beat, common::NowMs())) PublishWorkers();
 }
 
-void Dispatcher::HandleOutputChunk(const std::string&, protocol::Message& m) {
-  auto& chunk = std::get<protocol::OutputChunk>(m);
-  // Chunks of jobs another broker dispatched are stored as well: subscribers
-  // read them from Redis, wherever they are connected.
-  // Stored before the Result is: a subscriber sees every chunk, then the end.
-  if (auto st = stores_.jobs->AppendChunk(chunk); !st.ok()) {
-    if (options_.metrics) options_.metrics->RedisError();
-    // One per chunk while Redis fails, and a worker sends chunks at will.
-    static common::LogLimiter limit(kHostileLines, kLogWindow);
-    kLog.Warn(limit, {.job = chunk.job_id}, "{} (live output lost; the final record keeps it)",
-              st.ToString());
-  }
+void Dispatcher::OnUndeliverable(Undeliverable& e) {
+  auto it = in_flight_.find(e.job_id);
+  if (it == in_flight_.end() || it->second.worker != e.worker) return;
+  kJobsLog.Info({.job = e.job_id, .worker = e.worker},
+                "the job could not be handed to its worker: requeueing");
+  in_flight_.erase(it);
+  table_.Release(e.worker, e.job_id);
+  Requeue(e.job_id);
 }
 
-void Dispatcher::HandleResult(const std::string& identity, protocol::Message& m) {
-  auto& res = std::get<protocol::Result>(m);
+void Dispatcher::OnResult(WorkerResult& e) {
+  const std::string& identity = e.worker;
+  protocol::Result& res = e.result;
   auto it = in_flight_.find(res.job_id);
   if (it == in_flight_.end() || it->second.worker != identity) {
     FinishForeign(identity, res);
@@ -415,16 +411,17 @@ void Dispatcher::HandleResult(const std::string& identity, protocol::Message& m)
     table_.MarkFull(identity);
     PublishWorkers();
     if (options_.metrics) options_.metrics->Requeued();
-    Requeue(res.job_id);
+    if (Requeue(res.job_id)) Send(identity, protocol::ResultAck{res.job_id});
     return;
   }
   JobRecord record = std::move(it->second.record);
   JobSpec spec = std::move(it->second.spec);
+  const StoredOutput stored = it->second.stored;
   in_flight_.erase(it);
   table_.Release(identity, res.job_id);
   record.ApplyResult(res, common::NowMs());
   RenewEpoch(res, &record);
-  Finish(std::move(record), res.session_reset, &spec);
+  Finish(std::move(record), res.session_reset, &spec, identity, &stored);
 }
 
 void Dispatcher::RenewEpoch(const protocol::Result& res, JobRecord* record) {
@@ -442,61 +439,49 @@ void Dispatcher::RenewEpoch(const protocol::Result& res, JobRecord* record) {
 
 void Dispatcher::FinishForeign(const std::string& identity, const protocol::Result& res) {
   // A job this broker did not dispatch (its broker died or restarted, and the
-  // worker sends results to any live broker): the ledger in Redis decides.
-  // A job that already ended (e.g. WORKER_LOST while the worker was frozen)
-  // keeps its one terminal state (the finish script checks).
+  // worker sends results to any live broker), or sent again after a
+  // reconnect: the ledger in Redis decides. A job that already ended (e.g.
+  // WORKER_LOST while the worker was away past its window) keeps its one
+  // terminal state (the finish script checks). Only what Redis answered is
+  // acknowledged: otherwise the worker keeps the Result and sends it again.
   if (res.reason == protocol::EndReason::kRefused) {
-    Requeue(res.job_id);
+    if (Requeue(res.job_id)) Send(identity, protocol::ResultAck{res.job_id});
     return;
   }
   auto record = stores_.jobs->Load(res.job_id);
-  if (!record.ok() && record.status().code() != Code::kNotFound && options_.metrics) {
-    options_.metrics->RedisError();
+  if (!record.ok() && record.status().code() != Code::kNotFound) {
+    if (options_.metrics) options_.metrics->RedisError();
+    return;
   }
   if (!record.ok() || IsTerminal(record->status)) {
     // A worker may send results for any job id.
     static common::LogLimiter limit(kHostileLines, kLogWindow);
     kJobsLog.Warn(limit, {.job = res.job_id, .worker = identity}, "result ignored: {}",
                   record.ok() ? "it has already ended" : record.status().ToString());
+    Send(identity, protocol::ResultAck{res.job_id});
     return;
   }
   record->ApplyResult(res, common::NowMs());
   RenewEpoch(res, &*record);
   kJobsLog.Info({.job = res.job_id, .tenant = record->tenant, .worker = identity},
                 "storing the result of a job another broker dispatched");
-  Finish(std::move(*record), res.session_reset);
+  Finish(std::move(*record), res.session_reset, nullptr, identity);
 }
 
-void Dispatcher::HandleDisconnect(const std::string& identity, protocol::Message& m) {
-  auto& d = std::get<protocol::Disconnect>(m);
-  static common::LogLimiter limit(kRoutineLines, kLogWindow);
-  kLog.Info(limit, {.worker = identity}, "worker disconnected: {}", d.reason);
-  auto jobs = table_.Remove(identity);
-  LoseWorker(identity, jobs, "the worker disconnected: " + d.reason);
+void Dispatcher::OnGone(WorkerGone& e) {
+  auto jobs = table_.Remove(e.worker);
+  LoseWorker(e.worker, jobs, e.why, e.expired);
   PublishWorkers();
 }
 
-void Dispatcher::HandleUnexpected(const std::string& identity, protocol::Message& m) {
-  static common::LogLimiter limit(kHostileLines, kLogWindow);
-  kLog.Warn(limit, {.worker = identity}, "worker sent a {} message, which only brokers send",
-            protocol::TypeName(protocol::TypeOf(m)));
-}
-
 void Dispatcher::Tick() {
-  const auto now = Clock::now();
-  size_t missed = 0;
-  for (const auto& [id, w] : table_.workers()) {
-    Send(id, protocol::Heartbeat{options_.broker_id, 0, 0, false});
-    // Workers beat at the same interval: silence for 1.5 of them is a miss.
-    if (now - w.last_seen > options_.heartbeat_interval * 3 / 2) ++missed;
-  }
-  if (options_.metrics && missed > 0) options_.metrics->HeartbeatsMissed(missed);
-  for (auto& [id, jobs] : table_.Expire(Clock::now())) {
-    // Anyone may register under many ids and fall silent.
-    static common::LogLimiter limit(kRoutineLines, kLogWindow);
-    kLog.Warn(limit, {.worker = id}, "worker missed {} heartbeats: declared dead",
-              options_.liveness);
-    LoseWorker(id, jobs, "the worker stopped answering heartbeats", /*expired=*/true);
+  // Terminal records Redis refused earlier, oldest first; the first refusal
+  // ends the round (Redis is still away: each call would wait its timeout).
+  while (!unsaved_.empty()) {
+    Unsaved& u = unsaved_.front();
+    if (!TryFinish(u.record, u.session_reset, nullptr, u.worker, nullptr)) break;
+    unsaved_bytes_ -= u.bytes;
+    unsaved_.pop_front();
   }
   PublishWorkers();
   if (auto st = stores_.schedule->PublishTenants(options_.tenant_shares); !st.ok()) {
@@ -510,10 +495,6 @@ void Dispatcher::Tick() {
     took_over_self_ = true;
   }
   FailOverdue();
-  // Retry terminal records Redis refused earlier.
-  std::vector<std::pair<JobRecord, bool>> retry;
-  retry.swap(unsaved_);
-  for (auto& [r, reset] : retry) Finish(std::move(r), reset);
 }
 
 void Dispatcher::RenewLeases() {
@@ -599,17 +580,18 @@ void Dispatcher::Pump() {
   if (started->size() >= stores_.schedule->settings().budget) pump_due_ = true;
 }
 
-void Dispatcher::Requeue(const std::string& job_id) {
+bool Dispatcher::Requeue(const std::string& job_id) {
   auto started = stores_.schedule->Requeue(job_id, Candidates(), common::NowMs());
   if (!started.ok()) {
     // The lease expires and the job stays `running` in Redis until
     // FailOverdue on the broker that owns it: log loudly.
     if (options_.metrics) options_.metrics->RedisError();
     kJobsLog.Error({.job = job_id}, "could not requeue: {}", started.status().ToString());
-    return;
+    return false;
   }
   StartAll(*started);
   pump_due_ = true;
+  return true;
 }
 
 void Dispatcher::FailOverdue() {
@@ -634,8 +616,8 @@ void Dispatcher::FailOverdue() {
   }
 }
 
-void Dispatcher::LoseWorker(const std::string& worker, const std::vector<std::string>& job_ids,
-                            const std::string& why, bool expired) {
+size_t Dispatcher::LoseJobs(const std::string& worker, const std::vector<std::string>& job_ids,
+                            const std::string& why) {
   size_t lost = 0;
   for (const auto& id : job_ids) {
     auto it = in_flight_.find(id);
@@ -651,9 +633,15 @@ void Dispatcher::LoseWorker(const std::string& worker, const std::vector<std::st
     Finish(std::move(r));
     ++lost;
   }
+  if (options_.metrics && lost > 0) options_.metrics->JobsWorkerLost(lost);
+  return lost;
+}
+
+void Dispatcher::LoseWorker(const std::string& worker, const std::vector<std::string>& job_ids,
+                            const std::string& why, bool expired) {
+  const size_t lost = LoseJobs(worker, job_ids, why);
   if (options_.metrics && (expired || lost > 0)) {
     options_.metrics->WorkerLost();
-    if (lost > 0) options_.metrics->JobsWorkerLost(lost);
   }
   // Its sessions' state is gone; their queued executions can never run.
   auto queued = stores_.sessions->LoseWorker(worker);
@@ -674,19 +662,47 @@ void Dispatcher::LoseWorker(const std::string& worker, const std::vector<std::st
   }
 }
 
-void Dispatcher::Finish(JobRecord record, bool session_reset, const JobSpec* spec) {
+void Dispatcher::Finish(JobRecord record, bool session_reset, const JobSpec* spec,
+                        const std::string& worker, const StoredOutput* stored) {
+  if (TryFinish(record, session_reset, spec, worker, stored)) return;
+  kJobsLog.Error({.job = record.id, .tenant = record.tenant},
+                 "could not store the result (kept in memory, retried every tick)");
+  // Waiters get it now; Redis gets it on a later tick.
+  waiters_->Notify(record);
+  const size_t bytes = record.stdout_data.size() + record.stderr_data.size() + 4096;
+  if (unsaved_bytes_ + bytes > options_.max_unsaved_bytes) {
+    // Bounded: the worker keeps an unacknowledged Result and sends it again;
+    // an end with no Result (WORKER_LOST, overdue) is decided again by the
+    // broker that owns the job when its lease or overdue check comes round.
+    static common::LogLimiter limit(kHostileLines, kLogWindow);
+    kJobsLog.Error(limit, {.job = record.id},
+                   "{} bytes of results wait for Redis: not keeping this one", unsaved_bytes_);
+    return;
+  }
+  unsaved_bytes_ += bytes;
+  unsaved_.push_back(Unsaved{std::move(record), session_reset, worker, bytes});
+}
+
+bool Dispatcher::TryFinish(const JobRecord& record, bool session_reset, const JobSpec* spec,
+                           const std::string& worker, const StoredOutput* stored) {
   auto t0 = Clock::now();
+  if (!worker.empty()) {
+    // The stream gets what it lacks of the output before the end is stored:
+    // a subscriber reads every byte, then the end.
+    static const StoredOutput kNothing;
+    auto st = stores_.jobs->CompleteOutput(record.id, record.stdout_data, record.stderr_data,
+                                           stored ? *stored : kNothing);
+    if (!st.ok()) {
+      if (options_.metrics) options_.metrics->RedisError();
+      return false;
+    }
+  }
   auto out = stores_.schedule->Finish(record, FinishExpect::kAny, Candidates(), common::NowMs(),
                                       session_reset);
   if (options_.metrics) options_.metrics->RedisCall("finish", SecondsSince(t0));
   if (!out.ok()) {
     if (options_.metrics) options_.metrics->RedisError();
-    kJobsLog.Error({.job = record.id, .tenant = record.tenant},
-                   "could not store the result: {} (retrying)", out.status().ToString());
-    // Waiters get it now; Redis gets it on a later tick.
-    waiters_->Notify(record);
-    unsaved_.emplace_back(std::move(record), session_reset);
-    return;
+    return false;
   }
   if (out->kind == FinishOutcome::Kind::kStored) {
     Counted(record, out->approval, spec);
@@ -695,7 +711,9 @@ void Dispatcher::Finish(JobRecord record, bool session_reset, const JobSpec* spe
     kJobsLog.Info({.job = record.id, .tenant = record.tenant},
                   "the job had already ended ({}); its later end is dropped", out->status);
   }
+  if (!worker.empty()) Send(worker, protocol::ResultAck{record.id});
   StartAll(out->started);
+  return true;
 }
 
 void Dispatcher::Counted(const JobRecord& record, const std::string& approval,
@@ -712,23 +730,6 @@ void Dispatcher::Counted(const JobRecord& record, const std::string& approval,
                   record.duration_ms.value_or(0));
   }
   if (options_.audit) options_.audit->Add(record, spec, approval);
-}
-
-bool Dispatcher::Send(const std::string& identity, const protocol::Message& m) {
-  std::string bytes = protocol::Encode(m);
-  try {
-    if (!router_.send(zmq::buffer(identity),
-                      zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
-      return false;
-    }
-    return router_.send(zmq::buffer(bytes), zmq::send_flags::dontwait).has_value();
-  } catch (const zmq::error_t& e) {
-    static common::LogLimiter limit(kHostileLines, kLogWindow);
-    if (e.num() != EHOSTUNREACH) {
-      kLog.Warn(limit, {.worker = identity}, "send failed: {}", e.what());
-    }
-    return false;
-  }
 }
 
 void Dispatcher::PublishWorkers() {

@@ -1,23 +1,32 @@
-// Dispatcher: the broker's worker-facing event loop. It owns the ZeroMQ
-// ROUTER that workers connect to, the WorkerTable and the jobs this broker
-// has in flight; the queue and the slots live in Redis (ScheduleStore), shared
-// with every other broker.
+// Dispatcher: the broker's scheduling loop. It owns the WorkerTable and the
+// jobs this broker has in flight, and the WorkerGateway (the ZeroMQ ROUTER
+// workers connect to, and their liveness, on a thread that never waits on
+// Redis); the queue and the slots live in Redis (ScheduleStore), shared with
+// every other broker.
 //
 //   ASSIGN_OR_RETURN(auto d, Dispatcher::Create(options, &zmq_ctx, &stores, &waiters));
 //   std::jthread loop([&](std::stop_token st) { d->Run(st); });
 //   // An HTTP thread, after ScheduleStore::Submit started a job on a worker:
 //   d->Start(std::move(spec), worker, epoch);
 //
-// Messages are handled by one table (type -> handler); each handler validates,
-// then acts. A terminal record goes through End(): one script stores it,
-// releases its slots and starts queued jobs, before waiters are told, so
-// whatever a client reads back is stored. A worker that goes silent for
-// heartbeat_interval x liveness is dead: its running jobs end WORKER_LOST
-// (they are not re-run: code may have side effects) and its sessions are
-// lost. Every tick renews this broker's leases and registration in Redis and
-// takes over the jobs of brokers that stopped renewing theirs.
-// Run() belongs to one thread; every other method is thread-safe (they post
-// to the loop through an eventfd-signalled inbox, or read a snapshot).
+// The gateway hands over registrations, heartbeats, Results and deaths as
+// events, and output chunks through an OutputBuffer this loop stores from,
+// a budget at a time, a job's chunks always before its end. A terminal
+// record goes through Finish(): the job's output stream is completed from
+// the record, then one script stores it, releases its slots and starts
+// queued jobs, before waiters are told, so whatever a client reads back is
+// stored; then the worker gets a ResultAck (until then it keeps the Result
+// and sends it again after every reconnect). When Redis refuses a record it
+// is kept in memory (bounded) and retried every tick. A worker the gateway
+// declares dead (silent for heartbeat_interval x liveness) has its running
+// jobs end WORKER_LOST (they are not re-run: code may have side effects) and
+// its sessions lost; a worker that reconnects as the same incarnation keeps
+// the jobs it says it holds. Every tick renews this broker's leases and
+// registration in Redis and takes over the jobs of brokers that stopped
+// renewing theirs.
+// Run() belongs to one thread (it runs the gateway on another); every other
+// method is thread-safe (they post to the loop through an eventfd-signalled
+// inbox, or read a snapshot).
 #pragma once
 
 #include <chrono>
@@ -33,6 +42,8 @@
 
 #include "broker/job/job.hpp"
 #include "broker/scheduler/job_waiters.hpp"
+#include "broker/scheduler/output_buffer.hpp"
+#include "broker/scheduler/worker_gateway.hpp"
 #include "broker/scheduler/worker_table.hpp"
 #include "broker/store/job_store.hpp"
 #include "broker/store/schedule_store.hpp"
@@ -55,6 +66,14 @@ struct DispatcherOptions {
   // How often queued jobs are retried while any wait (slots can free up on
   // other brokers, leases expire, workers arrive).
   std::chrono::milliseconds pump_interval{100};
+  // Output received and not yet stored, per job and in all (OutputBuffer).
+  size_t output_buffer_job_bytes = 4u << 20;
+  size_t output_buffer_bytes = 64u << 20;
+  // Output stored per turn of the loop at most, so Results and other work
+  // interleave with a flood's chunks.
+  size_t output_flush_bytes = 8u << 20;
+  // Terminal records kept in memory while Redis refuses them (bytes of output).
+  size_t max_unsaved_bytes = 512u << 20;
   // Per tenant: literal secrets the worker masks in what jobs return.
   std::map<std::string, std::vector<std::string>> tenant_secrets;
   // Per tenant: slot limit and weight, published to Redis every tick.
@@ -94,7 +113,7 @@ class Dispatcher {
   Dispatcher& operator=(const Dispatcher&) = delete;
 
   // The endpoint actually bound (resolves an ephemeral port).
-  const std::string& endpoint() const { return bound_endpoint_; }
+  const std::string& endpoint() const { return gateway_->endpoint(); }
 
   // A job ScheduleStore started on `worker` (its leases are taken): send it.
   void Start(JobSpec spec, std::string worker, std::optional<uint64_t> session_epoch);
@@ -131,66 +150,85 @@ class Dispatcher {
     JobSpec spec;
     JobRecord record;
     std::string worker;
+    StoredOutput stored;  // how much of its output this broker saw stored
   };
   struct StartRequest {
     JobSpec spec;
     std::string worker;
     std::optional<uint64_t> session_epoch;
   };
-  using Handler = void (Dispatcher::*)(const std::string& identity,
-                                       common::protocol::Message& message);
+  // A terminal record Redis refused, retried every tick; `worker` gets the
+  // ResultAck once it is stored (empty: no Result to acknowledge).
+  struct Unsaved {
+    JobRecord record;
+    bool session_reset = false;
+    std::string worker;
+    size_t bytes = 0;
+  };
 
-  Dispatcher(DispatcherOptions options, zmq::socket_t router, common::UniqueFd wake,
-             DispatcherStores stores, JobWaiters* waiters);
+  Dispatcher(DispatcherOptions options, common::UniqueFd wake, DispatcherStores stores,
+             JobWaiters* waiters);
 
   void DrainInbox();
   void SendStart(StartRequest req);
   void CancelNow(const std::string& job_id);
   void Wake();
-  void ReceiveAll();
-  void HandleRegister(const std::string& identity, common::protocol::Message& m);
-  void HandleHeartbeat(const std::string& identity, common::protocol::Message& m);
-  void HandleOutputChunk(const std::string& identity, common::protocol::Message& m);
-  void HandleResult(const std::string& identity, common::protocol::Message& m);
-  void FinishForeign(const std::string& identity, const common::protocol::Result& res);
-  void HandleDisconnect(const std::string& identity, common::protocol::Message& m);
-  void HandleUnexpected(const std::string& identity, common::protocol::Message& m);
+  void Send(const std::string& worker, common::protocol::Message m);
+
+  // Gateway events, in the order they happened.
+  void HandleEvents();
+  void OnRegistered(WorkerRegistered& e);
+  void OnBeat(WorkerBeat& e);
+  void OnResult(WorkerResult& e);
+  void OnGone(WorkerGone& e);
+  void OnUndeliverable(Undeliverable& e);
+  void FinishForeign(const std::string& worker, const common::protocol::Result& res);
+  // Stores buffered output (jobs' chunks in order; what Redis refuses is
+  // left to the jobs' ends to complete).
+  void StoreOutput(std::vector<JobOutput> batch);
 
   void Tick();
   void Pump();
   void RenewLeases();
   void TakeOver(bool include_self);
-  void Requeue(const std::string& job_id);
+  // False when Redis could not take it (the caller keeps what it needs).
+  bool Requeue(const std::string& job_id);
   void FailOverdue();
   // A worker is gone: its jobs here end WORKER_LOST, its sessions are lost.
   // `expired`: it missed its heartbeats (counted as lost even without jobs).
   void LoseWorker(const std::string& worker, const std::vector<std::string>& job_ids,
                   const std::string& why, bool expired = false);
-  // Every terminal record of a job that ran passes here: one script stores
-  // it, releases its slots and starts queued jobs; kept for a retry when
-  // Redis refuses it.
-  void Finish(JobRecord record, bool session_reset = false, const JobSpec* spec = nullptr);
+  // Ends these jobs WORKER_LOST (their worker no longer has them).
+  size_t LoseJobs(const std::string& worker, const std::vector<std::string>& job_ids,
+                  const std::string& why);
+  // Every terminal record of a job that ran passes here: its output stream
+  // is completed from it, one script stores it, releases its slots and
+  // starts queued jobs, then `worker` (if any) gets the ResultAck; kept in
+  // memory for a retry when Redis refuses it.
+  void Finish(JobRecord record, bool session_reset = false, const JobSpec* spec = nullptr,
+              const std::string& worker = "", const StoredOutput* stored = nullptr);
+  // False when Redis refused it (nothing was told to anyone).
+  bool TryFinish(const JobRecord& record, bool session_reset, const JobSpec* spec,
+                 const std::string& worker, const StoredOutput* stored);
   // A Result's session lost its state: the record gets a new session epoch.
   void RenewEpoch(const common::protocol::Result& res, JobRecord* record);
   // A terminal record this broker stored: metrics and the audit trail.
   void Counted(const JobRecord& record, const std::string& approval, const JobSpec* spec);
   void ExpireApprovals(const std::vector<std::string>& ids);
-  bool Send(const std::string& identity, const common::protocol::Message& m);
   void PublishWorkers();
 
   DispatcherOptions options_;
-  zmq::socket_t router_;
   common::UniqueFd wake_;  // eventfd
   DispatcherStores stores_;
   JobWaiters* waiters_;
-  std::string bound_endpoint_;
-  std::map<common::protocol::MessageType, Handler> handlers_;
+  OutputBuffer output_;
+  std::unique_ptr<WorkerGateway> gateway_;
 
   // Loop-owned state.
   WorkerTable table_;
   std::map<std::string, InFlight> in_flight_;
-  // Terminal records Redis refused (with their session reset), retried each tick.
-  std::vector<std::pair<JobRecord, bool>> unsaved_;
+  std::deque<Unsaved> unsaved_;
+  size_t unsaved_bytes_ = 0;
   Clock::time_point started_at_;
   Clock::time_point next_tick_;
   Clock::time_point next_pump_;

@@ -4,32 +4,40 @@
 
 namespace kiln::broker {
 
-std::vector<std::string> WorkerTable::OnRegister(const std::string& identity,
-                                                 const common::protocol::Register& reg,
-                                                 Clock::time_point now, int64_t now_ms) {
-  std::vector<std::string> lost;
+RegisterOutcome WorkerTable::OnRegister(const std::string& identity,
+                                        const common::protocol::Register& reg, int64_t now_ms) {
+  RegisterOutcome out;
+  std::set<std::string> kept;
   auto it = workers_.find(identity);
   if (it != workers_.end()) {
-    lost.assign(it->second.running.begin(), it->second.running.end());
+    const bool same = !reg.incarnation.empty() && reg.incarnation == it->second.reg.incarnation;
+    const std::set<std::string> held(reg.held_jobs.begin(), reg.held_jobs.end());
+    for (const auto& job : it->second.running) {
+      if (same && held.count(job)) {
+        kept.insert(job);
+      } else {
+        out.lost.push_back(job);
+      }
+    }
+    out.restarted = !same;
   }
   WorkerInfo& w = workers_[identity];
   w.identity = identity;
   w.reg = reg;
-  w.running.clear();
+  w.reg.held_jobs.clear();  // only needed here
+  w.running = std::move(kept);
   w.draining = false;
   w.refusing = false;
-  w.last_seen = now;
   w.registered_at_ms = now_ms;
   w.last_seen_ms = now_ms;
-  return lost;
+  return out;
 }
 
 bool WorkerTable::OnHeartbeat(const std::string& identity, const common::protocol::Heartbeat& hb,
-                              Clock::time_point now, int64_t now_ms) {
+                              int64_t now_ms) {
   auto it = workers_.find(identity);
   if (it == workers_.end()) return false;
   WorkerInfo& w = it->second;
-  w.last_seen = now;
   w.last_seen_ms = now_ms;
   w.draining = hb.draining;
   w.refusing = false;
@@ -38,34 +46,12 @@ bool WorkerTable::OnHeartbeat(const std::string& identity, const common::protoco
   return true;
 }
 
-void WorkerTable::Touch(const std::string& identity, Clock::time_point now, int64_t now_ms) {
-  auto it = workers_.find(identity);
-  if (it == workers_.end()) return;
-  it->second.last_seen = now;
-  it->second.last_seen_ms = now_ms;
-}
-
 std::vector<std::string> WorkerTable::Remove(const std::string& identity) {
   auto it = workers_.find(identity);
   if (it == workers_.end()) return {};
   std::vector<std::string> jobs(it->second.running.begin(), it->second.running.end());
   workers_.erase(it);
   return jobs;
-}
-
-std::vector<std::pair<std::string, std::vector<std::string>>> WorkerTable::Expire(
-    Clock::time_point now) {
-  std::vector<std::pair<std::string, std::vector<std::string>>> dead;
-  for (auto it = workers_.begin(); it != workers_.end();) {
-    if (now - it->second.last_seen > dead_after_) {
-      dead.emplace_back(it->first, std::vector<std::string>(it->second.running.begin(),
-                                                            it->second.running.end()));
-      it = workers_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  return dead;
 }
 
 std::vector<WorkerSlots> WorkerTable::Candidates(uint32_t slot_cap) const {

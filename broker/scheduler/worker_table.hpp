@@ -1,14 +1,15 @@
 // WorkerTable: the broker's view of its connected workers, without I/O.
 //
-//   table.OnRegister(identity, reg, now);           // Register message
+//   auto outcome = table.OnRegister(identity, reg, now_ms);  // Register message
 //   auto workers = table.Candidates(0);             // who may get jobs (ScheduleStore)
-//   for (auto& dead : table.Expire(now)) { ... }    // liveness check
+//   auto jobs = table.Remove(identity);             // the gateway declared it dead
 //
-// Liveness follows ZeroMQ's Paranoid Pirate pattern: a worker that sent
-// nothing for interval x liveness is dead. Which worker runs a job is decided
-// in Redis from the slot leases of every broker (ScheduleStore); this table
-// says which workers are alive, not draining and not refusing work.
-// Belongs to the dispatcher's thread; Snapshot() copies are for other threads.
+// Liveness is the WorkerGateway's (WorkerLiveness): this table learns of
+// registrations, heartbeats and deaths from it. Which worker runs a job is
+// decided in Redis from the slot leases of every broker (ScheduleStore);
+// this table says which workers are alive, not draining and not refusing
+// work, and which jobs this broker sent each.
+// Belongs to the dispatcher's thread.
 #pragma once
 
 #include <chrono>
@@ -35,29 +36,28 @@ struct WorkerInfo {
   uint32_t external_busy = 0;
   bool draining = false;
   bool refusing = false;  // refused a job for want of a slot; cleared by its next heartbeat
-  Clock::time_point last_seen;
   int64_t registered_at_ms = 0;
   int64_t last_seen_ms = 0;  // wall clock, for display
 };
 
+// What a (re)registration means for the jobs this broker sent the worker.
+struct RegisterOutcome {
+  // Jobs it no longer holds: a restarted worker has lost them all; one that
+  // reconnected (same incarnation) only those missing from its held_jobs.
+  std::vector<std::string> lost;
+  // A new incarnation of a worker this table knew: its sessions are gone too.
+  bool restarted = false;
+};
+
 class WorkerTable {
  public:
-  explicit WorkerTable(Clock::duration dead_after) : dead_after_(dead_after) {}
-
-  // Returns the jobs the worker was running under a previous registration
-  // (a restarted worker has lost them).
-  std::vector<std::string> OnRegister(const std::string& identity,
-                                      const common::protocol::Register& reg, Clock::time_point now,
-                                      int64_t now_ms);
+  RegisterOutcome OnRegister(const std::string& identity, const common::protocol::Register& reg,
+                             int64_t now_ms);
   // False when the identity is unknown (the worker must register again).
   bool OnHeartbeat(const std::string& identity, const common::protocol::Heartbeat& hb,
-                   Clock::time_point now, int64_t now_ms);
-  // Any message from a known worker proves it alive.
-  void Touch(const std::string& identity, Clock::time_point now, int64_t now_ms);
+                   int64_t now_ms);
   // Removes the worker; returns the jobs it was running.
   std::vector<std::string> Remove(const std::string& identity);
-  // Removes workers silent for longer than dead_after; returns (identity, jobs).
-  std::vector<std::pair<std::string, std::vector<std::string>>> Expire(Clock::time_point now);
 
   // Live workers that may be sent jobs: not draining, not refusing. Their
   // slot limit is the smaller of their own slots and `slot_cap` (0: none).
@@ -75,7 +75,6 @@ class WorkerTable {
   const std::map<std::string, WorkerInfo>& workers() const { return workers_; }
 
  private:
-  Clock::duration dead_after_;
   std::map<std::string, WorkerInfo> workers_;
 };
 

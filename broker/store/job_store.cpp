@@ -1,6 +1,7 @@
 #include "broker/store/job_store.hpp"
 
 #include "broker/store/audit_store.hpp"
+#include "broker/store/output_scripts.hpp"
 #include "broker/store/schedule_scripts.hpp"
 #include "common/json/bounded_json.hpp"
 
@@ -121,15 +122,59 @@ common::StatusOr<std::string> JobStore::Approval(const std::string& id) {
   return r.is_nil() || r.str.empty() ? std::string("none") : r.str;
 }
 
-common::Status JobStore::AppendChunk(const common::protocol::OutputChunk& c) {
-  const std::string key = OutputKey(c.job_id);
+common::StatusOr<std::vector<StoredOutput>> JobStore::AppendOutput(
+    const std::vector<JobOutput>& jobs) {
+  std::vector<std::vector<std::string>> commands;
+  commands.reserve(jobs.size());
+  const std::string max_kept = std::to_string(kMaxChunksKept);
+  for (const JobOutput& j : jobs) {
+    std::vector<std::string> argv = {"EVALSHA", scripts::AppendOutput().sha1, "0", j.job_id, ttl_s_,
+                                     max_kept};
+    argv.reserve(argv.size() + 4 * j.chunks.size());
+    for (const auto& c : j.chunks) {
+      argv.push_back(c.stream == common::protocol::Stream::kStderr ? "stderr" : "stdout");
+      argv.push_back(std::to_string(c.seq));
+      argv.push_back(std::to_string(c.offset));
+      argv.push_back(c.data);
+    }
+    commands.push_back(std::move(argv));
+  }
+  if (commands.empty()) return std::vector<StoredOutput>{};
   auto conn = pool_->Acquire();
-  auto r =
-      conn->Pipeline({{"XADD", key, "MAXLEN", "~", std::to_string(kMaxChunksKept), "*", "stream",
-                       c.stream == common::protocol::Stream::kStdout ? "stdout" : "stderr", "seq",
-                       std::to_string(c.seq), "data", c.data},
-                      {"EXPIRE", key, ttl_s_}});
-  return r.ok() ? common::Status::Ok() : r.status().WithContext("storing output of " + c.job_id);
+  auto replies = conn->Pipeline(commands);
+  if (!replies.ok() && replies.status().message().find("NOSCRIPT") != std::string::npos) {
+    // Redis learns the script (a restarted Redis forgets it).
+    RETURN_IF_ERROR(conn->Command({"SCRIPT", "LOAD", scripts::AppendOutput().text}).status());
+    replies = conn->Pipeline(commands);
+  }
+  if (!replies.ok()) return replies.status().WithContext("storing output");
+  std::vector<StoredOutput> out;
+  out.reserve(replies->size());
+  for (const RedisReply& r : *replies) {
+    if (r.elements.size() != 3) return common::Internal("redis: unexpected reply storing output");
+    StoredOutput s;
+    s.running = r.elements[0].integer >= 0;
+    s.stdout_bytes = static_cast<uint64_t>(std::max<long long>(r.elements[0].integer, 0));
+    s.stderr_bytes = static_cast<uint64_t>(std::max<long long>(r.elements[1].integer, 0));
+    s.entries = static_cast<uint32_t>(std::max<long long>(r.elements[2].integer, 0));
+    out.push_back(s);
+  }
+  return out;
+}
+
+common::Status JobStore::CompleteOutput(const std::string& job_id, const std::string& stdout_data,
+                                        const std::string& stderr_data, const StoredOutput& known) {
+  JobOutput tail{job_id, {}};
+  auto add = [&](common::protocol::Stream stream, const std::string& text, uint64_t from) {
+    if (text.size() <= from) return;
+    // seq 0: Redis numbers it after the last stored one.
+    tail.chunks.push_back(
+        common::protocol::OutputChunk{job_id, stream, 0, from, text.substr(from)});
+  };
+  add(common::protocol::Stream::kStdout, stdout_data, known.stdout_bytes);
+  add(common::protocol::Stream::kStderr, stderr_data, known.stderr_bytes);
+  if (tail.chunks.empty()) return common::Status::Ok();
+  return AppendOutput({std::move(tail)}).status();
 }
 
 common::StatusOr<std::vector<JobStore::StoredChunk>> JobStore::ReadChunks(
@@ -169,6 +214,8 @@ std::vector<JobStore::StoredChunk> JobStore::ParseEntries(const std::string& id,
                                                    : common::protocol::Stream::kStdout;
       } else if (f[i].str == "seq") {
         sc.chunk.seq = std::strtoull(f[i + 1].str.c_str(), nullptr, 10);
+      } else if (f[i].str == "offset") {
+        sc.chunk.offset = std::strtoull(f[i + 1].str.c_str(), nullptr, 10);
       } else if (f[i].str == "data") {
         sc.chunk.data = f[i + 1].str;
       }

@@ -9,22 +9,40 @@
 //   {kiln}:job:<id>   hash  spec (JobSpec JSON), record (JobRecord JSON),
 //                           status, tenant; expires job_ttl_s after its last write
 //   {kiln}:out:<id>   stream  the job's output chunks (fields stream, seq,
-//                           data), for live and late subscribers (SSE);
+//                           offset, data), for live and late subscribers (SSE);
 //                           capped at kMaxChunksKept entries, expires with the job
+//   The job hash keeps how far each stream is stored (out_stdout, out_stderr)
+//   and the last seq (out_seq): chunks are stored only where they continue
+//   their stream, and only while the job runs.
 // Round trips: Update 1, Load 1 (a script for the live fields and an HGET
-// of the record, pipelined),
-// AppendChunk 1 per output chunk, ReadChunks 1 per poll of a subscriber.
+// of the record, pipelined), AppendOutput 1 for any number of jobs' chunks,
+// ReadChunks 1 per poll of a subscriber.
 // Thread-safe (each call leases its own connection from the pool).
 #pragma once
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "broker/job/job.hpp"
 #include "broker/store/redis_connection.hpp"
 #include "common/status.hpp"
 
 namespace kiln::broker {
+
+// One job's output chunks, in order (as received, or coalesced).
+struct JobOutput {
+  std::string job_id;
+  std::vector<common::protocol::OutputChunk> chunks;
+};
+
+// How much of a job's output is stored, after AppendOutput.
+struct StoredOutput {
+  bool running = true;  // false: the job has ended (or is unknown), nothing was stored
+  uint64_t stdout_bytes = 0;
+  uint64_t stderr_bytes = 0;
+  uint32_t entries = 0;  // stream entries this call added
+};
 
 class JobStore {
  public:
@@ -66,7 +84,21 @@ class JobStore {
   };
   static constexpr size_t kMaxChunksKept = 10000;
   static std::string OutputKey(const std::string& id) { return "{kiln}:out:" + id; }
-  common::Status AppendChunk(const common::protocol::OutputChunk& chunk);
+  // Stores each job's chunks where they continue its stored streams: a
+  // chunk that would leave a gap is dropped, one that overlaps keeps only its
+  // new bytes, and nothing is stored once the job has ended (its record then
+  // holds the output). Entries keep at most kMaxChunkBytes. One script per
+  // job, all in one round trip; the reply gives each job's stored ends.
+  common::StatusOr<std::vector<StoredOutput>> AppendOutput(const std::vector<JobOutput>& jobs);
+  // A job about to end: stores what its streams still lack of the record's
+  // output (chunks lost on the way, or dropped under a flood), so the stream
+  // holds the whole output before the end. `known` is what this broker last
+  // saw stored (only the bytes past it are sent; Redis trims any overlap).
+  common::Status CompleteOutput(const std::string& job_id, const std::string& stdout_data,
+                                const std::string& stderr_data, const StoredOutput& known);
+  common::Status AppendChunk(const common::protocol::OutputChunk& chunk) {
+    return AppendOutput({JobOutput{chunk.job_id, {chunk}}}).status();
+  }
   // Chunks after `after_id` ("0" for all), waiting up to block_ms for the
   // first one (block_ms < 0: do not wait). Uses the caller's own connection: a subscriber blocks on
   // it.

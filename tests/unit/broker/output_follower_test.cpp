@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -117,9 +118,14 @@ class OutputFollowerTest : public ::testing::Test {
                             JobStatusName(r.status)})
                     .ok());
   }
+  // Output is stored only while its job runs, where it continues the stream.
   void Chunk(const std::string& id, uint64_t seq, const std::string& data) {
-    ASSERT_TRUE(jobs_->AppendChunk({id, common::protocol::Stream::kStdout, seq, 0, data}).ok());
+    uint64_t& offset = offsets_[id];
+    ASSERT_TRUE(
+        jobs_->AppendChunk({id, common::protocol::Stream::kStdout, seq, offset, data}).ok());
+    offset += data.size();
   }
+  std::map<std::string, uint64_t> offsets_;
 
   static inline std::string dir_;
   static inline int port_ = 0;
@@ -151,9 +157,11 @@ TEST_F(OutputFollowerTest, ChunksInOrderThenTheEndFromTheNotice) {
 }
 
 TEST_F(OutputFollowerTest, EndFoundByTheStatusCheckWithoutANotice) {
-  Put("j2", JobStatus::kSucceeded);  // ended before anyone followed it
+  Put("j2", JobStatus::kRunning);
   Chunk("j2", 0, "x");
   Chunk("j2", 1, "y");
+  Put("j2", JobStatus::kSucceeded);  // ended before anyone followed it
+  Chunk("j2", 2, "after the end");   // never stored
   auto r = std::make_shared<TestReader>();
   follower_->Follow("j2", "0", r);
   ASSERT_TRUE(WaitFor([&] { return r->End() == "succeeded"; }, 5s));
@@ -161,8 +169,9 @@ TEST_F(OutputFollowerTest, EndFoundByTheStatusCheckWithoutANotice) {
 }
 
 TEST_F(OutputFollowerTest, ReadersAtDifferentPlacesEachGetTheirRest) {
-  Put("j3", JobStatus::kSucceeded);
+  Put("j3", JobStatus::kRunning);
   for (int i = 0; i < 50; ++i) Chunk("j3", i, "<" + std::to_string(i) + ">");
+  Put("j3", JobStatus::kSucceeded);
   // The id of entry 30, to resume after it.
   auto c = pool_->Acquire();
   auto range = c->Command({"XRANGE", JobStore::OutputKey("j3"), "-", "+", "COUNT", "31"});
@@ -202,8 +211,9 @@ TEST_F(OutputFollowerTest, AReaderWithoutRoomIsNotReadForUntilWoken) {
 // offered the end again until it takes it, exactly once, and the other
 // readers of the job are not held back meanwhile.
 TEST_F(OutputFollowerTest, ADeclinedEndIsOfferedAgainUntilTaken) {
-  Put("j9", JobStatus::kSucceeded);
+  Put("j9", JobStatus::kRunning);
   Chunk("j9", 0, "q");
+  Put("j9", JobStatus::kSucceeded);
   auto declining = std::make_shared<TestReader>();
   declining->decline_end = true;
   auto other = std::make_shared<TestReader>();
@@ -237,8 +247,8 @@ TEST_F(OutputFollowerTest, ReadersOfAJobShareOneCopyOfItsEnd) {
     JobRecord ended = Record(id, JobStatus::kSucceeded);
     ended.stdout_data = std::string(4096, 'o');
     Put(id, JobStatus::kRunning);
-    if (!notice) PutRecord(ended);
     Chunk(id, 0, "out");
+    if (!notice) PutRecord(ended);
     std::vector<std::shared_ptr<TestReader>> readers;
     std::vector<OutputFollower::Id> ids;
     for (int i = 0; i < 3; ++i) {
@@ -287,6 +297,62 @@ TEST_F(OutputFollowerTest, MissingJobIsNotFoundAndUnfollowStopsDelivery) {
   std::this_thread::sleep_for(200ms);
   EXPECT_EQ(gone->Data(), "before");
   EXPECT_EQ(waiters_.size(), 0u);
+}
+
+}  // namespace
+}  // namespace kiln::broker
+
+namespace kiln::broker {
+namespace {
+
+// The stored stream of a job: in order, without gaps, never after the end,
+// and completed from the record at the end.
+TEST_F(OutputFollowerTest, OutputIsStoredContiguouslyAndCompletedFromTheRecord) {
+  using common::protocol::Stream;
+  Put("k1", JobStatus::kRunning);
+  auto stored = [&] {
+    std::string out, err;
+    auto c = pool_->Acquire();
+    auto chunks = JobStore::ReadChunks(c.operator->(), "k1", "0", -1);
+    EXPECT_TRUE(chunks.ok());
+    uint64_t last_seq = 0;
+    bool first = true;
+    for (const auto& sc : *chunks) {
+      EXPECT_TRUE(first || sc.chunk.seq > last_seq);
+      first = false;
+      last_seq = sc.chunk.seq;
+      std::string& s = sc.chunk.stream == Stream::kStdout ? out : err;
+      EXPECT_EQ(sc.chunk.offset, s.size());
+      s += sc.chunk.data;
+    }
+    return std::make_pair(out, err);
+  };
+  auto r = jobs_->AppendOutput({JobOutput{"k1",
+                                          {{"k1", Stream::kStdout, 0, 0, "hello "},
+                                           {"k1", Stream::kStdout, 1, 20, "gap"},  // dropped
+                                           {"k1", Stream::kStderr, 2, 0, "oops"},
+                                           {"k1", Stream::kStdout, 3, 3, "lo world"}}}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->size(), 1u);
+  EXPECT_TRUE((*r)[0].running);
+  EXPECT_EQ((*r)[0].stdout_bytes, 11u);  // "hello world": the overlap kept once
+  EXPECT_EQ((*r)[0].stderr_bytes, 4u);
+  EXPECT_EQ(stored(), std::make_pair(std::string("hello world"), std::string("oops")));
+  // The end: what the stream lacks comes from the record, in entries of at
+  // most a chunk, before the record is stored.
+  const std::string rest(100 << 10, 'r');
+  ASSERT_TRUE(jobs_->CompleteOutput("k1", "hello world" + rest, "oops!", (*r)[0]).ok());
+  ASSERT_TRUE(jobs_->CompleteOutput("k1", "hello world" + rest, "oops!", StoredOutput{}).ok());
+  auto c = pool_->Acquire();
+  auto chunks = JobStore::ReadChunks(c.operator->(), "k1", "0", -1);
+  ASSERT_TRUE(chunks.ok());
+  for (const auto& sc : *chunks) EXPECT_LE(sc.chunk.data.size(), common::protocol::kMaxChunkBytes);
+  EXPECT_EQ(stored(), std::make_pair("hello world" + rest, std::string("oops!")));
+  Put("k1", JobStatus::kSucceeded);
+  r = jobs_->AppendOutput({JobOutput{"k1", {{"k1", Stream::kStdout, 9, 102411, "late"}}}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE((*r)[0].running);
+  EXPECT_EQ(stored().first, "hello world" + rest);
 }
 
 }  // namespace

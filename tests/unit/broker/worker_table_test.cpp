@@ -2,9 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include "broker/scheduler/output_buffer.hpp"
+#include "broker/scheduler/worker_liveness.hpp"
+
 namespace kiln::broker {
 namespace {
 
+using std::chrono::milliseconds;
 using std::chrono::seconds;
 
 common::protocol::Register Reg(const std::string& id, uint32_t slots,
@@ -23,10 +27,9 @@ std::vector<std::string> Ids(const std::vector<WorkerSlots>& c) {
 }
 
 TEST(WorkerTable, CandidatesCarrySlotsAndRuntimes) {
-  WorkerTable t(seconds(3));
-  auto now = Clock::now();
-  t.OnRegister("a", Reg("a", 2), now, 0);
-  t.OnRegister("c", Reg("c", 8, {"javascript"}), now, 0);
+  WorkerTable t;
+  t.OnRegister("a", Reg("a", 2), 0);
+  t.OnRegister("c", Reg("c", 8, {"javascript"}), 0);
   auto c = t.Candidates(0);
   ASSERT_EQ(c.size(), 2u);
   EXPECT_EQ(c[0].id, "a");
@@ -40,56 +43,166 @@ TEST(WorkerTable, CandidatesCarrySlotsAndRuntimes) {
 }
 
 TEST(WorkerTable, RefusingWorkerGetsNothingUntilItsNextHeartbeat) {
-  WorkerTable t(seconds(3));
-  auto now = Clock::now();
-  t.OnRegister("a", Reg("a", 2), now, 0);
-  t.OnRegister("b", Reg("b", 2), now, 0);
+  WorkerTable t;
+  t.OnRegister("a", Reg("a", 2), 0);
+  t.OnRegister("b", Reg("b", 2), 0);
   t.MarkFull("a");
   EXPECT_EQ(Ids(t.Candidates(0)), std::vector<std::string>{"b"});
   common::protocol::Heartbeat hb;
-  t.OnHeartbeat("a", hb, now, 0);
+  t.OnHeartbeat("a", hb, 0);
   EXPECT_EQ(Ids(t.Candidates(0)), (std::vector<std::string>{"a", "b"}));
 }
 
 TEST(WorkerTable, DrainingWorkersGetNoJobs) {
-  WorkerTable t(seconds(3));
-  auto now = Clock::now();
-  t.OnRegister("a", Reg("a", 2), now, 0);
+  WorkerTable t;
+  t.OnRegister("a", Reg("a", 2), 0);
   common::protocol::Heartbeat hb;
   hb.draining = true;
-  EXPECT_TRUE(t.OnHeartbeat("a", hb, now, 0));
+  EXPECT_TRUE(t.OnHeartbeat("a", hb, 0));
   EXPECT_TRUE(t.Candidates(0).empty());
   hb.draining = false;
-  EXPECT_TRUE(t.OnHeartbeat("a", hb, now, 0));
+  EXPECT_TRUE(t.OnHeartbeat("a", hb, 0));
   EXPECT_EQ(t.Candidates(0).size(), 1u);
+  EXPECT_FALSE(t.OnHeartbeat("z", hb, 0));  // unknown: must register
 }
 
-TEST(WorkerTable, SilentWorkersExpireWithTheirJobs) {
-  WorkerTable t(seconds(3));
-  auto now = Clock::now();
-  t.OnRegister("a", Reg("a", 2), now, 0);
-  t.OnRegister("b", Reg("b", 2), now, 0);
+TEST(WorkerTable, RemovedWorkersReturnTheirJobs) {
+  WorkerTable t;
+  t.OnRegister("a", Reg("a", 2), 0);
   t.Assign("a", "j1");
-  t.OnHeartbeat("b", {}, now + seconds(2), 0);
-  EXPECT_TRUE(t.Expire(now + seconds(2)).empty());
-  auto dead = t.Expire(now + seconds(4));
-  ASSERT_EQ(dead.size(), 1u);
-  EXPECT_EQ(dead[0].first, "a");
-  EXPECT_EQ(dead[0].second, std::vector<std::string>{"j1"});
+  EXPECT_EQ(t.Remove("a"), std::vector<std::string>{"j1"});
   EXPECT_FALSE(t.Known("a"));
-  EXPECT_TRUE(t.Known("b"));
-  EXPECT_FALSE(t.OnHeartbeat("a", {}, now, 0));  // must register again
+  EXPECT_TRUE(t.Remove("a").empty());
 }
 
-TEST(WorkerTable, ReRegistrationReturnsLostJobs) {
-  WorkerTable t(seconds(3));
-  auto now = Clock::now();
-  t.OnRegister("a", Reg("a", 2), now, 0);
+TEST(WorkerTable, RestartedWorkerLosesEveryJob) {
+  WorkerTable t;
+  auto r = Reg("a", 2);
+  r.incarnation = "one";
+  t.OnRegister("a", r, 0);
   t.Assign("a", "j1");
-  auto lost = t.OnRegister("a", Reg("a", 2), now, 0);
-  EXPECT_EQ(lost, std::vector<std::string>{"j1"});
+  r.incarnation = "two";
+  r.held_jobs = {"j1"};  // a new process cannot hold the old one's jobs
+  auto out = t.OnRegister("a", r, 0);
+  EXPECT_TRUE(out.restarted);
+  EXPECT_EQ(out.lost, std::vector<std::string>{"j1"});
   EXPECT_EQ(Ids(t.Candidates(0)), std::vector<std::string>{"a"});
   EXPECT_EQ(t.Remove("a"), std::vector<std::string>{});
+}
+
+TEST(WorkerTable, ReconnectedWorkerKeepsTheJobsItHolds) {
+  WorkerTable t;
+  auto r = Reg("a", 2);
+  r.incarnation = "one";
+  t.OnRegister("a", r, 0);
+  t.Assign("a", "j1");
+  t.Assign("a", "j2");
+  r.held_jobs = {"j2", "j9"};
+  auto out = t.OnRegister("a", r, 0);
+  EXPECT_FALSE(out.restarted);
+  EXPECT_EQ(out.lost, std::vector<std::string>{"j1"});
+  EXPECT_EQ(t.Remove("a"), std::vector<std::string>{"j2"});
+  // Without an incarnation a worker cannot prove it is the same process.
+  t.OnRegister("b", Reg("b", 1), 0);
+  t.Assign("b", "j3");
+  auto anon = Reg("b", 1);
+  anon.held_jobs = {"j3"};
+  out = t.OnRegister("b", anon, 0);
+  EXPECT_TRUE(out.restarted);
+  EXPECT_EQ(out.lost, std::vector<std::string>{"j3"});
+}
+
+TEST(WorkerLiveness, SilentWorkersExpire) {
+  WorkerLiveness live(seconds(1), 3);
+  auto now = WorkerLiveness::Clock::now();
+  live.Turn(now);
+  live.Register("a", now);
+  live.Register("b", now);
+  EXPECT_FALSE(live.Heard("z", now));  // unknown: must register
+  for (int i = 1; i <= 40; ++i) {      // the loop turns every 100 ms
+    auto t = now + milliseconds(100 * i);
+    live.Turn(t);
+    live.Heard("b", t);
+    if (i == 20) {
+      EXPECT_TRUE(live.Expire(t).empty());
+    }
+  }
+  auto t = now + milliseconds(4000);
+  EXPECT_EQ(live.Late(t), 1u);
+  EXPECT_EQ(live.Expire(t), std::vector<std::string>{"a"});
+  EXPECT_FALSE(live.Known("a"));
+  EXPECT_TRUE(live.Known("b"));
+}
+
+TEST(WorkerLiveness, TheBrokersOwnPauseIsNotCountedAgainstWorkers) {
+  WorkerLiveness live(seconds(1), 3);
+  auto now = WorkerLiveness::Clock::now();
+  live.Turn(now);
+  live.Register("a", now);
+  // The broker is stopped for 5 s: its next turn comes late.
+  auto later = now + seconds(5);
+  EXPECT_TRUE(live.Turn(later));
+  EXPECT_TRUE(live.Expire(later).empty());
+  EXPECT_TRUE(live.Expire(later + milliseconds(2900)).empty());
+  // Silence after the broker is back counts again.
+  for (int i = 1; i <= 35; ++i) EXPECT_FALSE(live.Turn(later + milliseconds(100 * i)));
+  EXPECT_EQ(live.Expire(later + milliseconds(3500)), std::vector<std::string>{"a"});
+}
+
+common::protocol::OutputChunk Chunk(
+    const std::string& job, uint64_t seq, uint64_t offset, const std::string& data,
+    common::protocol::Stream s = common::protocol::Stream::kStdout) {
+  return common::protocol::OutputChunk{job, s, seq, offset, data};
+}
+
+TEST(OutputBuffer, CoalescesContiguousChunksOfAStream) {
+  OutputBuffer b(1 << 20, 4 << 20);
+  uint64_t off = 0;
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_TRUE(b.Add(Chunk("j", static_cast<uint64_t>(i), off, "x")));
+    off += 1;
+  }
+  ASSERT_TRUE(b.Add(Chunk("j", 1000, 0, "e", common::protocol::Stream::kStderr)));
+  ASSERT_TRUE(b.Add(Chunk("j", 1001, 1000, "yy")));
+  EXPECT_EQ(b.bytes(), 1003u);
+  auto out = b.Take({"j"});
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].chunks.size(), 3u);
+  EXPECT_EQ(out[0].chunks[0].data, std::string(1000, 'x'));
+  EXPECT_EQ(out[0].chunks[0].seq, 0u);
+  EXPECT_EQ(out[0].chunks[1].stream, common::protocol::Stream::kStderr);
+  EXPECT_EQ(out[0].chunks[2].data, "yy");
+  EXPECT_EQ(out[0].chunks[2].offset, 1000u);
+  EXPECT_TRUE(b.empty());
+  EXPECT_EQ(b.bytes(), 0u);
+}
+
+TEST(OutputBuffer, MergedEntriesStayWithinAChunk) {
+  OutputBuffer b(4 << 20, 16 << 20);
+  const std::string piece(40 << 10, 'a');
+  for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(b.Add(Chunk("j", i, i * piece.size(), piece)));
+  auto out = b.Take({"j"});
+  ASSERT_EQ(out.size(), 1u);
+  for (const auto& c : out[0].chunks) EXPECT_LE(c.data.size(), common::protocol::kMaxChunkBytes);
+  EXPECT_EQ(out[0].chunks.size(), 4u);  // 40 KiB + 40 KiB would pass 64 KiB
+}
+
+TEST(OutputBuffer, BoundsPerJobAndInAll) {
+  OutputBuffer b(100, 150);
+  EXPECT_TRUE(b.Add(Chunk("flood", 0, 0, std::string(100, 'f'))));
+  EXPECT_FALSE(b.Add(Chunk("flood", 1, 100, "f")));  // its own bound
+  EXPECT_TRUE(b.Add(Chunk("other", 0, 0, std::string(50, 'o'))));
+  EXPECT_FALSE(b.Add(Chunk("third", 0, 0, "t")));  // the total bound
+  EXPECT_EQ(b.dropped(), 2u);
+  // Oldest job first, whole jobs, until the budget is spent.
+  auto some = b.TakeSome(10);
+  ASSERT_EQ(some.size(), 1u);
+  EXPECT_EQ(some[0].job_id, "flood");
+  some = b.TakeSome(1000);
+  ASSERT_EQ(some.size(), 1u);
+  EXPECT_EQ(some[0].job_id, "other");
+  EXPECT_TRUE(b.empty());
+  EXPECT_TRUE(b.Add(Chunk("third", 0, 0, "t")));
 }
 
 }  // namespace

@@ -1,0 +1,299 @@
+#include "broker/scheduler/worker_gateway.hpp"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "broker/metrics/broker_metrics.hpp"
+#include "common/log/logging.hpp"
+#include "common/protocol/codec.hpp"
+
+namespace kiln::broker {
+namespace {
+
+namespace protocol = common::protocol;
+using Clock = WorkerLiveness::Clock;
+
+constexpr int kMaxMessagesPerTurn = 256;
+
+const common::SubsystemLog kLog("scheduler");
+
+// Lines a worker (or anyone who can reach the worker endpoint) can trigger at
+// will go through a LogLimiter: this many per window at each call site.
+constexpr uint32_t kHostileLines = 10;
+// Registrations and disconnects are routine: a roomier budget, so a
+// cluster's start is logged in full.
+constexpr uint32_t kRoutineLines = 100;
+constexpr auto kLogWindow = std::chrono::seconds(10);
+
+size_t Weight(const protocol::Result& r) {
+  size_t n = r.stdout_data.size() + r.stderr_data.size() + r.result_json.size() + 1024;
+  for (const auto& f : r.files) n += f.path.size() + f.content.size();
+  return n;
+}
+
+}  // namespace
+
+common::StatusOr<std::unique_ptr<WorkerGateway>> WorkerGateway::Create(GatewayOptions options,
+                                                                       zmq::context_t* ctx,
+                                                                       OutputBuffer* output,
+                                                                       std::function<void()> wake) {
+  common::UniqueFd wake_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!wake_fd.valid()) return common::ErrnoStatus("eventfd", errno);
+  try {
+    zmq::socket_t router(*ctx, zmq::socket_type::router);
+    router.set(zmq::sockopt::router_mandatory, 1);  // sends to a gone worker fail, not vanish
+    router.set(zmq::sockopt::router_handover, 1);   // a reconnecting worker takes its id back
+    router.set(zmq::sockopt::linger, 0);
+    router.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(protocol::kMaxMessageBytes));
+    router.bind(options.endpoint);
+    std::string bound = router.get(zmq::sockopt::last_endpoint);
+    auto gw = std::unique_ptr<WorkerGateway>(new WorkerGateway(
+        std::move(options), std::move(router), std::move(wake_fd), output, std::move(wake)));
+    gw->bound_endpoint_ = std::move(bound);
+    return gw;
+  } catch (const zmq::error_t& e) {
+    return common::InvalidRequest("cannot bind worker endpoint " + options.endpoint + ": " +
+                                  e.what());
+  }
+}
+
+WorkerGateway::WorkerGateway(GatewayOptions options, zmq::socket_t router, common::UniqueFd wake_fd,
+                             OutputBuffer* output, std::function<void()> wake)
+    : options_(std::move(options)),
+      router_(std::move(router)),
+      wake_fd_(std::move(wake_fd)),
+      output_(output),
+      wake_dispatcher_(std::move(wake)),
+      liveness_(options_.heartbeat_interval, options_.liveness) {
+  handlers_ = {
+      {protocol::MessageType::kRegister, &WorkerGateway::OnRegister},
+      {protocol::MessageType::kHeartbeat, &WorkerGateway::OnHeartbeat},
+      {protocol::MessageType::kOutputChunk, &WorkerGateway::OnOutputChunk},
+      {protocol::MessageType::kResult, &WorkerGateway::OnResult},
+      {protocol::MessageType::kDisconnect, &WorkerGateway::OnDisconnect},
+      {protocol::MessageType::kRegisterAck, &WorkerGateway::OnUnexpected},
+      {protocol::MessageType::kExecute, &WorkerGateway::OnUnexpected},
+      {protocol::MessageType::kCancel, &WorkerGateway::OnUnexpected},
+      {protocol::MessageType::kCloseSession, &WorkerGateway::OnUnexpected},
+      {protocol::MessageType::kResultAck, &WorkerGateway::OnUnexpected},
+  };
+}
+
+WorkerGateway::~WorkerGateway() = default;
+
+void WorkerGateway::Send(std::string worker, protocol::Message message) {
+  {
+    std::lock_guard lock(mu_);
+    outbox_.emplace_back(std::move(worker), std::move(message));
+  }
+  uint64_t one = 1;
+  ssize_t n = ::write(wake_fd_.get(), &one, sizeof(one));
+  (void)n;  // EAGAIN: the counter is already non-zero, the loop wakes anyway
+}
+
+std::deque<GatewayEvent> WorkerGateway::TakeEvents() {
+  std::deque<GatewayEvent> out;
+  std::lock_guard lock(mu_);
+  out.swap(events_);
+  event_bytes_ = 0;
+  return out;
+}
+
+void WorkerGateway::Post(GatewayEvent event, size_t bytes) {
+  {
+    std::lock_guard lock(mu_);
+    if (event_bytes_ + bytes > options_.max_event_bytes &&
+        std::holds_alternative<WorkerResult>(event)) {
+      // The dispatcher is far behind (Redis is away): the worker keeps the
+      // Result until it is acknowledged and sends it again.
+      static common::LogLimiter limit(kHostileLines, kLogWindow);
+      kLog.Warn(limit, {.job = std::get<WorkerResult>(event).result.job_id},
+                "{} bytes of results wait for the dispatcher: this one is dropped unacknowledged",
+                event_bytes_);
+      return;
+    }
+    events_.push_back(std::move(event));
+    event_bytes_ += bytes;
+  }
+  wake_dispatcher_();
+}
+
+void WorkerGateway::Run(std::stop_token stop) {
+  next_beat_ = Clock::now();
+  while (!stop.stop_requested()) {
+    now_ = Clock::now();
+    if (liveness_.Turn(now_)) {
+      kLog.Warn({},
+                "the worker loop was away for more than a heartbeat interval (the broker was "
+                "paused or starved): every worker gets a fresh liveness window");
+    }
+    if (now_ >= next_beat_) Beat(now_);
+    zmq::pollitem_t items[] = {
+        {router_.handle(), 0, ZMQ_POLLIN, 0},
+        {nullptr, wake_fd_.get(), ZMQ_POLLIN, 0},
+    };
+    // Wake at least every 100 ms to notice a stop request.
+    auto wait =
+        std::min<Clock::duration>(next_beat_ - Clock::now(), std::chrono::milliseconds(100));
+    try {
+      zmq::poll(items, 2,
+                std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::max<Clock::duration>(wait, Clock::duration::zero())));
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) kLog.Error({}, "poll failed: {}", e.what());
+      continue;
+    }
+    if (items[1].revents & ZMQ_POLLIN) {
+      uint64_t count = 0;
+      ssize_t n = ::read(wake_fd_.get(), &count, sizeof(count));
+      (void)n;
+    }
+    SendQueued();
+    if (items[0].revents & ZMQ_POLLIN) ReceiveAll(Clock::now());
+  }
+  SendQueued();
+  // Tell workers we are going, so they fail over at once instead of after
+  // their liveness timeout.
+  for (const auto& id : liveness_.Ids()) SendNow(id, protocol::Disconnect{"broker stopping"});
+}
+
+void WorkerGateway::Beat(Clock::time_point now) {
+  next_beat_ = now + options_.heartbeat_interval;
+  for (const auto& id : liveness_.Ids()) {
+    SendNow(id, protocol::Heartbeat{options_.broker_id, 0, 0, false});
+  }
+  if (size_t late = liveness_.Late(now); late > 0 && options_.metrics) {
+    options_.metrics->HeartbeatsMissed(late);
+  }
+  for (auto& id : liveness_.Expire(now)) {
+    // Anyone may register under many ids and fall silent.
+    static common::LogLimiter limit(kRoutineLines, kLogWindow);
+    kLog.Warn(limit, {.worker = id}, "worker missed {} heartbeats: declared dead",
+              options_.liveness);
+    Post(WorkerGone{id, "the worker stopped answering heartbeats", true}, 64);
+  }
+}
+
+void WorkerGateway::SendQueued() {
+  std::deque<std::pair<std::string, protocol::Message>> batch;
+  {
+    std::lock_guard lock(mu_);
+    batch.swap(outbox_);
+  }
+  for (auto& [worker, m] : batch) {
+    if (SendNow(worker, m)) continue;
+    if (auto* e = std::get_if<protocol::Execute>(&m)) {
+      Post(Undeliverable{worker, e->job_id}, 64);
+    }
+  }
+}
+
+bool WorkerGateway::SendNow(const std::string& worker, const protocol::Message& m) {
+  std::string bytes = protocol::Encode(m);
+  try {
+    if (!router_.send(zmq::buffer(worker), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+      return false;
+    }
+    return router_.send(zmq::buffer(bytes), zmq::send_flags::dontwait).has_value();
+  } catch (const zmq::error_t& e) {
+    static common::LogLimiter limit(kHostileLines, kLogWindow);
+    if (e.num() != EHOSTUNREACH) kLog.Warn(limit, {.worker = worker}, "send failed: {}", e.what());
+    return false;
+  }
+}
+
+void WorkerGateway::ReceiveAll(Clock::time_point now) {
+  for (int i = 0; i < kMaxMessagesPerTurn; ++i) {
+    zmq::message_t identity_frame;
+    zmq::message_t payload;
+    try {
+      if (!router_.recv(identity_frame, zmq::recv_flags::dontwait)) return;
+      if (!identity_frame.more()) continue;
+      if (!router_.recv(payload, zmq::recv_flags::none)) return;
+      // Drop any extra frames: a well-behaved worker sends exactly one.
+      bool extra = payload.more();
+      while (extra) {
+        zmq::message_t junk;
+        if (!router_.recv(junk, zmq::recv_flags::none)) break;
+        extra = junk.more();
+      }
+      if (payload.more() || extra) continue;
+    } catch (const zmq::error_t& e) {
+      kLog.Error({}, "receive failed: {}", e.what());
+      return;
+    }
+    std::string worker = identity_frame.to_string();
+    auto decoded = protocol::Decode(
+        std::string_view(static_cast<const char*>(payload.data()), payload.size()));
+    if (!decoded.ok()) {
+      static common::LogLimiter limit(kHostileLines, kLogWindow);
+      kLog.Warn(limit, {.worker = worker}, "dropping a bad message from a worker: {}",
+                decoded.status().message());
+      continue;
+    }
+    liveness_.Heard(worker, now);  // anything from a known worker proves it alive
+    auto handler = handlers_.find(protocol::TypeOf(*decoded));
+    if (handler != handlers_.end()) (this->*handler->second)(worker, *decoded);
+  }
+}
+
+void WorkerGateway::OnRegister(const std::string& worker, protocol::Message& m) {
+  auto& reg = std::get<protocol::Register>(m);
+  if (reg.worker_id.empty() || reg.worker_id != worker || reg.slots == 0 || reg.runtimes.empty()) {
+    static common::LogLimiter limit(kHostileLines, kLogWindow);
+    kLog.Warn(limit, {.worker = worker},
+              "refusing registration from '{}': needs an id (its routing id), slots and "
+              "runtimes",
+              worker);
+    SendNow(worker, protocol::Disconnect{"registration needs worker_id, slots and runtimes"});
+    return;
+  }
+  liveness_.Register(worker, now_);
+  SendNow(worker, protocol::RegisterAck{options_.broker_id,
+                                        static_cast<uint32_t>(options_.heartbeat_interval.count()),
+                                        options_.liveness});
+  Post(WorkerRegistered{worker, std::move(reg)}, 4096);
+}
+
+void WorkerGateway::OnHeartbeat(const std::string& worker, protocol::Message& m) {
+  if (!liveness_.Known(worker)) {
+    // We do not know this worker (we restarted, or declared it dead): make it
+    // register again.
+    SendNow(worker, protocol::Disconnect{"unknown worker: register again"});
+    return;
+  }
+  Post(WorkerBeat{worker, std::get<protocol::Heartbeat>(m)}, 64);
+}
+
+void WorkerGateway::OnOutputChunk(const std::string&, protocol::Message& m) {
+  // Chunks of jobs another broker dispatched are stored as well: subscribers
+  // read them from Redis, wherever they are connected.
+  auto& chunk = std::get<protocol::OutputChunk>(m);
+  if (!output_->Add(std::move(chunk))) {
+    if (options_.metrics) options_.metrics->OutputChunkDropped();
+  }
+  wake_dispatcher_();
+}
+
+void WorkerGateway::OnResult(const std::string& worker, protocol::Message& m) {
+  auto& res = std::get<protocol::Result>(m);
+  const size_t bytes = Weight(res);
+  Post(WorkerResult{worker, std::move(res)}, bytes);
+}
+
+void WorkerGateway::OnDisconnect(const std::string& worker, protocol::Message& m) {
+  auto& d = std::get<protocol::Disconnect>(m);
+  static common::LogLimiter limit(kRoutineLines, kLogWindow);
+  kLog.Info(limit, {.worker = worker}, "worker disconnected: {}", d.reason);
+  liveness_.Remove(worker);
+  Post(WorkerGone{worker, "the worker disconnected: " + d.reason, false}, 64);
+}
+
+void WorkerGateway::OnUnexpected(const std::string& worker, protocol::Message& m) {
+  static common::LogLimiter limit(kHostileLines, kLogWindow);
+  kLog.Warn(limit, {.worker = worker}, "worker sent a {} message, which only brokers send",
+            protocol::TypeName(protocol::TypeOf(m)));
+}
+
+}  // namespace kiln::broker

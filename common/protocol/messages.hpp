@@ -1,4 +1,4 @@
-// The broker <-> worker wire messages (protocol version 1), as plain structs.
+// The broker <-> worker wire messages (protocol version 2), as plain structs.
 //
 //   std::string bytes = protocol::Encode(protocol::Heartbeat{.sender_id = "w1"});
 //   StatusOr<protocol::Message> m = protocol::Decode(bytes);  // never throws
@@ -17,7 +17,8 @@
 
 namespace kiln::common::protocol {
 
-inline constexpr uint32_t kProtocolVersion = 1;
+// 2: result_ack (and register.incarnation, held_jobs, output_chunk.offset).
+inline constexpr uint32_t kProtocolVersion = 2;
 
 // Hard limits, enforced by Decode (and by Encode's callers through config
 // maxima that are always below them).

@@ -396,7 +396,7 @@ TEST(CodecDecodeTest, UnknownKeysAreIgnoredAtEveryLevel) {
   for (const Message& m : FullMessages()) {
     SCOPED_TRACE(TypeName(TypeOf(m)));
     Value frame = FrameOf(m);
-    Set(frame, {"zz_future_field"}, Map({{Str("nested"), Arr({U(1), Str("x"), Nil(), F64(2)})}}));
+    Set(frame, {"zz_future_field"}, Map({{Str("nested"), Arr({U(kProtocolVersion), Str("x"), Nil(), F64(2)})}}));
     Set(frame, {"zz_future_number"}, I(-5));
     StatusOr<Message> back = DecodeValue(frame);
     ASSERT_TRUE(IsOk(back));
@@ -515,8 +515,8 @@ TEST(CodecRobustnessTest, TrailingBytesAreRejected) {
 
 TEST(CodecEnvelopeTest, WrongVersion) {
   Value frame = FrameOf(Full(MessageType::kHeartbeat));
-  frame.items[0] = U(2);
-  EXPECT_TRUE(IsInvalid(DecodeValue(frame), "unsupported protocol version 2"));
+  frame.items[0] = U(1);  // before result_ack
+  EXPECT_TRUE(IsInvalid(DecodeValue(frame), "unsupported protocol version 1"));
   frame.items[0] = U(0);
   EXPECT_TRUE(IsInvalid(DecodeValue(frame), "unsupported protocol version 0"));
   frame.items[0] = U(1ull << 40);
@@ -528,7 +528,7 @@ TEST(CodecEnvelopeTest, WrongVersion) {
   EXPECT_TRUE(
       IsInvalid(DecodeValue(frame), "protocol version must be an unsigned integer, got str"));
   // A future version may change the envelope; the version is still reported.
-  EXPECT_TRUE(IsInvalid(DecodeValue(Arr({U(2), U(1)})), "unsupported protocol version 2"));
+  EXPECT_TRUE(IsInvalid(DecodeValue(Arr({U(3), U(1)})), "unsupported protocol version 3"));
   EXPECT_TRUE(IsInvalid(DecodeValue(Arr({U(7)})), "unsupported protocol version 7"));
 }
 
@@ -555,16 +555,16 @@ TEST(CodecEnvelopeTest, WrongTopLevelShapes) {
   EXPECT_TRUE(IsInvalid(DecodeValue(Nil()),
                         "frame must be a MessagePack array [version, type, body], got nil"));
   EXPECT_TRUE(IsInvalid(DecodeValue(Arr({})), "frame is an empty array"));
-  EXPECT_TRUE(IsInvalid(DecodeValue(Arr({U(1), U(7)})), "frame has 2 elements, expected 3"));
+  EXPECT_TRUE(IsInvalid(DecodeValue(Arr({U(kProtocolVersion), U(7)})), "frame has 2 elements, expected 3"));
   EXPECT_TRUE(
-      IsInvalid(DecodeValue(Arr({U(1), U(7), body, U(0)})), "frame has 4 elements, expected 3"));
-  EXPECT_TRUE(IsInvalid(DecodeValue(Arr({U(1), U(7), Arr({Str("job_id"), Str("x")})})),
+      IsInvalid(DecodeValue(Arr({U(kProtocolVersion), U(7), body, U(0)})), "frame has 4 elements, expected 3"));
+  EXPECT_TRUE(IsInvalid(DecodeValue(Arr({U(kProtocolVersion), U(7), Arr({Str("job_id"), Str("x")})})),
                         "cancel: expected map, got array"));
   EXPECT_TRUE(
-      IsInvalid(DecodeValue(Arr({U(1), U(7), Str("job_id")})), "cancel: expected map, got str"));
-  EXPECT_TRUE(IsInvalid(DecodeValue(Arr({U(1), U(7), Nil()})), "cancel: expected map, got nil"));
+      IsInvalid(DecodeValue(Arr({U(kProtocolVersion), U(7), Str("job_id")})), "cancel: expected map, got str"));
+  EXPECT_TRUE(IsInvalid(DecodeValue(Arr({U(kProtocolVersion), U(7), Nil()})), "cancel: expected map, got nil"));
   // Sanity: the same body in the right place decodes.
-  EXPECT_TRUE(IsOk(DecodeValue(Arr({U(1), U(7), body}))));
+  EXPECT_TRUE(IsOk(DecodeValue(Arr({U(kProtocolVersion), U(7), body}))));
 }
 
 TEST(CodecEnvelopeTest, NonStringKeys) {
@@ -699,13 +699,13 @@ TEST(CodecFieldsTest, MissingOptionalFieldTakesItsDefault) {
 
 TEST(CodecFieldsTest, MissingOptionalFieldsDecodeToStructDefaults) {
   StatusOr<Message> r =
-      DecodeValue(Arr({U(1), U(6), Map({{Str("job_id"), Str("j")}, {Str("reason"), U(2)}})}));
+      DecodeValue(Arr({U(2), U(6), Map({{Str("job_id"), Str("j")}, {Str("reason"), U(2)}})}));
   ASSERT_TRUE(IsOk(r));
   EXPECT_EQ(*r, (Message{Result{.job_id = "j", .reason = EndReason::kTimeout}}));
-  StatusOr<Message> h = DecodeValue(Arr({U(1), U(3), Map({{Str("sender_id"), Str("b")}})}));
+  StatusOr<Message> h = DecodeValue(Arr({U(kProtocolVersion), U(3), Map({{Str("sender_id"), Str("b")}})}));
   ASSERT_TRUE(IsOk(h));
   EXPECT_EQ(*h, Message{Heartbeat{.sender_id = "b"}});
-  StatusOr<Message> d = DecodeValue(Arr({U(1), U(8), Map({})}));
+  StatusOr<Message> d = DecodeValue(Arr({U(kProtocolVersion), U(8), Map({})}));
   ASSERT_TRUE(IsOk(d));
   EXPECT_EQ(*d, Message{Disconnect{}});
 }

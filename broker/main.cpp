@@ -72,10 +72,11 @@ int main(int argc, char** argv) {
     spdlog::warn("open files limit unchanged: {}", fds.status().ToString());
   }
 
+  auto endpoint = broker::RedisEndpoint::Parse(cfg->redis_url);
+  if (!endpoint.ok()) return Fail(endpoint.status());
   auto pool = broker::RedisPool::Create(cfg->redis_url, cfg->redis_pool_size);
   if (!pool.ok()) return Fail(pool.status());
   broker::JobStore store(pool->get(), cfg->job_ttl_s);
-  if (auto st = store.Ping(); !st.ok()) return Fail(st.WithContext("redis " + cfg->redis_url));
 
   const auto& sc = cfg->scheduling;
   broker::ScheduleSettings settings;
@@ -114,14 +115,13 @@ int main(int argc, char** argv) {
   dopts.metrics = &metrics;
   broker::AuditWriter audit_writer(&audit, &store, &metrics);
   dopts.audit = &audit_writer;
-  if (auto st = schedule.PublishTenants(dopts.tenant_shares); !st.ok()) return Fail(st);
+  // Every socket is bound before Redis is asked anything: a port in use stops
+  // the broker at once, not after Redis has loaded.
   auto dispatcher = broker::Dispatcher::Create(dopts, &zmq_ctx, stores, &waiters);
   if (!dispatcher.ok()) return Fail(dispatcher.status());
   // One set of submit rate buckets for both front ends: the rate is per broker.
   broker::SubmitRateLimiter submit_rates(*cfg);
   const broker::Governance governance{&*policy, &audit, &audit_writer, &submit_rates};
-  auto endpoint = broker::RedisEndpoint::Parse(cfg->redis_url);
-  if (!endpoint.ok()) return Fail(endpoint.status());
   broker::RedisProbe probe(*endpoint);
   broker::OutputFollower follower(*endpoint, &store, &waiters);
   broker::UnreadBudget unread;  // outlives both front ends and the follower's readers
@@ -139,19 +139,36 @@ int main(int argc, char** argv) {
   broker::EventBus bus(*endpoint, &waiters, &store,
                        [d = dispatcher->get()](const std::string& id) { d->Cancel(id); });
 
+  // The front ends answer while Redis loads or is away, as they do when it
+  // goes away later: /v1/health 503 with the probe's error, calls that need
+  // Redis 503 UNAVAILABLE. Workers connect and wait for the dispatcher.
+  std::jthread probing([&](std::stop_token st) { probe.Run(st); });
+  (*api)->Start();
+  std::jthread clients;
+  if (native) clients = std::jthread([&](std::stop_token st) { native->Run(st); });
+  int sig = 0;
+  const auto pause = [&](std::chrono::milliseconds d) {  // false: a stop signal came
+    const timespec ts{static_cast<time_t>(d.count() / 1000),
+                      static_cast<long>(d.count() % 1000) * 1'000'000};
+    sig = sigtimedwait(&stop_signals, nullptr, &ts);
+    return sig <= 0;
+  };
+  const broker::RedisStartStep tenants{
+      "store the tenant limits", [&] { return schedule.PublishTenants(dopts.tenant_shares); }};
+  if (auto st = broker::AwaitRedis(*endpoint, cfg->redis_url, {&tenants, 1}, pause); !st.ok()) {
+    if (st.code() != common::Code::kCancelled) return Fail(st);
+    spdlog::info("broker {} stopping (signal {}) before it served: {}", cfg->id, sig, st.message());
+    return 0;  // the front ends stop as they go out of scope
+  }
+
   spdlog::info("broker {} ready: http on port {}, workers on {}, clients on {}, redis {}", cfg->id,
                (*api)->port(), (*dispatcher)->endpoint(), native ? native->endpoint() : "(off)",
                cfg->redis_url);
   std::jthread loop([&](std::stop_token st) { (*dispatcher)->Run(st); });
   std::jthread events([&](std::stop_token st) { bus.Run(st); });
   std::jthread auditing([&](std::stop_token st) { audit_writer.Run(st); });
-  std::jthread probing([&](std::stop_token st) { probe.Run(st); });
   std::jthread following([&](std::stop_token st) { follower.Run(st); });
-  (*api)->Start();
-  std::jthread clients;
-  if (native) clients = std::jthread([&](std::stop_token st) { native->Run(st); });
 
-  int sig = 0;
   sigwait(&stop_signals, &sig);
   spdlog::info("broker {} stopping (signal {})", cfg->id, sig);
   (*api)->Stop();

@@ -491,8 +491,8 @@ void Dispatcher::Tick() {
   // Take over only once workers have had a liveness window to register
   // here: adopted jobs need their workers known.
   if (Clock::now() - started_at_ > options_.heartbeat_interval * options_.liveness) {
-    TakeOver(!took_over_self_);
-    took_over_self_ = true;
+    // Our own jobs of a previous run are adopted once, when Redis answers.
+    if (TakeOver(!took_over_self_)) took_over_self_ = true;
   }
   FailOverdue();
 }
@@ -510,7 +510,8 @@ void Dispatcher::RenewLeases() {
   if (options_.metrics) options_.metrics->RedisCall("tick", SecondsSince(t0));
   if (!tick.ok()) {
     if (options_.metrics) options_.metrics->RedisError();
-    kLog.Warn({}, "could not renew leases: {}", tick.status().ToString());
+    static common::LogLimiter limit(kHostileLines, kLogWindow);
+    kLog.Warn(limit, {}, "could not renew leases: {}", tick.status().ToString());
     return;
   }
   for (const auto& id : tick->not_owned) {
@@ -535,15 +536,15 @@ void Dispatcher::RenewLeases() {
   }
 }
 
-void Dispatcher::TakeOver(bool include_self) {
+bool Dispatcher::TakeOver(bool include_self) {
   const int64_t dead_after =
       static_cast<int64_t>(options_.heartbeat_interval.count()) * options_.liveness;
   auto claimed = stores_.schedule->Claim(common::NowMs() - dead_after, include_self);
   if (!claimed.ok()) {
     if (options_.metrics) options_.metrics->RedisError();
-    return;
+    return false;
   }
-  if (claimed->empty()) return;
+  if (claimed->empty()) return true;
   for (const auto& [id, worker] : *claimed) {
     if (in_flight_.count(id)) continue;
     auto spec = stores_.jobs->LoadSpec(id);
@@ -563,6 +564,7 @@ void Dispatcher::TakeOver(bool include_self) {
   }
   // Renew the adopted leases now, before they run out.
   RenewLeases();
+  return true;
 }
 
 void Dispatcher::Pump() {

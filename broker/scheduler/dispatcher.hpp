@@ -190,7 +190,8 @@ class Dispatcher {
   void Tick();
   void Pump();
   void RenewLeases();
-  void TakeOver(bool include_self);
+  // False when Redis could not be asked.
+  bool TakeOver(bool include_self);
   // False when Redis could not take it (the caller keeps what it needs).
   bool Requeue(const std::string& job_id);
   void FailOverdue();

@@ -225,10 +225,4 @@ std::vector<JobStore::StoredChunk> JobStore::ParseEntries(const std::string& id,
   return out;
 }
 
-common::Status JobStore::Ping() {
-  auto conn = pool_->Acquire();
-  auto r = conn->Command({"PING"});
-  return r.ok() ? common::Status::Ok() : r.status();
-}
-
 }  // namespace kiln::broker

@@ -76,7 +76,6 @@ class JobStore {
   common::StatusOr<JobSpec> LoadSpec(const std::string& id);
   // How the job was approved: "auto", "trusted_session", "admin:<name>" or "none".
   common::StatusOr<std::string> Approval(const std::string& id);
-  common::Status Ping();
 
   struct StoredChunk {
     std::string event_id;  // the stream entry id: SSE ids and Last-Event-ID

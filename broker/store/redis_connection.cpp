@@ -3,6 +3,7 @@
 #include <hiredis/hiredis.h>
 #include <openssl/sha.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 
 #include <charconv>
@@ -40,6 +41,18 @@ RedisReply Convert(const redisReply* r) {
       out.type = RedisReply::Type::kNil;
   }
   return out;
+}
+
+// An error reply as a Status: UNAVAILABLE when Redis says it cannot serve
+// now but will by itself (LOADING its dataset, BUSY running a script,
+// MASTERDOWN: a replica that lost its primary, NOREPLICAS: too few replicas
+// for a write), so callers retry and clients get 503; INTERNAL for the rest
+// (a refused password or permission, a bad command), which waiting does not fix.
+common::Status ReplyError(const std::string& error) {
+  const std::string_view word = std::string_view(error).substr(0, error.find(' '));
+  const bool transient =
+      word == "LOADING" || word == "BUSY" || word == "MASTERDOWN" || word == "NOREPLICAS";
+  return transient ? common::Unavailable("redis: " + error) : common::Internal("redis: " + error);
 }
 
 }  // namespace
@@ -121,9 +134,24 @@ common::Status RedisConnection::EnsureConnected() {
   if (endpoint_.db != 0) {
     std::string db = std::to_string(endpoint_.db);
     auto r = Command({"SELECT", db});
-    if (!r.ok()) return r.status();
+    if (!r.ok()) {
+      Drop();  // never left connected to database 0
+      return r.status().WithContext("selecting database " + db);
+    }
   }
   return common::Status::Ok();
+}
+
+void RedisConnection::DropIfClosed() {
+  if (ctx_ == nullptr) return;
+  pollfd p{ctx_->fd, POLLIN | POLLRDHUP, 0};
+  if (::poll(&p, 1, 0) <= 0) return;  // nothing to read: open as far as anyone can tell
+  bool closed = (p.revents & (POLLERR | POLLHUP | POLLRDHUP)) != 0;
+  if (!closed && (p.revents & POLLIN) != 0) {
+    char c;
+    closed = ::recv(ctx_->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+  }
+  if (closed) Drop();
 }
 
 common::Status RedisConnection::Append(const std::vector<std::string_view>& argv) {
@@ -157,18 +185,17 @@ common::StatusOr<RedisReply> RedisConnection::ReadReply() {
 }
 
 common::StatusOr<RedisReply> RedisConnection::Command(const std::vector<std::string_view>& argv) {
+  DropIfClosed();
   RETURN_IF_ERROR(EnsureConnected());
   RETURN_IF_ERROR(Append(argv));
   ASSIGN_OR_RETURN(RedisReply r, ReadReply());
-  if (r.type == RedisReply::Type::kError) {
-    if (r.str.rfind("LOADING", 0) == 0) return common::Unavailable("redis: " + r.str);
-    return common::Internal("redis: " + r.str);
-  }
+  if (r.type == RedisReply::Type::kError) return ReplyError(r.str);
   return r;
 }
 
 common::StatusOr<std::vector<RedisReply>> RedisConnection::Pipeline(
     const std::vector<std::vector<std::string>>& commands) {
+  DropIfClosed();
   RETURN_IF_ERROR(EnsureConnected());
   for (const auto& cmd : commands) {
     std::vector<std::string_view> argv(cmd.begin(), cmd.end());
@@ -179,10 +206,7 @@ common::StatusOr<std::vector<RedisReply>> RedisConnection::Pipeline(
   common::Status first_error;
   for (size_t i = 0; i < commands.size(); ++i) {
     ASSIGN_OR_RETURN(RedisReply r, ReadReply());
-    if (r.type == RedisReply::Type::kError && first_error.ok()) {
-      first_error = r.str.rfind("LOADING", 0) == 0 ? common::Unavailable("redis: " + r.str)
-                                                   : common::Internal("redis: " + r.str);
-    }
+    if (r.type == RedisReply::Type::kError && first_error.ok()) first_error = ReplyError(r.str);
     replies.push_back(std::move(r));
   }
   if (!first_error.ok()) return first_error;
@@ -205,13 +229,14 @@ common::StatusOr<RedisReply> RedisConnection::Eval(const RedisScript& script,
 }
 
 common::Status RedisConnection::Subscribe(const std::vector<std::string>& channels) {
+  DropIfClosed();
   RETURN_IF_ERROR(EnsureConnected());
   std::vector<std::string_view> argv = {"SUBSCRIBE"};
   for (const auto& c : channels) argv.push_back(c);
   RETURN_IF_ERROR(Append(argv));
   for (size_t i = 0; i < channels.size(); ++i) {
     ASSIGN_OR_RETURN(RedisReply r, ReadReply());
-    if (r.type == RedisReply::Type::kError) return common::Internal("redis: " + r.str);
+    if (r.type == RedisReply::Type::kError) return ReplyError(r.str);
   }
   return common::Status::Ok();
 }

@@ -5,8 +5,10 @@
 //   auto conn = pool->Acquire();                       // RAII lease
 //   ASSIGN_OR_RETURN(RedisReply r, conn->Command({"GET", key}));
 //
-// A connection that hits an I/O error reconnects on its next use, so a Redis
-// restart costs the requests in flight (UNAVAILABLE) and nothing else.
+// A connection that hits an I/O error reconnects on its next use, and one
+// that Redis closed while it sat idle (a restart) reconnects before a
+// command is sent on it, so a Redis restart costs the requests in flight
+// (UNAVAILABLE) and nothing else.
 // Pipeline() sends several commands in one round trip. A RedisConnection
 // belongs to one thread at a time; RedisPool is thread-safe.
 #pragma once
@@ -62,7 +64,9 @@ class RedisConnection {
   RedisConnection(const RedisConnection&) = delete;
   RedisConnection& operator=(const RedisConnection&) = delete;
 
-  // A reply of type kError becomes an INTERNAL status; I/O errors UNAVAILABLE.
+  // I/O errors (unreachable, timed out, connection lost) and the error replies
+  // of a Redis that will serve again by itself (LOADING, BUSY, MASTERDOWN,
+  // NOREPLICAS) are UNAVAILABLE: retry later. Other error replies are INTERNAL.
   common::StatusOr<RedisReply> Command(const std::vector<std::string_view>& argv);
   common::StatusOr<std::vector<RedisReply>> Pipeline(
       const std::vector<std::vector<std::string>>& commands);
@@ -79,6 +83,9 @@ class RedisConnection {
  private:
   explicit RedisConnection(RedisEndpoint ep) : endpoint_(std::move(ep)) {}
   common::Status EnsureConnected();
+  // Drops the connection when Redis closed it while idle (end of file or an
+  // error on the socket): before a command, never with replies pending.
+  void DropIfClosed();
   common::Status Append(const std::vector<std::string_view>& argv);
   common::StatusOr<RedisReply> ReadReply();
   void Drop();

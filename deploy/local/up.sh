@@ -5,6 +5,9 @@
 # Running it again reuses a healthy cluster. Stop it with deploy/local/down.sh.
 # Ports (override with env): KILN_HTTP_PORT=8080 KILN_ZMQ_PORT=5555 (workers)
 # KILN_CLIENT_PORT=5556 (native client protocol) KILN_REDIS_PORT=6390
+# Waits (override with env): KILN_REDIS_WAIT_S=1800 for Redis to load its AOF
+# (a large one takes minutes), then KILN_START_WAIT_S=300 for the broker and
+# both workers to be up; both print progress every 5 s.
 # The workers create namespaces and cgroups: run as root (or with sudo).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -16,6 +19,8 @@ http_port=${KILN_HTTP_PORT:-8080}
 zmq_port=${KILN_ZMQ_PORT:-5555}
 client_port=${KILN_CLIENT_PORT:-5556}
 redis_port=${KILN_REDIS_PORT:-6390}
+redis_wait=${KILN_REDIS_WAIT_S:-1800}
+start_wait=${KILN_START_WAIT_S:-300}
 envfile="$root/.kiln/local.env"
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
@@ -57,7 +62,11 @@ else
   say "starting redis-server on 127.0.0.1:$redis_port (AOF in $state/redis)"
   redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$state/redis" --appendonly yes \
     --save "" --daemonize yes --pidfile "$state/run/redis.pid" --logfile "$state/logs/redis.log"
-  for _ in $(seq 50); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  say "waiting for redis-server to load its data (up to ${redis_wait}s)"
+  "$root/deploy/local/wait-redis.sh" "$redis_port" "$state/run/redis.pid" "$redis_wait" || {
+    tail -n 20 "$state/logs/redis.log" >&2
+    die "redis-server does not serve (its log above, in $state/logs/redis.log)"
+  }
 
   cat > "$state/broker.yaml" <<YAML
 broker:
@@ -105,9 +114,25 @@ export KILN_ADMIN_TOKEN=$admin_token
 export REDIS_URL=redis://127.0.0.1:$redis_port
 export PATH="$bin:\$PATH"
 ENV
-  say "waiting for the cluster to be healthy"
-  for _ in $(seq 100); do healthy && break; sleep 0.2; done
-  healthy || { tail -n 30 "$state"/logs/*.log >&2; die "the cluster did not become healthy (logs above, all in $state/logs)"; }
+  # The broker waits for Redis by itself (it logs why); workers retry until
+  # it serves. No fixed sleeps: poll, say how it goes, give up at the bound.
+  say "waiting for the cluster to be healthy (up to ${start_wait}s)"
+  started=$SECONDS
+  next_note=$((started + 5))
+  until healthy; do
+    for p in broker worker1 worker2; do
+      alive "$state/run/$p.pid" ||
+        { tail -n 30 "$state"/logs/*.log >&2; die "$p exited (logs above, all in $state/logs)"; }
+    done
+    (( SECONDS - started < start_wait )) ||
+      { tail -n 30 "$state"/logs/*.log >&2; die "the cluster did not become healthy in ${start_wait}s (logs above, all in $state/logs)"; }
+    if (( SECONDS >= next_note )); then
+      health=$(curl -sS -m 2 "http://127.0.0.1:$http_port/v1/health" 2>&1 || true)
+      echo "   broker health: ${health:-no answer} ($((SECONDS - started)) s so far)"
+      next_note=$((SECONDS + 5))
+    fi
+    sleep 0.5
+  done
 fi
 
 # shellcheck disable=SC1090

@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
     spdlog::info("worker {} ready: {} slots, runtimes [{}], sandbox layers [{}], brokers [{}]",
                  cfg->id, cfg->slots, fmt::join(cfg->runtimes, ","), fmt::join(layers, ","),
                  fmt::join(cfg->brokers, ","));
-    worker::WorkerLoop loop(*cfg, &ctx, &executor, &events, layers);
+    worker::WorkerLoop loop(*cfg, &ctx, &executor, &events, layers, metrics->get());
     loop.Run(stop_fd.get());
     refill.request_stop();
   }

@@ -1,9 +1,14 @@
 #include "worker/worker_loop.hpp"
 
 #include <poll.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <optional>
+#include <random>
+#include <set>
 
 #include "common/log/logging.hpp"
 
@@ -20,26 +25,66 @@ const common::SubsystemLog kJobsLog("jobs");
 // go through a LogLimiter: this many per window at each call site.
 constexpr uint32_t kHostileLines = 10;
 constexpr auto kLogWindow = std::chrono::seconds(10);
+// After cancelling what still runs at the drain deadline, wait this long for
+// the cancelled jobs to end and their Results to be acknowledged.
+constexpr auto kCancelGrace = std::chrono::seconds(5);
+// A stopping worker gives ZeroMQ this long to deliver its last messages.
+constexpr auto kGoodbyeLinger = std::chrono::milliseconds(1000);
+
+Outbox::Limits OutboxLimits(const WorkerConfig& config) {
+  Outbox::Limits limits;
+  limits.resend_after =
+      std::chrono::milliseconds(uint64_t{config.heartbeat_interval_ms} * config.heartbeat_liveness);
+  return limits;
+}
 }  // namespace
 using Clock = BrokerLink::Clock;
 
+std::string NewIncarnation() {
+  unsigned char bytes[16];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    ssize_t n = ::getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  if (got < sizeof(bytes)) {
+    std::random_device rd;  // getrandom is missing (pre-3.17 kernel): the same pool
+    for (auto& b : bytes) b = static_cast<unsigned char>(rd());
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  hex.reserve(2 * sizeof(bytes));
+  for (unsigned char b : bytes) {
+    hex.push_back(kHex[b >> 4]);
+    hex.push_back(kHex[b & 0xf]);
+  }
+  return hex;
+}
+
 WorkerLoop::WorkerLoop(const WorkerConfig& config, zmq::context_t* ctx, Executor* executor,
-                       EventQueue* events, std::vector<std::string> sandbox_layers)
-    : config_(config), executor_(executor), events_(events) {
+                       EventQueue* events, std::vector<std::string> sandbox_layers,
+                       WorkerMetrics* metrics)
+    : config_(config),
+      executor_(executor),
+      events_(events),
+      incarnation_(NewIncarnation()),
+      outbox_(OutboxLimits(config), metrics) {
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
-  protocol::Register reg;
-  reg.worker_id = config.id;
-  reg.hostname = host;
-  reg.runtimes = config.runtimes;
-  reg.slots = config.slots;
-  reg.sandbox_layers = std::move(sandbox_layers);
-  reg.metrics_endpoint = config.metrics_endpoint;
-  reg.heartbeat_interval_ms = config.heartbeat_interval_ms;
+  register_base_.worker_id = config.id;
+  register_base_.hostname = host;
+  register_base_.runtimes = config.runtimes;
+  register_base_.slots = config.slots;
+  register_base_.sandbox_layers = std::move(sandbox_layers);
+  register_base_.metrics_endpoint = config.metrics_endpoint;
+  register_base_.heartbeat_interval_ms = config.heartbeat_interval_ms;
+  register_base_.incarnation = incarnation_;
   for (const auto& ep : config.brokers) {
     links_.push_back(std::make_unique<BrokerLink>(
-        ctx, ep, reg, std::chrono::milliseconds(config.heartbeat_interval_ms),
-        config.heartbeat_liveness));
+        ctx, ep, config.id, [this, ep] { return MakeRegister(ep); },
+        std::chrono::milliseconds(config.heartbeat_interval_ms), config.heartbeat_liveness));
   }
   handlers_ = {
       {protocol::MessageType::kRegisterAck, &WorkerLoop::OnRegisterAck},
@@ -48,6 +93,7 @@ WorkerLoop::WorkerLoop(const WorkerConfig& config, zmq::context_t* ctx, Executor
       {protocol::MessageType::kCancel, &WorkerLoop::OnCancel},
       {protocol::MessageType::kCloseSession, &WorkerLoop::OnCloseSession},
       {protocol::MessageType::kDisconnect, &WorkerLoop::OnDisconnect},
+      {protocol::MessageType::kResultAck, &WorkerLoop::OnResultAck},
       {protocol::MessageType::kRegister, &WorkerLoop::OnUnexpected},
       {protocol::MessageType::kOutputChunk, &WorkerLoop::OnUnexpected},
       {protocol::MessageType::kResult, &WorkerLoop::OnUnexpected},
@@ -56,11 +102,17 @@ WorkerLoop::WorkerLoop(const WorkerConfig& config, zmq::context_t* ctx, Executor
 
 void WorkerLoop::Run(int stop_fd) {
   auto now = Clock::now();
+  kLog.Info({}, "worker incarnation {}", incarnation_);
   for (auto& link : links_) link->Connect(now);
   Clock::time_point drain_deadline;
+  std::optional<Clock::time_point> cancelled_at;  // the drain deadline passed with jobs running
   while (true) {
     std::vector<zmq::pollitem_t> items;
-    for (auto& link : links_) items.push_back({link->socket().handle(), 0, ZMQ_POLLIN, 0});
+    for (auto& link : links_) {
+      // Writability only matters while a send found the queue full.
+      short want = ZMQ_POLLIN | (link->blocked() ? ZMQ_POLLOUT : 0);
+      items.push_back({link->socket().handle(), 0, want, 0});
+    }
     items.push_back({nullptr, events_->fd(), ZMQ_POLLIN, 0});
     if (!draining_) items.push_back({nullptr, stop_fd, ZMQ_POLLIN, 0});
     try {
@@ -71,36 +123,52 @@ void WorkerLoop::Run(int stop_fd) {
     }
     now = Clock::now();
     for (size_t i = 0; i < links_.size(); ++i) {
-      if (!(items[i].revents & ZMQ_POLLIN)) continue;
       BrokerLink& link = *links_[i];
+      if (items[i].revents & ZMQ_POLLOUT) link.Unblock();
+      if (!(items[i].revents & ZMQ_POLLIN)) continue;
       for (int n = 0; n < 256; ++n) {
         auto m = link.Receive();
         if (!m) break;
-        link.OnHeard(now);
+        if (link.OnHeard(now, protocol::TypeOf(*m))) {
+          // It was paused or cut off and still knows us: what was queued for
+          // it is arriving in order; Results that went nowhere go to it.
+          static common::LogLimiter limit(kHostileLines, kLogWindow);
+          kLog.Info(limit, {}, "broker {} at {} answers again", link.broker_id(), link.endpoint());
+          outbox_.OnRegistered(link.endpoint(), outbox_links_, Outbox::Resend::kOrphaned);
+        }
         auto h = handlers_.find(protocol::TypeOf(*m));
         if (h != handlers_.end()) (this->*h->second)(link, *m);
       }
     }
-    if (items[links_.size()].revents & ZMQ_POLLIN) SendEvents();
     if (!draining_ && (items[links_.size() + 1].revents & ZMQ_POLLIN)) {
       draining_ = true;
       drain_deadline = now + std::chrono::milliseconds(config_.drain_timeout_ms);
       kLog.Info({}, "draining: {} jobs running, taking no new ones", executor_->Running());
       for (auto& link : links_) link->Send(MakeHeartbeat());
     }
-    Tick();
-    if (draining_ && (executor_->Running() == 0 || Clock::now() >= drain_deadline)) {
-      if (executor_->Running() != 0) {
-        kLog.Warn({}, "drain timeout: cancelling {} running jobs", executor_->Running());
-        executor_->CancelAll();
-      }
-      break;
+    Tick();  // also sends what job threads posted
+    if (!draining_) continue;
+    now = Clock::now();
+    const bool idle = executor_->Running() == 0;
+    if (!idle && !cancelled_at && now >= drain_deadline) {
+      kLog.Warn({}, "drain timeout: cancelling {} running jobs", executor_->Running());
+      executor_->CancelAll();
+      cancelled_at = now;
     }
+    // Done when nothing runs and every Result is acknowledged, or time is up.
+    const Clock::time_point give_up = cancelled_at ? *cancelled_at + kCancelGrace : drain_deadline;
+    if ((idle && outbox_.unacked() == 0) || (now >= give_up && (idle || cancelled_at))) break;
   }
-  // Let cancelled jobs report, then say goodbye.
-  executor_->WaitIdle(std::chrono::milliseconds(5000));
   SendEvents();
-  for (auto& link : links_) link->Send(protocol::Disconnect{"worker stopping"});
+  if (executor_->Running() != 0 || outbox_.unacked() != 0) {
+    kLog.Warn({}, "stopping with {} jobs running and {} results unacknowledged",
+              executor_->Running(), outbox_.unacked());
+  }
+  for (auto& link : links_) {
+    link->Unblock();  // one last try, whatever the queue said
+    link->Send(protocol::Disconnect{"worker stopping"});
+    link->Close(kGoodbyeLinger);
+  }
 }
 
 void WorkerLoop::OnRegisterAck(BrokerLink& link, protocol::Message& m) {
@@ -110,7 +178,11 @@ void WorkerLoop::OnRegisterAck(BrokerLink& link, protocol::Message& m) {
     kLog.Info(limit, {}, "registered with broker {} at {}", ack.broker_id, link.endpoint());
   }
   link.OnRegistered(ack, Clock::now());
-  SendEvents();  // results kept while no broker was there
+  // The broker may have missed Results sent before (it restarted, or they
+  // were on a connection that broke): its own again, and those whose broker
+  // is away.
+  outbox_.OnRegistered(link.endpoint(), outbox_links_, Outbox::Resend::kOwnAndOrphaned);
+  SendEvents();
   if (draining_) link.Send(MakeHeartbeat());
 }
 
@@ -131,7 +203,8 @@ void WorkerLoop::OnExecute(BrokerLink& link, protocol::Message& m) {
     r.reason = st.code() == common::Code::kUnavailable ? protocol::EndReason::kRefused
                                                        : protocol::EndReason::kError;
     r.worker_error = st.ToString();
-    link.Send(r);
+    outbox_.PostResult(link.endpoint(), std::move(r));  // kept until acknowledged, like any
+    SendEvents();
   }
 }
 
@@ -144,10 +217,15 @@ void WorkerLoop::OnCloseSession(BrokerLink&, protocol::Message& m) {
 }
 
 void WorkerLoop::OnDisconnect(BrokerLink& link, protocol::Message& m) {
+  // Sent again only when none is on its way (BrokerLink::Reset says why).
+  if (!link.Reset(Clock::now())) return;
   static common::LogLimiter limit(kHostileLines, kLogWindow);
   kLog.Info(limit, {}, "broker at {} asked us to register again: {}", link.endpoint(),
             std::get<protocol::Disconnect>(m).reason);
-  link.Reset(Clock::now());
+}
+
+void WorkerLoop::OnResultAck(BrokerLink&, protocol::Message& m) {
+  outbox_.OnAck(std::get<protocol::ResultAck>(m).job_id);  // from any broker
 }
 
 void WorkerLoop::OnUnexpected(BrokerLink& link, protocol::Message& m) {
@@ -156,30 +234,22 @@ void WorkerLoop::OnUnexpected(BrokerLink& link, protocol::Message& m) {
             protocol::TypeName(protocol::TypeOf(m)));
 }
 
+void WorkerLoop::TakeEvents() {
+  for (auto& e : events_->Drain()) {
+    if (auto* chunk = std::get_if<protocol::OutputChunk>(&e.message)) {
+      outbox_.PostChunk(std::move(e.broker), std::move(*chunk));
+    } else if (auto* result = std::get_if<protocol::Result>(&e.message)) {
+      outbox_.PostResult(std::move(e.broker), std::move(*result));
+    } else {
+      kLog.Error({}, "a job thread posted a {} message; only chunks and results are sent",
+                 protocol::TypeName(protocol::TypeOf(e.message)));
+    }
+  }
+}
+
 void WorkerLoop::SendEvents() {
-  for (auto& e : events_->Drain()) unsent_.push_back(std::move(e));
-  while (!unsent_.empty()) {
-    OutboundEvent& e = unsent_.front();
-    BrokerLink* target = nullptr;
-    for (auto& link : links_) {
-      if (link->endpoint() == e.broker && link->registered()) target = link.get();
-    }
-    // The job's broker is gone: any live broker can store the result.
-    for (auto& link : links_) {
-      if (target == nullptr && link->registered()) target = link.get();
-    }
-    if (target == nullptr || !target->Send(e.message)) break;  // kept for the next broker
-    unsent_.pop_front();
-  }
-  // No broker for a while: keep results (they end jobs), drop the oldest
-  // output chunks first when the backlog is too long.
-  while (unsent_.size() > kMaxUnsent) {
-    auto chunk = std::find_if(unsent_.begin(), unsent_.end(), [](const OutboundEvent& e) {
-      return std::holds_alternative<protocol::OutputChunk>(e.message);
-    });
-    if (chunk == unsent_.end()) break;
-    unsent_.erase(chunk);
-  }
+  TakeEvents();
+  outbox_.Pump(outbox_links_, Clock::now());
 }
 
 void WorkerLoop::Tick() {
@@ -192,24 +262,75 @@ void WorkerLoop::Tick() {
   }
   for (auto& link : links_) {
     if (link->Silent(now)) {
-      if (link->registered()) {
-        kLog.Warn({}, "broker {} at {} went silent; reconnecting", link->broker_id(),
-                  link->endpoint());
-      }
-      link->Connect(now);
-      continue;
+      // No new Register (see BrokerLink): the socket and what is queued stay,
+      // heartbeats go on; a broker that forgot us answers them with
+      // Disconnect, one that was only paused speaks again.
+      kLog.Warn({}, "broker {} at {} went silent; its results go to other brokers meanwhile",
+                link->broker_id(), link->endpoint());
+      link->OnSilence();
     }
-    if (link->HeartbeatDue(now)) {
-      link->Send(MakeHeartbeat());
-      link->HeartbeatSent(now);
-    }
+    link->RetryRegister();
+    // A heartbeat the full queue refused is due again at the next turn.
+    if (link->HeartbeatDue(now) && link->Send(MakeHeartbeat())) link->HeartbeatSent(now);
   }
+  SendEvents();
 }
 
 protocol::Heartbeat WorkerLoop::MakeHeartbeat() const {
   uint32_t running = executor_->Running();
   uint32_t slots = executor_->slots();
   return protocol::Heartbeat{config_.id, running, running < slots ? slots - running : 0, draining_};
+}
+
+protocol::Register WorkerLoop::MakeRegister(const std::string& endpoint) {
+  protocol::Register reg = register_base_;
+  // Running jobs first, then the queue: a job leaves the executor's list in
+  // the step that posts its Result (Executor::RunningJobs), so it is in one.
+  std::vector<std::string> held = executor_->RunningJobs();
+  TakeEvents();
+  std::set<std::string> seen(held.begin(), held.end());
+  for (auto& id : outbox_.UnackedJobs(endpoint, protocol::kMaxHeldJobs)) {
+    if (held.size() >= protocol::kMaxHeldJobs) break;
+    if (seen.insert(id).second) held.push_back(std::move(id));
+  }
+  if (executor_->Running() + outbox_.unacked() > protocol::kMaxHeldJobs) {
+    static common::LogLimiter limit(kHostileLines, kLogWindow);
+    kLog.Warn(limit, {},
+              "{} jobs held ({} running, {} results unacknowledged): the Register lists {}; the "
+              "broker may end the others as lost before their results arrive",
+              executor_->Running() + outbox_.unacked(), executor_->Running(), outbox_.unacked(),
+              protocol::kMaxHeldJobs);
+  }
+  held.resize(std::min(held.size(), protocol::kMaxHeldJobs));
+  reg.held_jobs = std::move(held);
+  return reg;
+}
+
+// --- OutboxLinks ---
+
+BrokerLink* WorkerLoop::OutboxLinks::Find(const std::string& endpoint) const {
+  for (const auto& link : *links_) {
+    if (link->endpoint() == endpoint) return link.get();
+  }
+  return nullptr;
+}
+
+bool WorkerLoop::OutboxLinks::Registered(const std::string& broker) const {
+  const BrokerLink* link = Find(broker);
+  return link != nullptr && link->registered();
+}
+
+std::vector<std::string> WorkerLoop::OutboxLinks::RegisteredBrokers() const {
+  std::vector<std::string> out;
+  for (const auto& link : *links_) {
+    if (link->registered()) out.push_back(link->endpoint());
+  }
+  return out;
+}
+
+bool WorkerLoop::OutboxLinks::Send(const std::string& broker, const protocol::Message& m) {
+  BrokerLink* link = Find(broker);
+  return link != nullptr && link->Send(m);
 }
 
 }  // namespace kiln::worker

@@ -1,7 +1,7 @@
 // EventQueue: carries messages from job threads to the worker's event loop.
 //
 //   queue.Post({origin_broker, protocol::Result{...}});    // any thread
-//   for (auto& e : queue.Drain()) link.Send(e.broker, e.message);  // loop thread
+//   for (auto& e : queue.Drain()) outbox.PostResult(...);   // loop thread (WorkerLoop)
 //
 // The loop polls fd() (an eventfd) next to its ZeroMQ sockets, so a job
 // thread never touches a socket. Post() and Drain() are thread-safe.

@@ -84,18 +84,19 @@ void Executor::RunOne(protocol::Execute job, std::string broker, int cancel_fd) 
       kJobsLog.Warn({.job = job.job_id, .tenant = job.tenant}, "the job could not run: {}",
                     result.worker_error);
     }
-    // Free the slot before the Result leaves: the broker may send the next
-    // job as soon as it sees it.
-    {
-      std::lock_guard lock(mu_);
-      running_.erase(job.job_id);
-      if (metrics_) metrics_->SetRunning(running_.size());
-    }
     if (metrics_) {
       metrics_->JobFinished(std::string(runtimes::LanguageName(*language)),
                             protocol::EndReasonName(result.reason));
     }
-    events_->Post({broker, std::move(result)});
+    // Free the slot before the Result leaves (the broker may send the next
+    // job as soon as it sees it), and post the Result in the same step: a
+    // Register lists running jobs, then the queue (RunningJobs).
+    {
+      std::lock_guard lock(mu_);
+      running_.erase(job.job_id);
+      if (metrics_) metrics_->SetRunning(running_.size());
+      events_->Post({broker, std::move(result)});
+    }
     // The sandbox (and its workspace) is destroyed here, after the Result left.
   }
   std::lock_guard lock(mu_);
@@ -166,6 +167,14 @@ void Executor::CancelAll() {
 uint32_t Executor::Running() const {
   std::lock_guard lock(mu_);
   return static_cast<uint32_t>(running_.size());
+}
+
+std::vector<std::string> Executor::RunningJobs() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> ids;
+  ids.reserve(running_.size());
+  for (const auto& [id, fd] : running_) ids.push_back(id);
+  return ids;
 }
 
 bool Executor::WaitIdle(std::chrono::milliseconds timeout) {

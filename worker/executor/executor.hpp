@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "common/protocol/messages.hpp"
 #include "common/status.hpp"
@@ -56,6 +57,10 @@ class Executor {
 
   uint32_t slots() const { return slots_; }
   uint32_t Running() const;
+  // Ids of the jobs holding a slot. A job leaves this list in the same step
+  // that posts its Result to the EventQueue, so a caller that lists these
+  // and then drains the queue sees every job in one or the other.
+  std::vector<std::string> RunningJobs() const;
   // Blocks until no job runs or the timeout passes; true when idle.
   bool WaitIdle(std::chrono::milliseconds timeout);
 

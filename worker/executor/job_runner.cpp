@@ -102,6 +102,8 @@ protocol::Result RunJob(const protocol::Execute& job, WarmSandbox& sb,
     if (cancel_fd >= 0 && !cancelled) add(cancel_fd, POLLIN);
     auto until = drain_until ? *drain_until : std::min(deadline, next_cpu_check);
     if (timed_out || cancelled || flooded) until = now + std::chrono::milliseconds(100);
+    // Buffered output leaves within kChunkFlushInterval even if the job goes quiet.
+    if (auto flush = pump.NextFlush()) until = std::min(until, *flush);
     int wait_ms = static_cast<int>(std::max<int64_t>(
         1, std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1));
     int n = ::poll(fds.data(), fds.size(), wait_ms);
@@ -141,11 +143,13 @@ protocol::Result RunJob(const protocol::Execute& job, WarmSandbox& sb,
       flooded = true;
       sb.process->Kill();
     }
+    pump.FlushDue(common::SteadyClock::now());
   }
   result.duration_ms = common::MsSince(start);
   sb.stdin_w.Reset();
   if (out_open) pump.FinishOpen(protocol::Stream::kStdout, &result.stdout_data);
   if (err_open) pump.FinishOpen(protocol::Stream::kStderr, &result.stderr_data);
+  pump.FlushAll();  // every streamed byte leaves before the Result
   kLog.Debug({.job = job.job_id, .tenant = job.tenant},
              "job done: setup {:.2f} ms, exit seen {:.2f} ms, done {:.2f} ms{}", setup_ms,
              exit_seen_ms, result.duration_ms, early ? " (before exit)" : "");

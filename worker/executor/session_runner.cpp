@@ -103,6 +103,8 @@ SessionRun RunSessionExecution(const protocol::Execute& job, SessionSandbox& s,
     if (cancel_fd >= 0 && stop == Stop::kNone) add(cancel_fd, POLLIN);
     auto until = stop == Stop::kNone ? std::min(deadline, next_cpu_check)
                                      : now + std::chrono::milliseconds(20);
+    // Buffered output leaves within kChunkFlushInterval even if the execution goes quiet.
+    if (auto flush = pump.NextFlush()) until = std::min(until, *flush);
     int wait_ms = static_cast<int>(std::max<int64_t>(
         1, std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1));
     int n = ::poll(fds.data(), fds.size(), wait_ms);
@@ -138,6 +140,7 @@ SessionRun RunSessionExecution(const protocol::Execute& job, SessionSandbox& s,
         interrupt(Stop::kCancel);
       }
     }
+    pump.FlushDue(common::SteadyClock::now());
   }
   // Everything the execution printed before its frame is in the pipes now.
   auto drain = [&](int fd, protocol::Stream stream, std::string* dest, bool* open) {
@@ -152,6 +155,7 @@ SessionRun RunSessionExecution(const protocol::Execute& job, SessionSandbox& s,
   };
   drain(sb.stdout_r.get(), protocol::Stream::kStdout, &result.stdout_data, &out_open);
   drain(sb.stderr_r.get(), protocol::Stream::kStderr, &result.stderr_data, &err_open);
+  pump.FlushAll();  // every streamed byte leaves before the Result
   result.duration_ms = common::MsSince(start);
 
   const sandbox::ExitStatus usage = sb.process->Usage();

@@ -1,5 +1,8 @@
 #include "worker/link/broker_link.hpp"
 
+#include <atomic>
+#include <cstring>
+
 #include "common/log/logging.hpp"
 #include "common/protocol/codec.hpp"
 
@@ -11,43 +14,100 @@ namespace {
 const common::SubsystemLog kLog("link");
 }  // namespace
 
-BrokerLink::BrokerLink(zmq::context_t* ctx, std::string endpoint, protocol::Register reg,
-                       std::chrono::milliseconds interval, uint32_t liveness)
+BrokerLink::BrokerLink(zmq::context_t* ctx, std::string endpoint, std::string worker_id,
+                       MakeRegister make_register, std::chrono::milliseconds interval,
+                       uint32_t liveness)
     : ctx_(ctx),
       endpoint_(std::move(endpoint)),
-      reg_(std::move(reg)),
+      worker_id_(std::move(worker_id)),
+      make_register_(std::move(make_register)),
       interval_(interval),
-      liveness_(liveness),
-      backoff_(interval) {}
+      liveness_(liveness) {}
 
 void BrokerLink::Connect(Clock::time_point now) {
-  if (socket_) {
-    // A reconnect after silence: wait longer each time, up to 32 intervals.
-    backoff_ = std::min(backoff_ * 2, interval_ * 32);
-  }
-  socket_.reset();
+  if (socket_) return;
   socket_.emplace(*ctx_, zmq::socket_type::dealer);
-  socket_->set(zmq::sockopt::routing_id, reg_.worker_id);
+  socket_->set(zmq::sockopt::routing_id, worker_id_);
   socket_->set(zmq::sockopt::linger, 0);
+  socket_->set(zmq::sockopt::sndhwm, kSendHighWater);
+  // Off (the default, stated here because the link relies on it): messages
+  // queue for the endpoint while no connection is up and survive reconnects.
+  socket_->set(zmq::sockopt::immediate, false);
   socket_->set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(protocol::kMaxMessageBytes));
   socket_->set(zmq::sockopt::reconnect_ivl, 100);
   socket_->set(zmq::sockopt::reconnect_ivl_max, 2000);
+  // Broken connections, so that a Register that may have gone with one is
+  // sent again (Reset). Without a monitor every Disconnect gets a Register.
+  static std::atomic<uint64_t> monitors{0};
+  const std::string monitor_at = "inproc://kiln-broker-link-monitor-" + std::to_string(monitors++);
+  if (::zmq_socket_monitor(socket_->handle(), monitor_at.c_str(), ZMQ_EVENT_DISCONNECTED) == 0) {
+    monitor_.emplace(*ctx_, zmq::socket_type::pair);
+    monitor_->set(zmq::sockopt::linger, 0);
+    monitor_->connect(monitor_at);
+  } else {
+    kLog.Warn({}, "cannot monitor the connection to broker {}: {}", endpoint_,
+              zmq_strerror(zmq_errno()));
+  }
   socket_->connect(endpoint_);
-  registered_ = false;
-  last_heard_ = now + backoff_ - interval_;  // count silence from now (plus backoff)
+  state_ = State::kRegistering;
+  last_heard_ = now;
   next_heartbeat_ = now + interval_;
-  Send(reg_);
+  SendRegister();
+}
+
+void BrokerLink::SendRegister() {
+  DrainMonitor();  // breaks before this Register do not concern it
+  broke_since_register_ = false;
+  // Built now: held_jobs says what the worker holds at this moment.
+  register_pending_ = blocked_ || !Send(make_register_());
+}
+
+void BrokerLink::RetryRegister() {
+  if (register_pending_ && !blocked_) SendRegister();
+}
+
+void BrokerLink::DrainMonitor() {
+  if (!monitor_) return;
+  try {
+    while (true) {
+      zmq::message_t event;
+      if (!monitor_->recv(event, zmq::recv_flags::dontwait)) return;
+      uint16_t id = 0;
+      if (event.size() >= sizeof(id)) std::memcpy(&id, event.data(), sizeof(id));
+      if (id == ZMQ_EVENT_DISCONNECTED) {
+        broke_since_register_ = true;
+        ++disconnects_;
+      }
+      // The second frame (the endpoint) comes with the first.
+      for (bool more = event.more(); more;) {
+        zmq::message_t part;
+        if (!monitor_->recv(part, zmq::recv_flags::dontwait)) break;
+        more = part.more();
+      }
+    }
+  } catch (const zmq::error_t& e) {
+    kLog.Warn({}, "reading the monitor of broker {} failed: {}", endpoint_, e.what());
+  }
 }
 
 bool BrokerLink::Send(const protocol::Message& m) {
-  if (!socket_) return false;
+  if (!socket_ || blocked_) return false;
   std::string bytes = protocol::Encode(m);
   try {
-    return socket_->send(zmq::buffer(bytes), zmq::send_flags::dontwait).has_value();
+    if (socket_->send(zmq::buffer(bytes), zmq::send_flags::dontwait)) return true;
+    blocked_ = true;  // EAGAIN: the queue is at its high-water mark
+    return false;
   } catch (const zmq::error_t& e) {
     kLog.Warn({}, "send to broker {} failed: {}", endpoint_, e.what());
     return false;
   }
+}
+
+void BrokerLink::Close(std::chrono::milliseconds linger) {
+  monitor_.reset();
+  if (!socket_) return;
+  socket_->set(zmq::sockopt::linger, static_cast<int>(linger.count()));
+  socket_.reset();
 }
 
 std::optional<protocol::Message> BrokerLink::Receive() {
@@ -80,21 +140,42 @@ std::optional<protocol::Message> BrokerLink::Receive() {
   return std::nullopt;
 }
 
+bool BrokerLink::OnHeard(Clock::time_point now, protocol::MessageType type) {
+  last_heard_ = now;
+  // A broker that forgot the worker says only Disconnect; a RegisterAck has
+  // its own handler.
+  if (state_ != State::kSilent || type == protocol::MessageType::kDisconnect ||
+      type == protocol::MessageType::kRegisterAck) {
+    return false;
+  }
+  state_ = State::kRegistered;
+  return true;
+}
+
 void BrokerLink::OnRegistered(const protocol::RegisterAck& ack, Clock::time_point now) {
-  registered_ = true;
+  state_ = State::kRegistered;
+  register_pending_ = false;
   broker_id_ = ack.broker_id;
-  backoff_ = interval_;
   last_heard_ = now;
 }
 
-void BrokerLink::Reset(Clock::time_point now) {
-  registered_ = false;
+bool BrokerLink::Reset(Clock::time_point now) {
   last_heard_ = now;
-  Send(reg_);
+  if (state_ == State::kRegistering) {
+    if (register_pending_) return true;  // RetryRegister sends it when there is room
+    DrainMonitor();
+    // Our Register is queued behind what this Disconnect answered: the
+    // broker reads it next. A second one could arrive after the broker has
+    // sent us jobs, without them in held_jobs.
+    if (monitor_ && !broke_since_register_) return false;
+  }
+  state_ = State::kRegistering;
+  SendRegister();
+  return true;
 }
 
 bool BrokerLink::Silent(Clock::time_point now) const {
-  return now - last_heard_ > interval_ * liveness_;
+  return state_ == State::kRegistered && now - last_heard_ > interval_ * liveness_;
 }
 
 }  // namespace kiln::worker

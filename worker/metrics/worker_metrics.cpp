@@ -67,6 +67,44 @@ WorkerMetrics::WorkerMetrics(uint32_t slots) : registry_(std::make_shared<promet
                              .Name("kiln_worker_sandbox_cpu_seconds_total")
                              .Help("CPU time (user+system) used by this worker's sandboxes")
                              .Register(r);
+  chunks_sent_ = &prometheus::BuildCounter()
+                      .Name("kiln_worker_output_chunks_sent_total")
+                      .Help("Output chunks sent to brokers (coalesced: up to 64 KiB or 20 ms each)")
+                      .Register(r)
+                      .Add({});
+  chunk_bytes_sent_ = &prometheus::BuildCounter()
+                           .Name("kiln_worker_output_chunk_bytes_sent_total")
+                           .Help("Bytes of output sent to brokers in output chunks")
+                           .Register(r)
+                           .Add({});
+  chunks_dropped_ = &prometheus::BuildCounter()
+                         .Name("kiln_worker_output_chunks_dropped_total")
+                         .Help(
+                             "Output chunks dropped unsent past the bound of their job or of "
+                             "the worker (the Result still carries the output)")
+                         .Register(r);
+  unsent_bytes_ = &prometheus::BuildGauge()
+                       .Name("kiln_worker_output_unsent_bytes")
+                       .Help("Bytes of output chunks waiting to be sent")
+                       .Register(r)
+                       .Add({});
+  results_unacked_ = &prometheus::BuildGauge()
+                          .Name("kiln_worker_results_unacked")
+                          .Help("Results kept until a broker acknowledges them")
+                          .Register(r)
+                          .Add({});
+  results_resent_ = &prometheus::BuildCounter()
+                         .Name("kiln_worker_results_resent_total")
+                         .Help(
+                             "Results sent again: after a registration, or unacknowledged "
+                             "too long")
+                         .Register(r)
+                         .Add({});
+  results_dropped_ = &prometheus::BuildCounter()
+                          .Name("kiln_worker_results_dropped_total")
+                          .Help("Results dropped unacknowledged past the worker's bound")
+                          .Register(r)
+                          .Add({});
   prometheus::BuildGauge()
       .Name("kiln_worker_slots")
       .Help("Concurrent job slots of this worker")
@@ -110,5 +148,26 @@ void WorkerMetrics::SetCgroupUsage(const sandbox::CgroupUsage& usage) {
     last_cpu_seconds_ = *usage.cpu_seconds;
   }
 }
+
+void WorkerMetrics::OutputChunkSent(size_t bytes) {
+  chunks_sent_->Increment();
+  chunk_bytes_sent_->Increment(static_cast<double>(bytes));
+}
+
+void WorkerMetrics::OutputChunkDropped(const char* bound) {
+  chunks_dropped_->Add({{"bound", bound}}).Increment();
+}
+
+void WorkerMetrics::SetOutputUnsentBytes(size_t bytes) {
+  unsent_bytes_->Set(static_cast<double>(bytes));
+}
+
+void WorkerMetrics::SetResultsUnacked(size_t results) {
+  results_unacked_->Set(static_cast<double>(results));
+}
+
+void WorkerMetrics::ResultResent() { results_resent_->Increment(); }
+
+void WorkerMetrics::ResultDropped() { results_dropped_->Increment(); }
 
 }  // namespace kiln::worker

@@ -6,7 +6,7 @@
 //
 // With an empty listen address nothing is served (prometheus-cpp's Exposer
 // takes ~2 s to stop, so it only exists when asked for); the metrics still
-// count. Labels are bounded: language and end reason only. Every method is
+// count. Labels are bounded: language, end reason and drop bound only. Every method is
 // thread-safe: job threads, the warm pool's refill thread and the event loop
 // update it concurrently.
 #pragma once
@@ -59,6 +59,19 @@ class WorkerMetrics {
   // appears with the first reading that has its figure.
   void SetCgroupUsage(const sandbox::CgroupUsage& usage);
 
+  // Outbound traffic (the event loop's Outbox): output chunks handed to a
+  // broker link and their bytes; chunks dropped past the unsent-bytes bound
+  // of their job or of the worker (`bound` is "job" or "total"); bytes of
+  // chunks waiting to be sent.
+  void OutputChunkSent(size_t bytes);
+  void OutputChunkDropped(const char* bound);
+  void SetOutputUnsentBytes(size_t bytes);
+  // Results kept until a broker acknowledges them; sent again (after a
+  // registration or a timeout); dropped unacknowledged past the bound.
+  void SetResultsUnacked(size_t results);
+  void ResultResent();
+  void ResultDropped();
+
  private:
   explicit WorkerMetrics(uint32_t slots);
 
@@ -72,6 +85,13 @@ class WorkerMetrics {
   prometheus::Family<prometheus::Gauge>* warm_;
   prometheus::Family<prometheus::Gauge>* sandbox_memory_family_;
   prometheus::Family<prometheus::Counter>* sandbox_cpu_family_;
+  prometheus::Counter* chunks_sent_;
+  prometheus::Counter* chunk_bytes_sent_;
+  prometheus::Family<prometheus::Counter>* chunks_dropped_;
+  prometheus::Gauge* unsent_bytes_;
+  prometheus::Gauge* results_unacked_;
+  prometheus::Counter* results_resent_;
+  prometheus::Counter* results_dropped_;
 
   std::mutex usage_mu_;                          // guards the three below
   prometheus::Gauge* sandbox_memory_ = nullptr;  // from the first reading on

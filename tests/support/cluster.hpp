@@ -7,11 +7,13 @@
 //
 // Everything lives in a fresh temp dir; the destructor stops every process it
 // started (by pid) and removes the dir. Logs stay in the dir while it runs
-// and are printed by DumpLogs() when a test fails. One thread.
+// and are printed by DumpLogs() when a test fails. One thread, except the
+// const Redis helpers (RedisCommand, OutputChunks), which any thread may call.
 #pragma once
 
 #include <httplib.h>
 
+#include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -45,6 +47,32 @@ struct ClusterOptions {
   // e.g. "log: {format: json}\n"; their logs are <dir>/broker<i>.log, worker<i>.log.
   std::string broker_log_yaml;
   std::string worker_log_yaml;
+  // Redis's appendfsync ("" keeps its default, everysec). "always": every
+  // write is on disk before Redis answers, so a kill -9 loses nothing acknowledged.
+  std::string redis_appendfsync;
+  // heartbeat_interval_ms and heartbeat_liveness of every broker and worker:
+  // a silent peer is dead after about interval x liveness.
+  int heartbeat_interval_ms = 200;
+  int heartbeat_liveness = 5;
+};
+
+// A Redis reply, as RedisCommand parses it.
+struct RedisValue {
+  enum class Type { kNil, kStatus, kError, kInteger, kString, kArray };
+  Type type = Type::kNil;
+  std::string str;  // status, error (also "connection: ..." when Redis did not answer) or string
+  long long integer = 0;
+  std::vector<RedisValue> elements;
+  bool is_error() const { return type == Type::kError; }
+};
+
+// One entry of a job's stored output stream ({kiln}:out:<id>).
+struct StoredChunk {
+  std::string entry_id;   // "<ms>-<n>", Redis's clock when the entry was added
+  std::string stream;     // "stdout" / "stderr" (the field as stored)
+  long long seq = -1;     // -1: no seq field
+  long long offset = -1;  // -1: no offset field
+  std::string data;
 };
 
 struct HttpReply {
@@ -91,11 +119,32 @@ class TestCluster {
   bool WaitForWorkers(int n, std::chrono::milliseconds timeout);
   // Restarts worker i (same config).
   void StartWorker(int i);
+  // Starts broker i again with its config (the caller stopped or killed it).
+  void RestartBroker(int i) { StartBroker(i); }
+  // Starts redis-server again on the same port and dir (so with the AOF it
+  // wrote; the caller stopped or killed it) and waits until it answers PING
+  // with PONG (its data loaded); false if not within `timeout`.
+  bool RestartRedis(std::chrono::milliseconds timeout);
+  // The id worker i registers with (its `worker.id`).
+  std::string worker_id(int i) const;
+  // heartbeat_interval_ms x heartbeat_liveness: how long a peer may be silent.
+  int liveness_window_ms() const {
+    return options_.heartbeat_interval_ms * options_.heartbeat_liveness;
+  }
+  // One command on a connection of its own; waits at most `timeout` for the
+  // reply. Safe from any thread.
+  RedisValue RedisCommand(
+      const std::vector<std::string>& argv,
+      std::chrono::milliseconds timeout = std::chrono::milliseconds(3000)) const;
+  // The job's stored output chunks in stream order (XRANGE); empty when
+  // there are none or Redis did not answer. Safe from any thread.
+  std::vector<StoredChunk> OutputChunks(const std::string& job_id) const;
   std::string DumpLogs() const;
 
  private:
   TestCluster() = default;
   void StartBroker(int i);
+  void StartRedis();
 
   ClusterOptions options_;
   std::string dir_;

@@ -93,9 +93,16 @@ int ChildProcess::Wait(std::chrono::milliseconds timeout) {
   }
 }
 
+int ChildProcess::Kill() {
+  if (pid_ <= 0) return -1;
+  ::kill(pid_, SIGKILL);
+  return Wait(std::chrono::milliseconds(5000));
+}
+
 int ChildProcess::Stop(std::chrono::milliseconds grace) {
   if (pid_ <= 0) return -1;
   ::kill(pid_, SIGTERM);
+  ::kill(pid_, SIGCONT);  // a paused process handles SIGTERM only once thawed
   int status = Wait(grace);
   if (pid_ > 0) {
     ::kill(pid_, SIGKILL);

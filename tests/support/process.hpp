@@ -8,6 +8,7 @@
 // Only the pids a test started are ever signalled. One thread.
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -32,7 +33,13 @@ class ChildProcess {
   pid_t pid() const { return pid_; }
   bool running() const;
   void Signal(int sig) const;
-  // SIGTERM, wait up to `grace`, then SIGKILL; returns the wait status.
+  // SIGSTOP / SIGCONT: the process freezes (its own children go on) and thaws.
+  void Pause() const { Signal(SIGSTOP); }
+  void Resume() const { Signal(SIGCONT); }
+  // SIGKILL, then waits for the exit (up to 5 s); returns the wait status.
+  int Kill();
+  // SIGTERM (and SIGCONT, so a paused process sees it), wait up to `grace`,
+  // then SIGKILL; returns the wait status.
   int Stop(std::chrono::milliseconds grace = std::chrono::milliseconds(5000));
   // Waits for exit without signalling; -1 on timeout.
   int Wait(std::chrono::milliseconds timeout);

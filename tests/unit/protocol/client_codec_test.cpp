@@ -217,9 +217,10 @@ TEST(ClientCodec, RejectsBadEnvelopes) {
   const std::string good = Encode(Get{1, "t", "x"});
   EXPECT_THAT(DecodeError(good + "\x01"), HasSubstr("1 trailing bytes"));
   EXPECT_THAT(DecodeError("\xdd\xff\xff\xff\xff"), HasSubstr("exceeds the limit"));
-  // A worker-protocol frame is not a client request.
+  // A worker-protocol frame is not a client request (the worker protocol is
+  // at version 2).
   EXPECT_THAT(DecodeError(protocol::Encode(protocol::Message{protocol::Cancel{"ex_1"}})),
-              HasSubstr("unknown message type 7"));
+              HasSubstr("unsupported client protocol version 2"));
   msgpack::sbuffer buf;
   Packer pk(buf);
   pk.pack_map(0);

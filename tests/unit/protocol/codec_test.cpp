@@ -259,10 +259,9 @@ std::string Join(const std::vector<std::string>& path) {
 
 TEST(MessagesTest, TypeOfAndNames) {
   const std::vector<Message> full = FullMessages();
-  const std::vector<std::string> names = {"register", "register_ack", "heartbeat",
-                                          "execute",  "output_chunk", "result",
-                                          "cancel",   "disconnect",   "close_session",
-                                          "result_ack"};
+  const std::vector<std::string> names = {
+      "register", "register_ack", "heartbeat",  "execute",       "output_chunk",
+      "result",   "cancel",       "disconnect", "close_session", "result_ack"};
   ASSERT_EQ(full.size(), names.size());
   for (size_t i = 0; i < full.size(); ++i) {
     EXPECT_EQ(static_cast<size_t>(TypeOf(full[i])), i + 1);
@@ -396,7 +395,8 @@ TEST(CodecDecodeTest, UnknownKeysAreIgnoredAtEveryLevel) {
   for (const Message& m : FullMessages()) {
     SCOPED_TRACE(TypeName(TypeOf(m)));
     Value frame = FrameOf(m);
-    Set(frame, {"zz_future_field"}, Map({{Str("nested"), Arr({U(kProtocolVersion), Str("x"), Nil(), F64(2)})}}));
+    Set(frame, {"zz_future_field"},
+        Map({{Str("nested"), Arr({U(kProtocolVersion), Str("x"), Nil(), F64(2)})}}));
     Set(frame, {"zz_future_number"}, I(-5));
     StatusOr<Message> back = DecodeValue(frame);
     ASSERT_TRUE(IsOk(back));
@@ -555,14 +555,17 @@ TEST(CodecEnvelopeTest, WrongTopLevelShapes) {
   EXPECT_TRUE(IsInvalid(DecodeValue(Nil()),
                         "frame must be a MessagePack array [version, type, body], got nil"));
   EXPECT_TRUE(IsInvalid(DecodeValue(Arr({})), "frame is an empty array"));
-  EXPECT_TRUE(IsInvalid(DecodeValue(Arr({U(kProtocolVersion), U(7)})), "frame has 2 elements, expected 3"));
   EXPECT_TRUE(
-      IsInvalid(DecodeValue(Arr({U(kProtocolVersion), U(7), body, U(0)})), "frame has 4 elements, expected 3"));
-  EXPECT_TRUE(IsInvalid(DecodeValue(Arr({U(kProtocolVersion), U(7), Arr({Str("job_id"), Str("x")})})),
-                        "cancel: expected map, got array"));
+      IsInvalid(DecodeValue(Arr({U(kProtocolVersion), U(7)})), "frame has 2 elements, expected 3"));
+  EXPECT_TRUE(IsInvalid(DecodeValue(Arr({U(kProtocolVersion), U(7), body, U(0)})),
+                        "frame has 4 elements, expected 3"));
   EXPECT_TRUE(
-      IsInvalid(DecodeValue(Arr({U(kProtocolVersion), U(7), Str("job_id")})), "cancel: expected map, got str"));
-  EXPECT_TRUE(IsInvalid(DecodeValue(Arr({U(kProtocolVersion), U(7), Nil()})), "cancel: expected map, got nil"));
+      IsInvalid(DecodeValue(Arr({U(kProtocolVersion), U(7), Arr({Str("job_id"), Str("x")})})),
+                "cancel: expected map, got array"));
+  EXPECT_TRUE(IsInvalid(DecodeValue(Arr({U(kProtocolVersion), U(7), Str("job_id")})),
+                        "cancel: expected map, got str"));
+  EXPECT_TRUE(IsInvalid(DecodeValue(Arr({U(kProtocolVersion), U(7), Nil()})),
+                        "cancel: expected map, got nil"));
   // Sanity: the same body in the right place decodes.
   EXPECT_TRUE(IsOk(DecodeValue(Arr({U(kProtocolVersion), U(7), body}))));
 }
@@ -702,7 +705,8 @@ TEST(CodecFieldsTest, MissingOptionalFieldsDecodeToStructDefaults) {
       DecodeValue(Arr({U(2), U(6), Map({{Str("job_id"), Str("j")}, {Str("reason"), U(2)}})}));
   ASSERT_TRUE(IsOk(r));
   EXPECT_EQ(*r, (Message{Result{.job_id = "j", .reason = EndReason::kTimeout}}));
-  StatusOr<Message> h = DecodeValue(Arr({U(kProtocolVersion), U(3), Map({{Str("sender_id"), Str("b")}})}));
+  StatusOr<Message> h =
+      DecodeValue(Arr({U(kProtocolVersion), U(3), Map({{Str("sender_id"), Str("b")}})}));
   ASSERT_TRUE(IsOk(h));
   EXPECT_EQ(*h, Message{Heartbeat{.sender_id = "b"}});
   StatusOr<Message> d = DecodeValue(Arr({U(kProtocolVersion), U(8), Map({})}));

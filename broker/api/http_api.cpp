@@ -370,6 +370,13 @@ void HttpApi::Submit(Call& call) {
       body["rule"] = out->rule;
       return call.Reply(common::HttpStatusFor(out->blocked.code()), body);
     }
+    case SubmitResult::Kind::kUnconfirmed: {
+      // The client learns the id, and that the outcome is unknown.
+      json body = ErrorJson(out->blocked);
+      body["id"] = out->id;
+      body["outcome"] = "unknown";
+      return call.Reply(common::HttpStatusFor(out->blocked.code()), body, {{"Retry-After", "1"}});
+    }
     case SubmitResult::Kind::kReplay: {
       // A retry: the job the first request created.
       if (!out->wait) {

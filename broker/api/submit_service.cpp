@@ -100,8 +100,9 @@ common::StatusOr<SubmitResult> SubmitService::Submit(const Caller& caller, std::
   // One round trip: the job is stored (before anyone learns its id) and
   // either takes its slots and a worker, or joins its tenant's queue.
   auto t0 = std::chrono::steady_clock::now();
+  const int64_t decided_ms = common::NowMs();
   auto out = schedule_->Submit(spec, JobRecord::Queued(spec), idem_key, quota,
-                               dispatcher_->Candidates(), common::NowMs());
+                               dispatcher_->Candidates(), decided_ms);
   if (metrics_) {
     metrics_->RedisCall(
         "submit", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -116,6 +117,20 @@ common::StatusOr<SubmitResult> SubmitService::Submit(const Caller& caller, std::
     return c == Code::kInternal || c == Code::kUnavailable ? StoreError(out.status())
                                                            : out.status();
   }
+  if (out->kind == SubmitOutcome::Kind::kUnconfirmed) {
+    drop_waiter();
+    if (metrics_) metrics_->RedisError();
+    // If the script did store and start it, the dispatcher sends it.
+    dispatcher_->Unconfirmed(result.id, decided_ms);
+    result.kind = SubmitResult::Kind::kUnconfirmed;
+    result.blocked =
+        Status(Code::kUnavailable,
+               "Redis did not answer the submit (" + out->error + "): execution " + result.id +
+                   " may have been accepted. Retrying with the same Idempotency-Key is safe; "
+                   "GET /v1/executions/" +
+                   result.id + " tells whether it exists");
+    return result;
+  }
   if (out->kind == SubmitOutcome::Kind::kReplay) {
     // A retry: the job the first request created, never a second run.
     drop_waiter();
@@ -125,7 +140,7 @@ common::StatusOr<SubmitResult> SubmitService::Submit(const Caller& caller, std::
   }
   result.status = "queued";
   if (out->kind == SubmitOutcome::Kind::kStarted) {
-    dispatcher_->Start(std::move(spec), out->worker, out->session_epoch);
+    dispatcher_->Start(std::move(spec), out->worker, out->session_epoch, decided_ms);
   } else if (out->kind == SubmitOutcome::Kind::kHeld) {
     result.status = "awaiting_approval";
   } else {

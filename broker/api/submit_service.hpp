@@ -57,6 +57,9 @@ struct SubmitResult {
     kAccepted,  // a new job: status is "queued" or "awaiting_approval"
     kReplay,    // the Idempotency-Key named an earlier job: id is that job
     kBlocked,   // the policy refused it: stored rejected; `blocked` says why
+    // Redis got the submit but its answer was lost: the job (`id`) may or
+    // may not exist. `blocked` is the UNAVAILABLE error to answer with.
+    kUnconfirmed,
   };
   Kind kind = Kind::kAccepted;
   std::string id;
@@ -64,7 +67,7 @@ struct SubmitResult {
   bool wait = false;                               // the request asked to wait (its `wait` field)
   std::chrono::steady_clock::time_point deadline;  // for a wait: timeout + wait_grace_ms
   JobWaiters::Handle handle;  // registered before the job existed, when asked to
-  common::Status blocked;     // kBlocked: SECURITY_BLOCKED and the message
+  common::Status blocked;     // kBlocked: SECURITY_BLOCKED and the message; kUnconfirmed
   std::string rule;           // kBlocked: the rule that blocked it
 };
 

@@ -209,6 +209,7 @@ Status NativeApi::Admit(const Caller& caller, const client::Submit& m, client::A
   accepted->status = out.status;
   switch (out.kind) {
     case SubmitResult::Kind::kBlocked:
+    case SubmitResult::Kind::kUnconfirmed:  // the error carries the id
       return out.blocked;
     case SubmitResult::Kind::kReplay: {
       auto record = store_->Load(out.id);

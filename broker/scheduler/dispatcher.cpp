@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <set>
 #include <thread>
 #include <type_traits>
@@ -26,6 +27,12 @@ constexpr int kMaxMessagesPerPoll = 256;
 // A job whose worker is alive but sends no result this long after the job's
 // timeout is ended by the broker (exactly one terminal state, always).
 constexpr int64_t kResultGraceMs = 30'000;
+// A job running on this broker's name that it does not hold is adopted once
+// it started this long ago (a job just started waits in the inbox a moment).
+constexpr int64_t kStrayAfterMs = 10'000;
+// Submits whose answer was lost are looked up for this long, at most this many.
+constexpr int64_t kUnconfirmedForMs = 60'000;
+constexpr size_t kMaxUnconfirmed = 10'000;
 
 double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -75,10 +82,11 @@ Dispatcher::Dispatcher(DispatcherOptions options, common::UniqueFd wake, Dispatc
 
 Dispatcher::~Dispatcher() = default;
 
-void Dispatcher::Start(JobSpec spec, std::string worker, std::optional<uint64_t> session_epoch) {
+void Dispatcher::Start(JobSpec spec, std::string worker, std::optional<uint64_t> session_epoch,
+                       int64_t decided_ms) {
   {
     std::lock_guard lock(mu_);
-    inbox_.push_back({std::move(spec), std::move(worker), session_epoch});
+    inbox_.push_back({std::move(spec), std::move(worker), session_epoch, decided_ms});
   }
   Wake();
 }
@@ -95,10 +103,47 @@ void Dispatcher::StartAll(const std::vector<StartedJob>& started) {
         kLog.Error({.job = s.job_id}, "damaged spec in Redis: {}", spec.status().ToString());
         continue;
       }
-      inbox_.push_back({std::move(*spec), s.worker, s.session_epoch});
+      inbox_.push_back({std::move(*spec), s.worker, s.session_epoch, s.decided_ms});
     }
   }
   Wake();
+}
+
+void Dispatcher::Unconfirmed(std::string job_id, int64_t decided_ms) {
+  std::lock_guard lock(mu_);
+  if (unconfirmed_.size() >= kMaxUnconfirmed) unconfirmed_.pop_front();
+  unconfirmed_.emplace_back(std::move(job_id), decided_ms);
+}
+
+void Dispatcher::ResolveUnconfirmed() {
+  std::deque<std::pair<std::string, int64_t>> todo;
+  {
+    std::lock_guard lock(mu_);
+    todo.swap(unconfirmed_);
+  }
+  const int64_t now = common::NowMs();
+  while (!todo.empty()) {
+    auto [id, decided_ms] = todo.front();
+    auto record = stores_.jobs->Load(id);
+    if (!record.ok() && record.status().code() != Code::kNotFound) {
+      if (options_.metrics) options_.metrics->RedisError();
+      break;  // Redis still away: the rest wait too
+    }
+    todo.pop_front();
+    // Not stored (the script never ran, or ran too late), queued (any pump
+    // starts it), ended, or held here: nothing to do.
+    if (!record.ok() || record->status != JobStatus::kRunning || in_flight_.count(id)) continue;
+    auto spec = stores_.jobs->LoadSpec(id);
+    if (!spec.ok()) continue;  // a stray for the tick to adopt
+    kJobsLog.Info({.job = id, .tenant = spec->tenant, .worker = record->worker},
+                  "a submit whose answer was lost started the job: sending it");
+    SendStart({std::move(*spec), record->worker, record->session_epoch, decided_ms});
+  }
+  // Given up after a while (the tick adopts strays); kept in order otherwise.
+  std::lock_guard lock(mu_);
+  for (auto it = todo.rbegin(); it != todo.rend(); ++it) {
+    if (now - it->second < kUnconfirmedForMs) unconfirmed_.push_front(std::move(*it));
+  }
 }
 
 void Dispatcher::Poke() {
@@ -269,6 +314,7 @@ void Dispatcher::DrainInbox() {
 }
 
 void Dispatcher::SendStart(StartRequest req) {
+  if (req.worker.empty()) return EndLostExecution(req.spec);
   JobSpec& spec = req.spec;
   protocol::Execute execute = spec.ToExecute();
   // Output is streamed for every job: a subscriber may arrive at any time.
@@ -295,9 +341,25 @@ void Dispatcher::SendStart(StartRequest req) {
     Requeue(id);
     return;
   }
+  if (!spec.session_id.empty() && !table_.SessionsFrom(req.worker, req.decided_ms)) {
+    // The worker registered anew (restarted, or back after being declared
+    // dead) after the scheduler chose it: the session's state is not there,
+    // and a fresh interpreter would run the code without it.
+    kJobsLog.Warn(
+        {.job = id, .session = spec.session_id, .tenant = spec.tenant, .worker = req.worker},
+        "the session's worker registered anew before the execution reached it");
+    JobRecord lost = JobRecord::Ended(spec, JobStatus::kError, Code::kSessionLost,
+                                      "the worker holding session " + spec.session_id +
+                                          " restarted before this execution reached it");
+    lost.worker = req.worker;
+    lost.session_epoch = req.session_epoch;
+    lost.finished_ms = common::NowMs();
+    Finish(std::move(lost));
+    return;
+  }
   // If the gateway cannot hand it over, an Undeliverable event requeues it.
   Send(req.worker, protocol::Message(std::move(execute)));
-  table_.Assign(req.worker, id);
+  table_.Assign(req.worker, id, common::NowMs());
   if (options_.metrics) options_.metrics->Started(spec.tenant, spec.language);
   in_flight_.emplace(id, InFlight{std::move(spec), std::move(record), std::move(req.worker)});
 }
@@ -370,6 +432,11 @@ void Dispatcher::OnRegistered(WorkerRegistered& e) {
     LoseWorker(e.worker, outcome.lost, "the worker restarted");
   } else if (!outcome.lost.empty()) {
     LoseJobs(e.worker, outcome.lost, "the worker reconnected without it");
+  }
+  // Session executions chosen from now on may go to it (its old sessions
+  // are marked lost in Redis by now, unless that waits for a retry).
+  if (outcome.fresh && sessions_to_lose_.count(e.worker) == 0) {
+    table_.SetSessionsFrom(e.worker, common::NowMs());
   }
   static common::LogLimiter limit(kRoutineLines, kLogWindow);
   kLog.Info(limit, {.worker = reg.worker_id},
@@ -483,6 +550,13 @@ void Dispatcher::Tick() {
     unsaved_bytes_ -= u.bytes;
     unsaved_.pop_front();
   }
+  ResolveUnconfirmed();
+  while (!sessions_to_lose_.empty()) {
+    const std::string worker = *sessions_to_lose_.begin();
+    if (!LoseSessions(worker)) break;
+    sessions_to_lose_.erase(worker);
+    table_.SetSessionsFrom(worker, common::NowMs());
+  }
   PublishWorkers();
   if (auto st = stores_.schedule->PublishTenants(options_.tenant_shares); !st.ok()) {
     if (options_.metrics) options_.metrics->RedisError();
@@ -506,7 +580,8 @@ void Dispatcher::RenewLeases() {
   auto t0 = Clock::now();
   std::vector<std::string> workers;
   for (const auto& [id, w] : table_.workers()) workers.push_back(id);
-  auto tick = stores_.schedule->Tick(refs, common::NowMs(), dead_after, workers);
+  const int64_t now_ms = common::NowMs();
+  auto tick = stores_.schedule->Tick(refs, now_ms, dead_after, workers, now_ms - kStrayAfterMs);
   if (options_.metrics) options_.metrics->RedisCall("tick", SecondsSince(t0));
   if (!tick.ok()) {
     if (options_.metrics) options_.metrics->RedisError();
@@ -514,6 +589,8 @@ void Dispatcher::RenewLeases() {
     kLog.Warn(limit, {}, "could not renew leases: {}", tick.status().ToString());
     return;
   }
+  prev_renewal_ms_ = last_renewal_ms_;
+  last_renewal_ms_ = now_ms;
   for (const auto& id : tick->not_owned) {
     // Ended elsewhere (its result reached another broker) or taken over.
     auto it = in_flight_.find(id);
@@ -521,6 +598,7 @@ void Dispatcher::RenewLeases() {
     table_.Release(it->second.worker, id);
     in_flight_.erase(it);
   }
+  AdoptStrays(tick->strays);
   size_t queued = 0;
   for (const auto& t : tick->tenants) queued += t.queued;
   {
@@ -537,34 +615,56 @@ void Dispatcher::RenewLeases() {
 }
 
 bool Dispatcher::TakeOver(bool include_self) {
+  if (prev_renewal_ms_ == 0) return false;
   const int64_t dead_after =
       static_cast<int64_t>(options_.heartbeat_interval.count()) * options_.liveness;
-  auto claimed = stores_.schedule->Claim(common::NowMs() - dead_after, include_self);
+  // Dead: silent for a whole window before our own previous renewal, when
+  // Redis was answering us. After a stall of Redis (or of this broker)
+  // every broker's last renewal is about as old as ours: those that merely
+  // waited with us renew on their next tick and are not taken over.
+  const int64_t dead_before = prev_renewal_ms_ - dead_after;
+  auto claimed = stores_.schedule->Claim(dead_before, include_self);
   if (!claimed.ok()) {
     if (options_.metrics) options_.metrics->RedisError();
     return false;
   }
   if (claimed->empty()) return true;
   for (const auto& [id, worker] : *claimed) {
-    if (in_flight_.count(id)) continue;
-    auto spec = stores_.jobs->LoadSpec(id);
-    auto record = stores_.jobs->Load(id);
-    if (!spec.ok() || !record.ok() || IsTerminal(record->status)) continue;
-    if (record->status != JobStatus::kRunning) continue;
-    kJobsLog.Warn({.job = id, .tenant = record->tenant, .worker = worker},
-                  "took over the job from a broker that stopped");
-    if (options_.metrics) options_.metrics->TakenOver();
-    if (!table_.Known(worker)) {
-      in_flight_.emplace(id, InFlight{std::move(*spec), std::move(*record), worker});
-      LoseWorker(worker, {id}, "its worker is not connected");
-      continue;
+    if (Adopt(id, "took over the job from a broker that stopped") && options_.metrics) {
+      options_.metrics->TakenOver();
     }
-    table_.Assign(worker, id);
-    in_flight_.emplace(id, InFlight{std::move(*spec), std::move(*record), worker});
   }
   // Renew the adopted leases now, before they run out.
   RenewLeases();
   return true;
+}
+
+bool Dispatcher::Adopt(const std::string& id, const char* why) {
+  if (in_flight_.count(id)) return false;
+  auto spec = stores_.jobs->LoadSpec(id);
+  auto record = stores_.jobs->Load(id);
+  if (!spec.ok() || !record.ok() || record->status != JobStatus::kRunning) return false;
+  const std::string worker = record->worker;
+  kJobsLog.Warn({.job = id, .tenant = record->tenant, .worker = worker}, "{}", why);
+  in_flight_.emplace(id, InFlight{std::move(*spec), std::move(*record), worker});
+  if (!table_.Known(worker)) {
+    LoseWorker(worker, {id}, "its worker is not connected");
+  } else {
+    // Its result ends it; if the worker never had it, the overdue check does.
+    table_.Assign(worker, id, common::NowMs());
+  }
+  return true;
+}
+
+void Dispatcher::AdoptStrays(const std::vector<std::string>& strays) {
+  if (strays.empty()) return;
+  std::set<std::string> ending;  // ended here, waiting for Redis: not strays
+  for (const auto& u : unsaved_) ending.insert(u.record.id);
+  for (const auto& id : strays) {
+    if (ending.count(id) == 0) {
+      Adopt(id, "adopted a job running on this broker's name that it did not hold");
+    }
+  }
 }
 
 void Dispatcher::Pump() {
@@ -585,8 +685,8 @@ void Dispatcher::Pump() {
 bool Dispatcher::Requeue(const std::string& job_id) {
   auto started = stores_.schedule->Requeue(job_id, Candidates(), common::NowMs());
   if (!started.ok()) {
-    // The lease expires and the job stays `running` in Redis until
-    // FailOverdue on the broker that owns it: log loudly.
+    // It stays `running` on our name in Redis: a later tick adopts it as a
+    // stray and the overdue check ends it. Log loudly.
     if (options_.metrics) options_.metrics->RedisError();
     kJobsLog.Error({.job = job_id}, "could not requeue: {}", started.status().ToString());
     return false;
@@ -645,23 +745,37 @@ void Dispatcher::LoseWorker(const std::string& worker, const std::vector<std::st
   if (options_.metrics && (expired || lost > 0)) {
     options_.metrics->WorkerLost();
   }
+  if (!LoseSessions(worker)) {
+    // Retried every tick; meanwhile no session execution goes to it.
+    sessions_to_lose_.insert(worker);
+    table_.SetSessionsFrom(worker, std::numeric_limits<int64_t>::max());
+  }
+}
+
+bool Dispatcher::LoseSessions(const std::string& worker) {
   // Its sessions' state is gone; their queued executions can never run.
   auto queued = stores_.sessions->LoseWorker(worker);
   if (!queued.ok()) {
     if (options_.metrics) options_.metrics->RedisError();
-    kLog.Error({.worker = worker}, "could not mark the worker's sessions lost: {}",
+    static common::LogLimiter limit(kHostileLines, kLogWindow);
+    kLog.Error(limit, {.worker = worker}, "could not mark the worker's sessions lost: {}",
                queued.status().ToString());
-    return;
+    return false;
   }
   for (const auto& id : *queued) {
     auto spec = stores_.jobs->LoadSpec(id);
-    if (!spec.ok()) continue;
-    JobRecord r = JobRecord::Ended(*spec, JobStatus::kError, Code::kSessionLost,
-                                   "the worker holding session " + spec->session_id +
-                                       " was lost before this execution started");
-    r.finished_ms = common::NowMs();
-    (void)EndJob(std::move(r), FinishExpect::kQueued);
+    if (spec.ok()) EndLostExecution(*spec);
   }
+  return true;
+}
+
+void Dispatcher::EndLostExecution(const JobSpec& spec) {
+  JobRecord r = JobRecord::Ended(
+      spec, JobStatus::kError, Code::kSessionLost,
+      "the worker holding session " + spec.session_id + " was lost before this execution started");
+  r.finished_ms = common::NowMs();
+  // If Redis refuses, the next pump names the execution again.
+  (void)EndJob(std::move(r), FinishExpect::kQueued);
 }
 
 void Dispatcher::Finish(JobRecord record, bool session_reset, const JobSpec* spec,

@@ -35,6 +35,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <stop_token>
 #include <string>
 #include <vector>
@@ -116,11 +117,17 @@ class Dispatcher {
   const std::string& endpoint() const { return gateway_->endpoint(); }
 
   // A job ScheduleStore started on `worker` (its leases are taken): send it.
-  void Start(JobSpec spec, std::string worker, std::optional<uint64_t> session_epoch);
+  // `decided_ms`: the wall clock before the script that started it was sent.
+  void Start(JobSpec spec, std::string worker, std::optional<uint64_t> session_epoch,
+             int64_t decided_ms);
   // Jobs a script started, as returned by ScheduleStore.
   void StartAll(const std::vector<StartedJob>& started);
   // A job was queued: look for a slot soon.
   void Poke();
+  // A submit whose answer from Redis was lost (SubmitOutcome::kUnconfirmed):
+  // once Redis answers, if the script did start the job, it is sent (nobody
+  // else ever will).
+  void Unconfirmed(std::string job_id, int64_t decided_ms);
   // Cancels a job this broker has in flight (its worker is told; the
   // worker's Result ends it). Unknown or finished jobs are ignored.
   void Cancel(const std::string& job_id);
@@ -156,6 +163,7 @@ class Dispatcher {
     JobSpec spec;
     std::string worker;
     std::optional<uint64_t> session_epoch;
+    int64_t decided_ms = 0;  // when the script that started it was sent
   };
   // A terminal record Redis refused, retried every tick; `worker` gets the
   // ResultAck once it is stored (empty: no Result to acknowledge).
@@ -190,8 +198,22 @@ class Dispatcher {
   void Tick();
   void Pump();
   void RenewLeases();
+  // Marks the worker's sessions lost and ends their queued executions;
+  // false if Redis refused.
+  bool LoseSessions(const std::string& worker);
+  // Sends the unconfirmed submits that Redis did start (each tick, until
+  // Redis answers).
+  void ResolveUnconfirmed();
+  // A queued execution of a session whose worker died: SESSION_LOST.
+  void EndLostExecution(const JobSpec& spec);
   // False when Redis could not be asked.
   bool TakeOver(bool include_self);
+  // Holds a job running on `id`'s worker (its leases renewed, its result or
+  // the overdue check ends it); false if it is not running or held already.
+  bool Adopt(const std::string& id, const char* why);
+  // Jobs running on this broker's name that it does not hold: a submit whose
+  // answer was lost, a requeue Redis refused, a claimed job not loaded.
+  void AdoptStrays(const std::vector<std::string>& strays);
   // False when Redis could not take it (the caller keeps what it needs).
   bool Requeue(const std::string& job_id);
   void FailOverdue();
@@ -229,8 +251,12 @@ class Dispatcher {
   WorkerTable table_;
   std::map<std::string, InFlight> in_flight_;
   std::deque<Unsaved> unsaved_;
+  std::set<std::string> sessions_to_lose_;  // workers whose LoseSessions Redis refused
   size_t unsaved_bytes_ = 0;
   Clock::time_point started_at_;
+  // Wall-clock times of our last two renewals Redis answered (0: none).
+  int64_t last_renewal_ms_ = 0;
+  int64_t prev_renewal_ms_ = 0;
   Clock::time_point next_tick_;
   Clock::time_point next_pump_;
   bool pump_due_ = false;
@@ -240,7 +266,8 @@ class Dispatcher {
   mutable std::mutex mu_;
   std::deque<StartRequest> inbox_;
   std::deque<std::string> cancels_;
-  std::deque<std::pair<std::string, std::string>> closes_;  // worker, session
+  std::deque<std::pair<std::string, int64_t>> unconfirmed_;  // job id, decided_ms
+  std::deque<std::pair<std::string, std::string>> closes_;   // worker, session
   bool poked_ = false;
   size_t queued_total_ = 0;  // every tenant's queue, from the last tick
   std::vector<WorkerView> worker_views_;

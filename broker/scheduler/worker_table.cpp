@@ -1,27 +1,32 @@
 #include "broker/scheduler/worker_table.hpp"
 
 #include <algorithm>
+#include <limits>
 
 namespace kiln::broker {
 
 RegisterOutcome WorkerTable::OnRegister(const std::string& identity,
                                         const common::protocol::Register& reg, int64_t now_ms) {
   RegisterOutcome out;
-  std::set<std::string> kept;
+  std::map<std::string, int64_t> kept;
   auto it = workers_.find(identity);
   if (it != workers_.end()) {
     const bool same = !reg.incarnation.empty() && reg.incarnation == it->second.reg.incarnation;
     const std::set<std::string> held(reg.held_jobs.begin(), reg.held_jobs.end());
-    for (const auto& job : it->second.running) {
-      if (same && held.count(job)) {
-        kept.insert(job);
+    for (const auto& [job, sent_ms] : it->second.running) {
+      if (same && (held.count(job) || now_ms - sent_ms < kRegisterCrossingMs)) {
+        kept.emplace(job, sent_ms);
       } else {
         out.lost.push_back(job);
       }
     }
     out.restarted = !same;
+    out.fresh = !same;
+  } else {
+    out.fresh = true;
   }
   WorkerInfo& w = workers_[identity];
+  if (out.fresh) w.sessions_from_ms = std::numeric_limits<int64_t>::max();
   w.identity = identity;
   w.reg = reg;
   w.reg.held_jobs.clear();  // only needed here
@@ -49,7 +54,8 @@ bool WorkerTable::OnHeartbeat(const std::string& identity, const common::protoco
 std::vector<std::string> WorkerTable::Remove(const std::string& identity) {
   auto it = workers_.find(identity);
   if (it == workers_.end()) return {};
-  std::vector<std::string> jobs(it->second.running.begin(), it->second.running.end());
+  std::vector<std::string> jobs;
+  for (const auto& [job, sent_ms] : it->second.running) jobs.push_back(job);
   workers_.erase(it);
   return jobs;
 }
@@ -66,15 +72,25 @@ std::vector<WorkerSlots> WorkerTable::Candidates(uint32_t slot_cap) const {
   return out;
 }
 
-void WorkerTable::Assign(const std::string& identity, const std::string& job_id) {
+void WorkerTable::Assign(const std::string& identity, const std::string& job_id, int64_t now_ms) {
   auto it = workers_.find(identity);
-  if (it != workers_.end()) it->second.running.insert(job_id);
+  if (it != workers_.end()) it->second.running.emplace(job_id, now_ms);
 }
 
 void WorkerTable::MarkFull(const std::string& identity) {
   auto it = workers_.find(identity);
   if (it == workers_.end()) return;
   it->second.refusing = true;
+}
+
+void WorkerTable::SetSessionsFrom(const std::string& identity, int64_t ms) {
+  auto it = workers_.find(identity);
+  if (it != workers_.end()) it->second.sessions_from_ms = ms;
+}
+
+bool WorkerTable::SessionsFrom(const std::string& identity, int64_t decided_ms) const {
+  auto it = workers_.find(identity);
+  return it != workers_.end() && decided_ms >= it->second.sessions_from_ms;
 }
 
 void WorkerTable::Release(const std::string& identity, const std::string& job_id) {

@@ -11,7 +11,7 @@
 namespace kiln::broker {
 namespace {
 
-constexpr timeval kTimeout{2, 0};  // connect and per-command
+constexpr timeval kTimeout{kRedisTimeoutMs / 1000, (kRedisTimeoutMs % 1000) * 1000};
 
 RedisReply Convert(const redisReply* r) {
   RedisReply out;
@@ -172,6 +172,18 @@ common::Status RedisConnection::Append(const std::vector<std::string_view>& argv
   return common::Status::Ok();
 }
 
+common::Status RedisConnection::Flush() {
+  int done = 0;
+  while (done == 0) {
+    if (redisBufferWrite(ctx_, &done) != REDIS_OK) {
+      std::string err = ctx_->errstr;
+      Drop();
+      return common::Unavailable("redis: " + err);
+    }
+  }
+  return common::Status::Ok();
+}
+
 common::StatusOr<RedisReply> RedisConnection::ReadReply() {
   void* raw = nullptr;
   if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) {
@@ -185,29 +197,41 @@ common::StatusOr<RedisReply> RedisConnection::ReadReply() {
 }
 
 common::StatusOr<RedisReply> RedisConnection::Command(const std::vector<std::string_view>& argv) {
+  unanswered_ = false;
   DropIfClosed();
   RETURN_IF_ERROR(EnsureConnected());
   RETURN_IF_ERROR(Append(argv));
-  ASSIGN_OR_RETURN(RedisReply r, ReadReply());
-  if (r.type == RedisReply::Type::kError) return ReplyError(r.str);
+  RETURN_IF_ERROR(Flush());
+  auto r = ReadReply();
+  if (!r.ok()) {
+    unanswered_ = true;
+    return r.status();
+  }
+  if (r->type == RedisReply::Type::kError) return ReplyError(r->str);
   return r;
 }
 
 common::StatusOr<std::vector<RedisReply>> RedisConnection::Pipeline(
     const std::vector<std::vector<std::string>>& commands) {
+  unanswered_ = false;
   DropIfClosed();
   RETURN_IF_ERROR(EnsureConnected());
   for (const auto& cmd : commands) {
     std::vector<std::string_view> argv(cmd.begin(), cmd.end());
     RETURN_IF_ERROR(Append(argv));
   }
+  RETURN_IF_ERROR(Flush());
   std::vector<RedisReply> replies;
   replies.reserve(commands.size());
   common::Status first_error;
   for (size_t i = 0; i < commands.size(); ++i) {
-    ASSIGN_OR_RETURN(RedisReply r, ReadReply());
-    if (r.type == RedisReply::Type::kError && first_error.ok()) first_error = ReplyError(r.str);
-    replies.push_back(std::move(r));
+    auto r = ReadReply();
+    if (!r.ok()) {
+      unanswered_ = true;
+      return r.status();
+    }
+    if (r->type == RedisReply::Type::kError && first_error.ok()) first_error = ReplyError(r->str);
+    replies.push_back(std::move(*r));
   }
   if (!first_error.ok()) return first_error;
   return replies;

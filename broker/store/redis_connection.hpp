@@ -29,6 +29,9 @@ struct redisReply;
 
 namespace kiln::broker {
 
+// How long a connection waits to connect, and for each reply.
+inline constexpr int kRedisTimeoutMs = 2000;
+
 struct RedisReply {
   enum class Type { kNil, kString, kInteger, kArray, kStatus, kError };
   Type type = Type::kNil;
@@ -74,6 +77,9 @@ class RedisConnection {
   // tag); args are its ARGV.
   common::StatusOr<RedisReply> Eval(const RedisScript& script,
                                     const std::vector<std::string>& args);
+  // After a failed call: whether the command reached Redis whole and no
+  // answer came (timed out, connection lost). It may have run.
+  bool unanswered() const { return unanswered_; }
 
   // Pub/sub: after Subscribe(), Receive() returns the next pushed message, or
   // nullopt when none arrives within timeout_ms.
@@ -87,11 +93,15 @@ class RedisConnection {
   // error on the socket): before a command, never with replies pending.
   void DropIfClosed();
   common::Status Append(const std::vector<std::string_view>& argv);
+  // Writes what Append buffered; an error means Redis did not get it whole
+  // (so ran none of it).
+  common::Status Flush();
   common::StatusOr<RedisReply> ReadReply();
   void Drop();
 
   RedisEndpoint endpoint_;
   redisContext* ctx_ = nullptr;
+  bool unanswered_ = false;
 };
 
 class RedisPool {

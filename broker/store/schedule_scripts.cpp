@@ -10,9 +10,10 @@ namespace {
 // Shared helpers, prepended to every scheduling script.
 //
 // A scheduling context (ctx) comes last in ARGV, after each script's own
-// fixed arguments: now_ms, lease_ms, broker id, global limit (0: none),
-// sessions per worker, queue entries scanned per tenant, jobs to start at
-// most, worker count, then per worker: id, slots, ",runtime,runtime,".
+// fixed arguments: now_ms, deadline ms (Redis's wall clock; 0: none), lease_ms,
+// broker id, global limit (0: none), sessions per worker, queue entries
+// scanned per tenant, jobs to start at most, worker count, then per worker:
+// id, slots, ",runtime,runtime,".
 constexpr const char* kPrelude = R"lua(
 local P = '{kiln}:'
 local TERMINAL = {succeeded = true, failed = true, timed_out = true, memory_exceeded = true,
@@ -20,15 +21,26 @@ local TERMINAL = {succeeded = true, failed = true, timed_out = true, memory_exce
 local function jobkey(id) return P .. 'job:' .. id end
 
 local function read_ctx(i)
-  local c = {now = tonumber(ARGV[i]), now_s = ARGV[i], lease_ms = tonumber(ARGV[i + 1]), broker = ARGV[i + 2],
-             global_limit = tonumber(ARGV[i + 3]), wsess_cap = tonumber(ARGV[i + 4]),
-             scan = tonumber(ARGV[i + 5]), budget = tonumber(ARGV[i + 6]), workers = {}}
-  local n = tonumber(ARGV[i + 7])
+  local c = {now = tonumber(ARGV[i]), now_s = ARGV[i], deadline = tonumber(ARGV[i + 1]),
+             lease_ms = tonumber(ARGV[i + 2]), broker = ARGV[i + 3],
+             global_limit = tonumber(ARGV[i + 4]), wsess_cap = tonumber(ARGV[i + 5]),
+             scan = tonumber(ARGV[i + 6]), budget = tonumber(ARGV[i + 7]), workers = {}}
+  local n = tonumber(ARGV[i + 8])
   for k = 0, n - 1 do
-    local j = i + 8 + 3 * k
+    local j = i + 9 + 3 * k
     c.workers[#c.workers + 1] = {id = ARGV[j], slots = tonumber(ARGV[j + 1]), runtimes = ARGV[j + 2]}
   end
   return c
+end
+
+-- Whether Redis runs this script after the broker stopped waiting for its
+-- answer (Redis was paused or slow). Such a script starts no job: the
+-- broker would never learn of the start and never send the job, and a
+-- submit it answered 503 must not be stored.
+local function late(ctx)
+  if ctx.deadline <= 0 then return false end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > ctx.deadline
 end
 
 -- Leases are sorted-set members scored by their expiry: expired ones are
@@ -115,10 +127,14 @@ end
 -- goes first and its pass grows by 1e6 / weight per started job. Within a
 -- tenant the queue is ordered by priority, then submission; the first
 -- ctx.scan entries are tried so one job waiting for a busy session worker
--- does not hold up the others. Returns id, worker, spec, epoch per job.
+-- does not hold up the others. Returns id, worker, spec, epoch per job; a
+-- worker of '' marks an execution of a lost session (its worker died): the
+-- caller ends it SESSION_LOST, and until then every pop names it again.
 local function pop(ctx)
   local out = {}
+  if late(ctx) then return out end
   local started = 0
+  local lost = {}
   while started < ctx.budget do
     local active = redis.call('ZRANGE', P .. 'active', 0, -1, 'WITHSCORES')
     if #active == 0 then break end
@@ -136,9 +152,26 @@ local function pop(ctx)
             redis.call('ZREM', qk, id)  -- its record expired
           else
             local sid = f[2] or ''
-            local pinned = ''
-            if sid ~= '' then pinned = redis.call('HGET', P .. 'session:' .. sid, 'worker') or '' end
-            local w, why = pick_worker(ctx, tenant, f[1], pinned, sid ~= '' and pinned == '')
+            local pinned, state = '', ''
+            if sid ~= '' then
+              local s = redis.call('HMGET', P .. 'session:' .. sid, 'worker', 'state')
+              pinned, state = s[1] or '', s[2] or ''
+            end
+            local w, why = nil, nil
+            if state == 'lost' then
+              -- Never started elsewhere: a fresh interpreter would silently
+              -- run it without the session's state.
+              why = 'session_lost'
+              if not lost[id] then
+                lost[id] = true
+                out[#out + 1] = id
+                out[#out + 1] = ''
+                out[#out + 1] = f[3]
+                out[#out + 1] = ''
+              end
+            else
+              w, why = pick_worker(ctx, tenant, f[1], pinned, sid ~= '' and pinned == '')
+            end
             if w then
               redis.call('ZREM', qk, id)
               local epoch = start_job(ctx, id, tenant, w, sid)
@@ -211,6 +244,9 @@ local function admit(ctx, id, tenant, language, sid, score)
     if redis.call('EXISTS', sk) == 0 then
       return {'error', 'SESSION_NOT_FOUND', 'session ' .. sid .. ' was deleted'}
     end
+    if redis.call('HGET', sk, 'state') == 'lost' then
+      return {'error', 'SESSION_LOST', 'the worker holding session ' .. sid .. ' was lost; its state is gone'}
+    end
     epoch = redis.call('HGET', sk, 'epoch') or ''
     redis.call('PERSIST', sk)
     if (redis.call('HGET', sk, 'head') or '') ~= '' then
@@ -224,6 +260,7 @@ local function admit(ctx, id, tenant, language, sid, score)
   end
   if redis.call('ZCARD', qk) == 0 then
     local w, why = pick_worker(ctx, tenant, language, pinned, sid ~= '' and pinned == '')
+    if w and late(ctx) then w, why = nil, 'worker' end
     if w then
       return {'dispatched', w, start_job(ctx, id, tenant, w, sid)}
     end
@@ -250,6 +287,11 @@ local max_queue, sess_cap, sess_ttl = tonumber(ARGV[10]), tonumber(ARGV[11]), AR
 local conversation, created = ARGV[13], ARGV[14]
 local hold, approval_deadline = ARGV[15], ARGV[16]
 local ctx = read_ctx(17)
+-- Too late, the client has been told 503 and may submit again: storing the
+-- job as well would run it twice.
+if late(ctx) then
+  return {'error', 'UNAVAILABLE', 'redis answered the submit too late; nothing was stored'}
+end
 local idem_key = P .. 'idem:' .. tenant .. ':' .. idem
 if idem ~= '' then
   local earlier = redis.call('GET', idem_key)
@@ -418,20 +460,25 @@ return pop(read_ctx(1))
 
 // ARGV: broker, now, lease ms, broker dead-after ms, n, then n (id, tenant,
 // worker) of the jobs this broker has in flight, then the number of workers
-// it knows and their ids. Renews the broker's
+// it knows and their ids, then stray_before ms. Renews the broker's
 // registration and its jobs' leases (re-adding one that expired), and
-// reports the jobs it no longer owns (ended elsewhere, or taken over).
+// reports the jobs it no longer owns (ended elsewhere, or taken over) and
+// the strays: jobs running on its name that it does not hold, started before
+// stray_before (a submit whose answer never reached it).
 // Returns {{ids no longer owned}, global leases, live brokers,
 //          {tenant, queued, leases, ...}, live sessions, approvals pending,
 //          {ids whose approval window has passed (up to 100)},
-//          {worker, session, ...: expired sessions whose sandboxes must go}}.
+//          {worker, session, ...: expired sessions whose sandboxes must go},
+//          {stray ids (up to 100)}}.
 constexpr const char* kTick = R"lua(
 local broker, now, lease_ms, dead_after = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local n = tonumber(ARGV[5])
 redis.call('ZADD', P .. 'brokers', now, broker)
 local gone = {}
+local held = {}
 for k = 0, n - 1 do
   local id, tenant, worker = ARGV[6 + 3 * k], ARGV[7 + 3 * k], ARGV[8 + 3 * k]
+  held[id] = true
   local f = redis.call('HMGET', jobkey(id), 'status', 'broker')
   if f[1] == 'running' and f[2] == broker then
     local exp = now + lease_ms
@@ -464,10 +511,24 @@ for _, t in ipairs(redis.call('HKEYS', P .. 'tenants')) do
   stats[#stats + 1] = count_live(P .. 'lease:t:' .. t, now)
   sessions = sessions + redis.call('ZCARD', P .. 'sessions:t:' .. t)
 end
+local stray_before = tonumber(ARGV[7 + 3 * n + nw])
+local strays = {}
+local ik = P .. 'inflight:' .. broker
+local mine = redis.call('HKEYS', ik)
+for _, id in ipairs(mine) do
+  if not held[id] then
+    local f = redis.call('HMGET', jobkey(id), 'status', 'broker', 'started_ms')
+    if f[1] ~= 'running' or f[2] ~= broker then
+      redis.call('HDEL', ik, id)  -- ended, or moved on: a leftover entry
+    elseif tonumber(f[3] or '0') < stray_before and #strays < 100 then
+      strays[#strays + 1] = id
+    end
+  end
+end
 local brokers = redis.call('ZCOUNT', P .. 'brokers', now - dead_after, '+inf')
 local expired = redis.call('ZRANGEBYSCORE', P .. 'approvals', '-inf', now, 'LIMIT', 0, 100)
 return {gone, count_live(P .. 'lease:global', now), brokers, stats, sessions,
-        redis.call('ZCARD', P .. 'approvals'), expired, closed}
+        redis.call('ZCARD', P .. 'approvals'), expired, closed, strays}
 )lua";
 
 // ARGV: self, dead_before ms, include_self ('1' on start-up). Takes over

@@ -1,6 +1,7 @@
 #include "broker/store/schedule_store.hpp"
 
 #include "broker/store/schedule_scripts.hpp"
+#include "common/clock.hpp"
 
 namespace kiln::broker {
 namespace {
@@ -22,19 +23,26 @@ std::optional<uint64_t> Epoch(const RedisReply& r) {
 }
 
 // The pop output of a script: id, worker, spec, epoch per started job.
-common::StatusOr<std::vector<StartedJob>> ParseStarted(const RedisReply& r, const char* script) {
+common::StatusOr<std::vector<StartedJob>> ParseStarted(const RedisReply& r, const char* script,
+                                                       int64_t decided_ms) {
   std::vector<StartedJob> out;
   if (r.type != RedisReply::Type::kArray || r.elements.size() % 4 != 0) return Malformed(script);
   for (size_t i = 0; i < r.elements.size(); i += 4) {
     out.push_back({r.elements[i].str, r.elements[i + 1].str, r.elements[i + 2].str,
-                   Epoch(r.elements[i + 3])});
+                   Epoch(r.elements[i + 3]), decided_ms});
   }
   return out;
 }
 
+// A script that may start jobs and runs later than this after the broker
+// sent it starts nothing (and a submit stores nothing): the broker has
+// stopped waiting (kRedisTimeoutMs). The margin covers clock skew between
+// broker and Redis.
+constexpr int64_t kFenceMs = kRedisTimeoutMs - 500;
+
 Code CodeFromName(const std::string& name) {
-  for (Code c : {Code::kQueueFull, Code::kSessionForbidden, Code::kSessionLanguageMismatch,
-                 Code::kSessionLost, Code::kSessionBusyLimit}) {
+  for (Code c : {Code::kUnavailable, Code::kQueueFull, Code::kSessionForbidden,
+                 Code::kSessionLanguageMismatch, Code::kSessionLost, Code::kSessionBusyLimit}) {
     if (name == common::CodeName(c)) return c;
   }
   return Code::kInternal;
@@ -42,9 +50,11 @@ Code CodeFromName(const std::string& name) {
 
 }  // namespace
 
-void ScheduleStore::AppendContext(std::vector<std::string>* args,
-                                  const std::vector<WorkerSlots>& workers, int64_t now_ms) const {
+size_t ScheduleStore::AppendContext(std::vector<std::string>* args,
+                                    const std::vector<WorkerSlots>& workers, int64_t now_ms) const {
   args->push_back(std::to_string(now_ms));
+  const size_t deadline_at = args->size();
+  args->push_back("0");  // EvalFenced sets it
   args->push_back(std::to_string(settings_.lease_ms));
   args->push_back(settings_.broker_id);
   args->push_back(std::to_string(settings_.global_slots));
@@ -57,6 +67,18 @@ void ScheduleStore::AppendContext(std::vector<std::string>* args,
     args->push_back(std::to_string(w.slots));
     args->push_back(w.runtimes);
   }
+  return deadline_at;
+}
+
+common::StatusOr<RedisReply> ScheduleStore::EvalFenced(const RedisScript& script,
+                                                       std::vector<std::string>* args,
+                                                       size_t deadline_at, bool* unanswered) {
+  auto conn = pool_->Acquire();
+  // From now: waiting for a pooled connection is not Redis's delay.
+  (*args)[deadline_at] = std::to_string(common::NowMs() + kFenceMs);
+  auto reply = conn->Eval(script, *args);
+  if (unanswered != nullptr) *unanswered = !reply.ok() && conn->unanswered();
+  return reply;
 }
 
 Status ScheduleStore::PublishTenants(const std::vector<TenantShare>& tenants) {
@@ -92,9 +114,15 @@ common::StatusOr<SubmitOutcome> ScheduleStore::Submit(const JobSpec& spec, const
                                    std::to_string(spec.created_ms),
                                    quota.needs_approval ? "1" : "0",
                                    std::to_string(quota.approval_deadline_ms)};
-  AppendContext(&args, workers, now_ms);
-  auto conn = pool_->Acquire();
-  auto reply = conn->Eval(scripts::Submit(), args);
+  const size_t deadline_at = AppendContext(&args, workers, now_ms);
+  bool unanswered = false;
+  auto reply = EvalFenced(scripts::Submit(), &args, deadline_at, &unanswered);
+  if (!reply.ok() && unanswered) {
+    SubmitOutcome out;
+    out.kind = SubmitOutcome::Kind::kUnconfirmed;
+    out.error = reply.status().message();
+    return out;
+  }
   if (!reply.ok()) return reply.status().WithContext("storing job " + spec.id);
   const RedisReply& r = *reply;
   if (r.type != RedisReply::Type::kArray || r.elements.empty()) return Malformed("submit");
@@ -139,9 +167,8 @@ common::StatusOr<FinishOutcome> ScheduleStore::Finish(const JobRecord& terminal,
                                                                                : "any",
                                    std::to_string(settings_.session_ttl_ms),
                                    new_epoch};
-  AppendContext(&args, workers, now_ms);
-  auto conn = pool_->Acquire();
-  auto reply = conn->Eval(scripts::Finish(), args);
+  const size_t deadline_at = AppendContext(&args, workers, now_ms);
+  auto reply = EvalFenced(scripts::Finish(), &args, deadline_at);
   if (!reply.ok()) return reply.status().WithContext("storing the end of " + terminal.id);
   const RedisReply& r = *reply;
   if (r.type != RedisReply::Type::kArray || r.elements.size() != 4) return Malformed("finish");
@@ -160,19 +187,18 @@ common::StatusOr<FinishOutcome> ScheduleStore::Finish(const JobRecord& terminal,
   }
   out.status = r.elements[2].str;
   out.approval = r.elements[3].str;
-  ASSIGN_OR_RETURN(out.started, ParseStarted(r.elements[1], "finish"));
+  ASSIGN_OR_RETURN(out.started, ParseStarted(r.elements[1], "finish", now_ms));
   return out;
 }
 
 common::StatusOr<std::vector<StartedJob>> ScheduleStore::Requeue(
     const std::string& job_id, const std::vector<WorkerSlots>& workers, int64_t now_ms) {
   std::vector<std::string> args = {job_id};
-  AppendContext(&args, workers, now_ms);
-  auto conn = pool_->Acquire();
-  auto reply = conn->Eval(scripts::Requeue(), args);
+  const size_t deadline_at = AppendContext(&args, workers, now_ms);
+  auto reply = EvalFenced(scripts::Requeue(), &args, deadline_at);
   if (!reply.ok()) return reply.status().WithContext("requeueing " + job_id);
   const RedisReply& r = *reply;
-  return ParseStarted(r, "requeue");
+  return ParseStarted(r, "requeue", now_ms);
 }
 
 common::StatusOr<ApproveOutcome> ScheduleStore::Approve(const std::string& job_id,
@@ -181,9 +207,8 @@ common::StatusOr<ApproveOutcome> ScheduleStore::Approve(const std::string& job_i
                                                         const std::vector<WorkerSlots>& workers,
                                                         int64_t now_ms) {
   std::vector<std::string> args = {job_id, trust_session ? "1" : "0", approver};
-  AppendContext(&args, workers, now_ms);
-  auto conn = pool_->Acquire();
-  auto reply = conn->Eval(scripts::Approve(), args);
+  const size_t deadline_at = AppendContext(&args, workers, now_ms);
+  auto reply = EvalFenced(scripts::Approve(), &args, deadline_at);
   if (!reply.ok()) return reply.status().WithContext("approving " + job_id);
   const auto& e = reply->elements;
   if (e.empty()) return Malformed("approve");
@@ -198,7 +223,7 @@ common::StatusOr<ApproveOutcome> ScheduleStore::Approve(const std::string& job_i
     out.kind = ApproveOutcome::Kind::kSessionGone;
   } else if (kind == "dispatched" && e.size() == 4) {
     out.kind = ApproveOutcome::Kind::kStarted;
-    out.started = StartedJob{job_id, e[1].str, e[3].str, Epoch(e[2])};
+    out.started = StartedJob{job_id, e[1].str, e[3].str, Epoch(e[2]), now_ms};
   } else if (kind == "queued") {
     out.kind = ApproveOutcome::Kind::kQueued;
   } else {
@@ -223,17 +248,17 @@ common::StatusOr<std::vector<std::pair<std::string, int64_t>>> ScheduleStore::Pe
 common::StatusOr<std::vector<StartedJob>> ScheduleStore::Pump(
     const std::vector<WorkerSlots>& workers, int64_t now_ms) {
   std::vector<std::string> args;
-  AppendContext(&args, workers, now_ms);
-  auto conn = pool_->Acquire();
-  auto reply = conn->Eval(scripts::Pump(), args);
+  const size_t deadline_at = AppendContext(&args, workers, now_ms);
+  auto reply = EvalFenced(scripts::Pump(), &args, deadline_at);
   if (!reply.ok()) return reply.status().WithContext("starting queued jobs");
   const RedisReply& r = *reply;
-  return ParseStarted(r, "pump");
+  return ParseStarted(r, "pump", now_ms);
 }
 
 common::StatusOr<TickOutcome> ScheduleStore::Tick(const std::vector<InFlightRef>& in_flight,
                                                   int64_t now_ms, int64_t broker_dead_after_ms,
-                                                  const std::vector<std::string>& workers) {
+                                                  const std::vector<std::string>& workers,
+                                                  int64_t stray_before_ms) {
   std::vector<std::string> args = {
       settings_.broker_id, std::to_string(now_ms), std::to_string(settings_.lease_ms),
       std::to_string(broker_dead_after_ms), std::to_string(in_flight.size())};
@@ -244,11 +269,12 @@ common::StatusOr<TickOutcome> ScheduleStore::Tick(const std::vector<InFlightRef>
   }
   args.push_back(std::to_string(workers.size()));
   for (const auto& w : workers) args.push_back(w);
+  args.push_back(std::to_string(stray_before_ms));
   auto conn = pool_->Acquire();
   auto reply = conn->Eval(scripts::Tick(), args);
   if (!reply.ok()) return reply.status().WithContext("renewing leases");
   const RedisReply& r = *reply;
-  if (r.type != RedisReply::Type::kArray || r.elements.size() != 8) return Malformed("tick");
+  if (r.type != RedisReply::Type::kArray || r.elements.size() != 9) return Malformed("tick");
   TickOutcome out;
   for (const auto& id : r.elements[0].elements) out.not_owned.push_back(id.str);
   out.global_leases = static_cast<uint64_t>(r.elements[1].integer);
@@ -265,6 +291,7 @@ common::StatusOr<TickOutcome> ScheduleStore::Tick(const std::vector<InFlightRef>
   for (size_t i = 0; i + 1 < closed.size(); i += 2) {
     out.sessions_expired.emplace_back(closed[i].str, closed[i + 1].str);
   }
+  for (const auto& id : r.elements[8].elements) out.strays.push_back(id.str);
   return out;
 }
 

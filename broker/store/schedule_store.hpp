@@ -54,17 +54,23 @@ struct TenantQuota {
   int64_t approval_deadline_ms = 0;
 };
 
-// A job a script started: send it to `worker`.
+// A job a script started: send it to `worker`. An empty `worker` is a
+// queued execution of a lost session: the caller ends it SESSION_LOST.
 struct StartedJob {
   std::string job_id;
   std::string worker;
   std::string spec_json;
   std::optional<uint64_t> session_epoch;
+  int64_t decided_ms = 0;  // the broker's clock before the script was sent
 };
 
 struct SubmitOutcome {
-  enum class Kind { kStarted, kQueued, kReplay, kHeld };
+  // kUnconfirmed: Redis got the script but its answer was lost (timed out,
+  // connection lost): the job may or may not be stored. It was not started
+  // by this call, and a script Redis runs late stores nothing.
+  enum class Kind { kStarted, kQueued, kReplay, kHeld, kUnconfirmed };
   Kind kind = Kind::kQueued;
+  std::string error;      // kUnconfirmed: what went wrong
   std::string worker;     // kStarted
   std::string replay_id;  // kReplay: the job an earlier request with the key created
   uint64_t position = 0;  // kQueued: 1 is next
@@ -108,6 +114,7 @@ struct TickOutcome {
   uint64_t approvals_pending = 0;
   std::vector<std::string> approvals_expired;                         // to end APPROVAL_EXPIRED
   std::vector<std::pair<std::string, std::string>> sessions_expired;  // (worker, session)
+  std::vector<std::string> strays;  // running on this broker's name, not held by it
 };
 
 struct ApproveOutcome {
@@ -162,9 +169,12 @@ class ScheduleStore {
                                                  int64_t now_ms);
   // Renews this broker's registration and its jobs' leases; reads the gauges.
   // `workers`: the ids this broker knows, whose expired sessions it reports.
+  // Strays: jobs running on this broker's name, not in `in_flight`, started
+  // before stray_before_ms.
   common::StatusOr<TickOutcome> Tick(const std::vector<InFlightRef>& in_flight, int64_t now_ms,
                                      int64_t broker_dead_after_ms,
-                                     const std::vector<std::string>& workers = {});
+                                     const std::vector<std::string>& workers = {},
+                                     int64_t stray_before_ms = 0);
   // Takes over the jobs in flight of brokers silent since dead_before_ms (and
   // this broker's own from before a restart, when include_self). Returns
   // (job id, worker) pairs.
@@ -176,8 +186,14 @@ class ScheduleStore {
   static constexpr const char* kEventsChannel = "{kiln}:events";
 
  private:
-  void AppendContext(std::vector<std::string>* args, const std::vector<WorkerSlots>& workers,
-                     int64_t now_ms) const;
+  // Appends the scripts' scheduling context; returns where its deadline goes.
+  size_t AppendContext(std::vector<std::string>* args, const std::vector<WorkerSlots>& workers,
+                       int64_t now_ms) const;
+  // Runs a script that may start jobs, fenced: if Redis runs it later than
+  // the broker waits for its answer, it starts nothing (docs/architecture.md).
+  // `unanswered`, if set, tells a failure after Redis got the script whole.
+  common::StatusOr<RedisReply> EvalFenced(const RedisScript& script, std::vector<std::string>* args,
+                                          size_t deadline_at, bool* unanswered = nullptr);
 
   RedisPool* pool_;
   ScheduleSettings settings_;

@@ -218,6 +218,7 @@ struct Job {
   bool ambiguous = false;      // an attempt got no answer
   bool replayed = false;       // an answer said Idempotent-Replay
   int refused_status = 0;      // the definitive refusal, if refused
+  int unknown_answers = 0;     // 503s saying the outcome is unknown
   json record;                 // the terminal record, as last read
   json first_record;           // the terminal record, as first read
   // The last stored chunk's entry id ("" none) when the terminal record was
@@ -276,13 +277,18 @@ class FaultTest : public ::testing::Test {
         job.replayed = r.headers.count("Idempotent-Replay") != 0;
         return SubmitResult::kAccepted;
       }
-      if (r.status != 0 && !(job.ambiguous && r.status >= 500)) {
+      // A 503 saying the outcome is unknown (Redis got the submit, its
+      // answer was lost) is as ambiguous as no answer at all.
+      const bool unknown = r.status == 503 && r.body.is_object() && r.body.contains("outcome") &&
+                           r.body["outcome"] == "unknown";
+      if (r.status != 0 && !unknown && !(job.ambiguous && r.status >= 500)) {
         // Definitive. (After a lost answer, a 5xx does not tell whether the
         // first attempt was stored: keep asking.)
         job.refused_status = r.status;
         return SubmitResult::kRefused;
       }
-      if (r.status == 0) job.ambiguous = true;
+      if (r.status == 0 || unknown) job.ambiguous = true;
+      if (unknown) ++job.unknown_answers;
       if (Clock::now() >= deadline || (stop != nullptr && *stop)) return SubmitResult::kUnresolved;
       std::this_thread::sleep_for(150ms);
     }
@@ -1038,6 +1044,18 @@ class FaultTest : public ::testing::Test {
       }
     }
 
+    // 6. A stall of Redis stalls every broker alike: none is taken for dead.
+    if (fault.target == Target::kRedis) {
+      for (int b = 0; b < cluster_->brokers(); ++b) {
+        HttpReply m = Call(port(b), "GET", "/metrics", "", "");
+        if (m.status != 200) continue;  // judged by the other checks
+        if (m.raw.find("kiln_executions_taken_over_total 0") == std::string::npos) {
+          fails.Add("a broker took over another's jobs after a Redis stall",
+                    "broker " + std::to_string(b));
+        }
+      }
+    }
+
     // How hard the fault hit: jobs running when it began (on its worker, for
     // a worker), results that came in while it lasted.
     int hit = 0, ended_during = 0;
@@ -1055,10 +1073,11 @@ class FaultTest : public ::testing::Test {
 
     // Figures for the lead.
     int refused503 = 0, refused429 = 0, refused410 = 0, refused_other = 0, replays = 0;
-    int ambiguous = 0;
+    int ambiguous = 0, unknown = 0;
     for (auto& job : jobs) {
       if (job->replayed) ++replays;
       if (job->ambiguous) ++ambiguous;
+      unknown += job->unknown_answers;
       if (!job->id.empty()) continue;
       (job->refused_status == 503   ? refused503
        : job->refused_status == 429 ? refused429
@@ -1066,8 +1085,8 @@ class FaultTest : public ::testing::Test {
                                     : refused_other) += job->refused_status != 0 ? 1 : 0;
     }
     std::cerr << "[fault] submits " << jobs.size() << ": accepted " << accepted.size()
-              << " (submits without an answer, retried with their key: " << ambiguous
-              << ", answered as replays: " << replays
+              << " (submits without an answer or answered 503 'outcome unknown' (" << unknown
+              << "), retried with their key: " << ambiguous << ", answered as replays: " << replays
               << ", resolved after the load: " << resolved_later << "), refused 503 " << refused503
               << ", 429 " << refused429 << ", 410 " << refused410 << ", other " << refused_other
               << ", unresolved " << unresolved << "; refused but stored " << stored_refusals
@@ -1101,22 +1120,11 @@ class FaultTest : public ::testing::Test {
 
 // ------------------------------------------------------------- scenarios
 
-// Scenarios that still find known defects now and then (issue 12's note):
-// a submit answered 503 after Redis's 2 s timeout whose script ran when Redis
-// resumed, a takeover during a long Redis stall, and a session execution
-// requeued across a worker's restart that ran in a fresh interpreter. They
-// run with KILN_FAULT_KNOWN_DEFECTS=1, so CI stays deterministic meanwhile.
-#define KILN_SKIP_KNOWN_DEFECT(why)                                               \
-  if (std::getenv("KILN_FAULT_KNOWN_DEFECTS") == nullptr) {                       \
-    GTEST_SKIP() << "known defect (" why "): KILN_FAULT_KNOWN_DEFECTS=1 runs it"; \
-  }
-
 TEST_F(FaultTest, RedisPausedBelowTheWindowLosesNothing) {
   RunScenario({"redis-pause-1.5s", Target::kRedis, Action::kPause, 1500});
 }
 
 TEST_F(FaultTest, RedisPausedFiveSecondsLosesNothing) {
-  KILN_SKIP_KNOWN_DEFECT("an ambiguous 503 that stored its job; takeover in a long stall");
   RunScenario({"redis-pause-5s", Target::kRedis, Action::kPause, 5000});
 }
 
@@ -1145,7 +1153,6 @@ TEST_F(FaultTest, WorkerPausedFiveSecondsEndsItsJobsTruthfully) {
 }
 
 TEST_F(FaultTest, WorkerKilledAndRestartedEndsItsJobsTruthfully) {
-  KILN_SKIP_KNOWN_DEFECT("a session execution requeued across the restart loses its state");
   RunScenario({"worker-kill-restart", Target::kWorker, Action::kKill, 1000});
 }
 

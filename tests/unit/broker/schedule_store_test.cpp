@@ -355,6 +355,129 @@ TEST_F(ScheduleStoreTest, LostWorkerLosesItsSessions) {
   EXPECT_EQ((*list)[0].state, "lost");
 }
 
+TEST_F(ScheduleStoreTest, ALostSessionsRequeuedExecutionIsHandedBackNotStarted) {
+  // The worker died while the session's second execution was on its way
+  // to it: that execution came back to the queue after the session was
+  // marked lost. Started on the worker's new process, it would run in a
+  // fresh interpreter under the old epoch.
+  std::vector<WorkerSlots> w = {Worker("a", 4)};
+  ASSERT_EQ(Submit(Spec("t", "s1"), w).kind, SubmitOutcome::Kind::kStarted);  // ex_1
+  End("ex_1", w);
+  ASSERT_EQ(Submit(Spec("t", "s1"), w).kind, SubmitOutcome::Kind::kStarted);  // ex_2 on a
+  auto queued = sessions_->LoseWorker("a");
+  ASSERT_TRUE(queued.ok());
+  EXPECT_TRUE(queued->empty());  // ex_2 was running, not queued
+  auto back = sched_->Requeue("ex_2", w, common::NowMs());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->size(), 1u);
+  EXPECT_EQ((*back)[0].job_id, "ex_2");
+  EXPECT_EQ((*back)[0].worker, "") << "a lost session's execution must not start";
+  // Named again by every pump until a broker ends it.
+  auto again = sched_->Pump(w, common::NowMs());
+  ASSERT_TRUE(again.ok());
+  ASSERT_EQ(again->size(), 1u);
+  EXPECT_EQ((*again)[0].worker, "");
+  EXPECT_EQ(Zcard("{kiln}:lease:w:a"), 0);
+  EXPECT_EQ(End("ex_2", w, FinishExpect::kQueued, JobStatus::kError).kind,
+            FinishOutcome::Kind::kStored);
+  again = sched_->Pump(w, common::NowMs());
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->empty());
+  // New executions are refused as before.
+  EXPECT_EQ(SubmitError(Spec("t", "s1"), w).code(), common::Code::kSessionLost);
+}
+
+// Redis stalls longer than the broker waits for an answer (2 s), then runs
+// what waited in its socket. Returns what `call` returned meanwhile.
+template <typename F>
+auto DuringARedisStall(ChildProcess* redis, RedisPool* pool, F call) {
+  redis->Pause();
+  std::thread resume([redis] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(kRedisTimeoutMs + 700));
+    redis->Resume();
+  });
+  auto out = call();
+  resume.join();
+  // A fresh connection's command comes after what waited.
+  EXPECT_TRUE(
+      WaitFor([&] { return pool->Acquire()->Command({"PING"}).ok(); }, std::chrono::seconds(5)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  return out;
+}
+
+TEST_F(ScheduleStoreTest, ASubmitRedisRunsAfterTheBrokerGaveUpStoresNothing) {
+  // The broker answered 503: a client may submit again without a key, so a
+  // late script storing the job as well would run it twice.
+  std::vector<WorkerSlots> w = {Worker("a", 4)};
+  auto spec = Spec("t");
+  auto out = DuringARedisStall(redis_, pool_.get(), [&] {
+    return sched_->Submit(spec, JobRecord::Queued(spec), "", {}, w, common::NowMs());
+  });
+  // Redis got it and did not answer: the broker cannot know the outcome.
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(out->kind, SubmitOutcome::Kind::kUnconfirmed);
+  auto c = pool_->Acquire();
+  auto exists = c->Command({"EXISTS", "{kiln}:job:" + spec.id});
+  ASSERT_TRUE(exists.ok());
+  EXPECT_EQ(exists->integer, 0) << "the late script stored the job the client was refused";
+  EXPECT_EQ(Zcard("{kiln}:lease:global"), 0);
+  // A prompt submit is stored as ever.
+  EXPECT_EQ(Submit(Spec("t"), w).kind, SubmitOutcome::Kind::kStarted);
+}
+
+TEST_F(ScheduleStoreTest, AFinishRedisRunsLateStartsNothing) {
+  // The broker never learns what a late script started (its answer is
+  // lost): the job would stay `running` with no worker ever told.
+  settings_.global_slots = 1;
+  Reset();
+  std::vector<WorkerSlots> w = {Worker("a", 4)};
+  Submit(Spec("t"), w);                                                // ex_1 running
+  ASSERT_EQ(Submit(Spec("t"), w).kind, SubmitOutcome::Kind::kQueued);  // ex_2 waits
+  auto rec = jobs_->Load("ex_1");
+  ASSERT_TRUE(rec.ok());
+  rec->status = JobStatus::kSucceeded;
+  auto fin = DuringARedisStall(redis_, pool_.get(), [&] {
+    return sched_->Finish(*rec, FinishExpect::kAny, w, common::NowMs());
+  });
+  EXPECT_FALSE(fin.ok());
+  // The end itself is stored (a retry finds it ended); ex_2 was not started.
+  auto one = jobs_->Load("ex_1");
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->status, JobStatus::kSucceeded);
+  auto two = jobs_->Load("ex_2");
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(two->status, JobStatus::kQueued);
+  // The next pump starts it, and says so.
+  auto started = sched_->Pump(w, common::NowMs());
+  ASSERT_TRUE(started.ok());
+  ASSERT_EQ(started->size(), 1u);
+  EXPECT_EQ((*started)[0].job_id, "ex_2");
+}
+
+TEST_F(ScheduleStoreTest, TickReportsStraysRunningOnTheBrokersName) {
+  std::vector<WorkerSlots> w = {Worker("a", 4)};
+  Submit(Spec("t"), w);  // ex_1 running on b1's name
+  Submit(Spec("t"), w);  // ex_2 too, and held
+  {
+    auto c = pool_->Acquire();
+    ASSERT_TRUE(c->Command({"HSET", "{kiln}:inflight:b1", "ex_gone", "a"}).ok());
+  }
+  const int64_t now = common::NowMs();
+  std::vector<InFlightRef> held = {{"ex_2", "t", "a"}};
+  // Just started: not yet a stray (it may wait in the broker's inbox).
+  auto tick = sched_->Tick(held, now, 3000, {}, now - 10000);
+  ASSERT_TRUE(tick.ok());
+  EXPECT_TRUE(tick->strays.empty());
+  tick = sched_->Tick(held, now, 3000, {}, now + 1000);
+  ASSERT_TRUE(tick.ok());
+  EXPECT_EQ(tick->strays, std::vector<std::string>{"ex_1"});
+  // A leftover entry for a job that no longer runs is dropped.
+  auto c = pool_->Acquire();
+  auto left = c->Command({"HEXISTS", "{kiln}:inflight:b1", "ex_gone"});
+  ASSERT_TRUE(left.ok());
+  EXPECT_EQ(left->integer, 0);
+}
+
 TEST_F(ScheduleStoreTest, DeleteSessionReturnsItsJobs) {
   std::vector<WorkerSlots> w = {Worker("a", 4)};
   auto s = Spec("t", "s1");

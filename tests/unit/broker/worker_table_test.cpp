@@ -69,7 +69,7 @@ TEST(WorkerTable, DrainingWorkersGetNoJobs) {
 TEST(WorkerTable, RemovedWorkersReturnTheirJobs) {
   WorkerTable t;
   t.OnRegister("a", Reg("a", 2), 0);
-  t.Assign("a", "j1");
+  t.Assign("a", "j1", 0);
   EXPECT_EQ(t.Remove("a"), std::vector<std::string>{"j1"});
   EXPECT_FALSE(t.Known("a"));
   EXPECT_TRUE(t.Remove("a").empty());
@@ -80,7 +80,7 @@ TEST(WorkerTable, RestartedWorkerLosesEveryJob) {
   auto r = Reg("a", 2);
   r.incarnation = "one";
   t.OnRegister("a", r, 0);
-  t.Assign("a", "j1");
+  t.Assign("a", "j1", 0);
   r.incarnation = "two";
   r.held_jobs = {"j1"};  // a new process cannot hold the old one's jobs
   auto out = t.OnRegister("a", r, 0);
@@ -95,21 +95,63 @@ TEST(WorkerTable, ReconnectedWorkerKeepsTheJobsItHolds) {
   auto r = Reg("a", 2);
   r.incarnation = "one";
   t.OnRegister("a", r, 0);
-  t.Assign("a", "j1");
-  t.Assign("a", "j2");
+  t.Assign("a", "j1", 0);
+  t.Assign("a", "j2", 0);
   r.held_jobs = {"j2", "j9"};
-  auto out = t.OnRegister("a", r, 0);
+  auto out = t.OnRegister("a", r, kRegisterCrossingMs);
   EXPECT_FALSE(out.restarted);
   EXPECT_EQ(out.lost, std::vector<std::string>{"j1"});
   EXPECT_EQ(t.Remove("a"), std::vector<std::string>{"j2"});
   // Without an incarnation a worker cannot prove it is the same process.
   t.OnRegister("b", Reg("b", 1), 0);
-  t.Assign("b", "j3");
+  t.Assign("b", "j3", 0);
   auto anon = Reg("b", 1);
   anon.held_jobs = {"j3"};
   out = t.OnRegister("b", anon, 0);
   EXPECT_TRUE(out.restarted);
   EXPECT_EQ(out.lost, std::vector<std::string>{"j3"});
+}
+
+TEST(WorkerTable, AJobSentJustBeforeARegisterIsNotLostYet) {
+  // The worker built its register before the job's Execute reached it.
+  WorkerTable t;
+  auto r = Reg("a", 2);
+  r.incarnation = "one";
+  t.OnRegister("a", r, 0);
+  t.Assign("a", "old", 1000);
+  t.Assign("a", "new", 5000);
+  auto out = t.OnRegister("a", r, 5000 + kRegisterCrossingMs - 1);
+  EXPECT_FALSE(out.restarted);
+  EXPECT_EQ(out.lost, std::vector<std::string>{"old"});
+  // Past the crossing time it is gone; a new process never holds it.
+  out = t.OnRegister("a", r, 5000 + kRegisterCrossingMs);
+  EXPECT_EQ(out.lost, std::vector<std::string>{"new"});
+  t.Assign("a", "newer", 9000);
+  r.incarnation = "two";
+  out = t.OnRegister("a", r, 9001);
+  EXPECT_TRUE(out.restarted);
+  EXPECT_EQ(out.lost, std::vector<std::string>{"newer"});
+}
+
+TEST(WorkerTable, SessionExecutionsChosenBeforeANewIncarnationDoNotGoToIt) {
+  WorkerTable t;
+  auto r = Reg("a", 2);
+  r.incarnation = "one";
+  EXPECT_TRUE(t.OnRegister("a", r, 0).fresh);
+  // Until the broker says the old sessions are settled, none goes to it.
+  EXPECT_FALSE(t.SessionsFrom("a", 5000));
+  t.SetSessionsFrom("a", 1000);
+  EXPECT_FALSE(t.SessionsFrom("a", 999));
+  EXPECT_TRUE(t.SessionsFrom("a", 1000));
+  // A reconnect of the same process keeps its sessions.
+  EXPECT_FALSE(t.OnRegister("a", r, 2000).fresh);
+  EXPECT_TRUE(t.SessionsFrom("a", 1500));
+  // A restart does not.
+  r.incarnation = "two";
+  auto out = t.OnRegister("a", r, 3000);
+  EXPECT_TRUE(out.fresh);
+  EXPECT_FALSE(t.SessionsFrom("a", 2500));
+  EXPECT_FALSE(t.SessionsFrom("z", 2500));  // unknown
 }
 
 TEST(WorkerLiveness, SilentWorkersExpire) {

@@ -618,12 +618,8 @@ bool Dispatcher::TakeOver(bool include_self) {
   if (prev_renewal_ms_ == 0) return false;
   const int64_t dead_after =
       static_cast<int64_t>(options_.heartbeat_interval.count()) * options_.liveness;
-  // Dead: silent for a whole window before our own previous renewal, when
-  // Redis was answering us. After a stall of Redis (or of this broker)
-  // every broker's last renewal is about as old as ours: those that merely
-  // waited with us renew on their next tick and are not taken over.
-  const int64_t dead_before = prev_renewal_ms_ - dead_after;
-  auto claimed = stores_.schedule->Claim(dead_before, include_self);
+  auto claimed = stores_.schedule->Claim(ScheduleStore::ClaimCutoff(prev_renewal_ms_, dead_after),
+                                         include_self);
   if (!claimed.ok()) {
     if (options_.metrics) options_.metrics->RedisError();
     return false;
@@ -641,6 +637,14 @@ bool Dispatcher::TakeOver(bool include_self) {
 
 bool Dispatcher::Adopt(const std::string& id, const char* why) {
   if (in_flight_.count(id)) return false;
+  {
+    // Started by this process a moment ago, not sent yet (on start-up our
+    // own in-flight hash is claimed, and it holds those too).
+    std::lock_guard lock(mu_);
+    for (const auto& req : inbox_) {
+      if (req.spec.id == id) return false;
+    }
+  }
   auto spec = stores_.jobs->LoadSpec(id);
   auto record = stores_.jobs->Load(id);
   if (!spec.ok() || !record.ok() || record->status != JobStatus::kRunning) return false;

@@ -1302,7 +1302,7 @@ TEST_F(FaultTest, FloodingJobsDoNotStallTheWorkersOtherJobs) {
   // Each flood ends with the truth, within its timeout.
   std::vector<Job> ended;
   for (const auto& id : floods) {
-    json rec = AwaitTerminal(id, 0, flood_at + std::chrono::milliseconds(kFloodTimeoutMs) + 5s);
+    json rec = AwaitTerminal(id, 0, flood_at + std::chrono::milliseconds(kFloodTimeoutMs) + 8s);
     ended.push_back(Ended(id, Kind::kFlood, rec));
     const std::string out = Str(rec, "stdout");
     const int64_t ran = Ms(rec, "finished_at_ms") - Ms(rec, "started_at_ms");
@@ -1315,12 +1315,14 @@ TEST_F(FaultTest, FloodingJobsDoNotStallTheWorkersOtherJobs) {
                 << std::chrono::duration<double>(Clock::now() - flood_at).count()
                 << " s after it was submitted: " << Brief(rec) << "\n";
     }
-    EXPECT_TRUE(IsTerminal(rec)) << "a flood did not end within its timeout + 5 s: " << Brief(rec);
+    EXPECT_TRUE(IsTerminal(rec)) << "a flood did not end within its timeout + 8 s: " << Brief(rec);
     const std::string status = Str(rec, "status"), code = ErrorCode(rec);
     EXPECT_TRUE((status == "failed" && code == "OUTPUT_LIMIT") ||
                 (status == "timed_out" && code == "TIMEOUT"))
         << Brief(rec);
-    EXPECT_LE(ran, kFloodTimeoutMs + 2000)
+    // Seconds, not the minutes a backlog of its own chunks once cost (the
+    // slack covers a sandbox's start and end on a loaded 2-core host).
+    EXPECT_LE(ran, kFloodTimeoutMs + 4000)
         << "the flood's end was recorded " << ran << " ms after it started: " << Brief(rec);
     const uint64_t size = out.size() + Str(rec, "stderr").size();
     const bool truncated = Bool(rec, "truncated", false);

@@ -78,7 +78,8 @@ Dispatcher::Dispatcher(DispatcherOptions options, common::UniqueFd wake, Dispatc
       wake_(std::move(wake)),
       stores_(stores),
       waiters_(waiters),
-      output_(options_.output_buffer_job_bytes, options_.output_buffer_bytes) {}
+      output_(options_.output_buffer_job_bytes, options_.output_buffer_bytes),
+      renewals_(static_cast<int64_t>(options_.heartbeat_interval.count()) * options_.liveness) {}
 
 Dispatcher::~Dispatcher() = default;
 
@@ -589,8 +590,7 @@ void Dispatcher::RenewLeases() {
     kLog.Warn(limit, {}, "could not renew leases: {}", tick.status().ToString());
     return;
   }
-  prev_renewal_ms_ = last_renewal_ms_;
-  last_renewal_ms_ = now_ms;
+  renewals_.Answered(common::NowMs());
   for (const auto& id : tick->not_owned) {
     // Ended elsewhere (its result reached another broker) or taken over.
     auto it = in_flight_.find(id);
@@ -615,11 +615,10 @@ void Dispatcher::RenewLeases() {
 }
 
 bool Dispatcher::TakeOver(bool include_self) {
-  if (prev_renewal_ms_ == 0) return false;
+  if (!renewals_.MayClaim(common::NowMs())) return false;
   const int64_t dead_after =
       static_cast<int64_t>(options_.heartbeat_interval.count()) * options_.liveness;
-  auto claimed = stores_.schedule->Claim(ScheduleStore::ClaimCutoff(prev_renewal_ms_, dead_after),
-                                         include_self);
+  auto claimed = stores_.schedule->Claim(common::NowMs() - dead_after, include_self);
   if (!claimed.ok()) {
     if (options_.metrics) options_.metrics->RedisError();
     return false;

@@ -44,6 +44,7 @@
 #include "broker/job/job.hpp"
 #include "broker/scheduler/job_waiters.hpp"
 #include "broker/scheduler/output_buffer.hpp"
+#include "broker/scheduler/renewal_gate.hpp"
 #include "broker/scheduler/worker_gateway.hpp"
 #include "broker/scheduler/worker_table.hpp"
 #include "broker/store/job_store.hpp"
@@ -254,9 +255,7 @@ class Dispatcher {
   std::set<std::string> sessions_to_lose_;  // workers whose LoseSessions Redis refused
   size_t unsaved_bytes_ = 0;
   Clock::time_point started_at_;
-  // Wall-clock times of our last two renewals Redis answered (0: none).
-  int64_t last_renewal_ms_ = 0;
-  int64_t prev_renewal_ms_ = 0;
+  RenewalGate renewals_;  // when we may take other brokers over
   Clock::time_point next_tick_;
   Clock::time_point next_pump_;
   bool pump_due_ = false;

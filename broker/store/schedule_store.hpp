@@ -175,13 +175,6 @@ class ScheduleStore {
                                      int64_t broker_dead_after_ms,
                                      const std::vector<std::string>& workers = {},
                                      int64_t stray_before_ms = 0);
-  // The dead_before_ms for Claim: brokers silent for a whole window before
-  // the caller's own previous successful renewal, when Redis answered it.
-  // After a stall of Redis (or of the caller) every broker's last renewal is
-  // about as old as the caller's: those that merely waited are not dead.
-  static int64_t ClaimCutoff(int64_t prev_renewal_ms, int64_t dead_after_ms) {
-    return prev_renewal_ms - dead_after_ms;
-  }
   // Takes over the jobs in flight of brokers silent since dead_before_ms (and
   // this broker's own from before a restart, when include_self). Returns
   // (job id, worker) pairs.

@@ -569,27 +569,6 @@ TEST_F(ScheduleStoreTest, ALiveBrokerTakesOverADeadOnesJobs) {
   EXPECT_TRUE(tick->not_owned.empty());
 }
 
-TEST_F(ScheduleStoreTest, AfterARedisStallNoBrokerIsTakenForDead) {
-  // Both brokers renewed, then Redis stalled 5 s (window: 3 s). The first
-  // to renew afterwards must not take the other over: it only waited too.
-  std::vector<WorkerSlots> w = {Worker("a", 4)};
-  const int64_t before = common::NowMs() - 5000;
-  Submit(Spec("t"), w);  // b1 owns ex_1
-  ASSERT_TRUE(sched_->Tick({{"ex_1", "t", "a"}}, before, 3000).ok());
-  settings_.broker_id = "b2";
-  Reset();
-  ASSERT_TRUE(sched_->Tick({}, before - 200, 3000).ok());  // b2's renewal before the stall
-  ASSERT_TRUE(sched_->Tick({}, common::NowMs(), 3000).ok());
-  auto claimed = sched_->Claim(ScheduleStore::ClaimCutoff(before - 200, 3000), false);
-  ASSERT_TRUE(claimed.ok());
-  EXPECT_TRUE(claimed->empty());
-  // Silent a whole window before b2's previous renewal: dead.
-  claimed = sched_->Claim(ScheduleStore::ClaimCutoff(before + 3001, 3000), false);
-  ASSERT_TRUE(claimed.ok());
-  ASSERT_EQ(claimed->size(), 1u);
-  EXPECT_EQ((*claimed)[0].first, "ex_1");
-}
-
 TEST_F(ScheduleStoreTest, CancelOfAQueuedJobLosesToItsStart) {
   std::vector<WorkerSlots> w = {Worker("a", 1)};
   Submit(Spec("t"), w);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "broker/scheduler/output_buffer.hpp"
+#include "broker/scheduler/renewal_gate.hpp"
 #include "broker/scheduler/worker_liveness.hpp"
 
 namespace kiln::broker {
@@ -152,6 +153,24 @@ TEST(WorkerTable, SessionExecutionsChosenBeforeANewIncarnationDoNotGoToIt) {
   EXPECT_TRUE(out.fresh);
   EXPECT_FALSE(t.SessionsFrom("a", 2500));
   EXPECT_FALSE(t.SessionsFrom("z", 2500));  // unknown
+}
+
+TEST(RenewalGate, ClaimsWaitForAWindowOfAnswersAfterAStall) {
+  RenewalGate gate(3000);
+  EXPECT_FALSE(gate.MayClaim(0));  // no renewal yet
+  for (int64_t t = 1000; t <= 4000; t += 1000) gate.Answered(t);
+  EXPECT_TRUE(gate.MayClaim(4000));  // answered since 1000, without a gap
+  // Redis stalls 5 s: nobody renewed, so nobody is dead yet.
+  gate.Answered(9000);
+  EXPECT_FALSE(gate.MayClaim(9000));
+  gate.Answered(10000);
+  gate.Answered(11000);
+  EXPECT_FALSE(gate.MayClaim(11999));
+  gate.Answered(12000);
+  EXPECT_TRUE(gate.MayClaim(12000));  // every live broker had a window to renew
+  // A gap just below the window is not a stall.
+  gate.Answered(14999);
+  EXPECT_TRUE(gate.MayClaim(14999));
 }
 
 TEST(WorkerLiveness, SilentWorkersExpire) {

@@ -10,10 +10,10 @@ namespace {
 // Shared helpers, prepended to every scheduling script.
 //
 // A scheduling context (ctx) comes last in ARGV, after each script's own
-// fixed arguments: now_ms, deadline ms (Redis's wall clock; 0: none), lease_ms,
-// broker id, global limit (0: none), sessions per worker, queue entries
-// scanned per tenant, jobs to start at most, worker count, then per worker:
-// id, slots, ",runtime,runtime,".
+// fixed arguments: now_ms, deadline ms (wall clock, checked against Redis's
+// TIME; 0: none), lease_ms, broker id, global limit (0: none), sessions per
+// worker, queue entries scanned per tenant, jobs to start at most, worker
+// count, then per worker: id, slots, ",runtime,runtime,".
 constexpr const char* kPrelude = R"lua(
 local P = '{kiln}:'
 local TERMINAL = {succeeded = true, failed = true, timed_out = true, memory_exceeded = true,

@@ -6,6 +6,7 @@
 # figure with its exact command line, and stops everything it started (by pid).
 #
 #   sudo tests/bench/run_bench.sh [--jobs N] [--slots N] [--warm N] [--brokers N] [--no-build]
+#        [--only RUN,...] [--worker-bin PATH] [--cpu-weight]
 #
 # Must run as root: the workers create namespaces and cgroups. Figures on a small
 # shared VM are noisy: compare medians and ratios, not single runs.
@@ -17,11 +18,18 @@ SLOTS=4
 WARM=1
 BROKERS=1
 BUILD=1
+ONLY=""
+WORKER_BIN=""
+CPU_WEIGHT=0
 usage() {
-  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
   echo "flags: --jobs N (measured jobs per run, default $JOBS), --slots N (per worker, default $SLOTS),"
   echo "       --warm N (warm sandboxes per runtime per worker, default $WARM),"
-  echo "       --brokers N (brokers sharing the Redis, default $BROKERS), --no-build"
+  echo "       --brokers N (brokers sharing the Redis, default $BROKERS), --no-build,"
+  echo "       --only RUN,... (just these runs, e.g. python-paced,shell-c1),"
+  echo "       --worker-bin PATH (this kiln-worker instead of the built one: A/B against a saved binary),"
+  echo "       --cpu-weight (cgroup v1 hosts: the cluster and its sandboxes run in a cpu cgroup"
+  echo "       weighted 256x the default, so other load on a shared host yields to them)"
 }
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -30,6 +38,9 @@ while [[ $# -gt 0 ]]; do
     --warm) WARM="$2"; shift 2 ;;
     --brokers) BROKERS="$2"; shift 2 ;;
     --no-build) BUILD=0; shift ;;
+    --only) ONLY=",$2,"; shift 2 ;;
+    --worker-bin) WORKER_BIN="$2"; shift 2 ;;
+    --cpu-weight) CPU_WEIGHT=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "run_bench.sh: unknown flag $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -58,6 +69,8 @@ fi
 for b in kiln-broker kiln-worker kiln-bench; do
   [[ -x "$BIN/$b" ]] || { echo "run_bench.sh: $BIN/$b missing (drop --no-build)" >&2; exit 2; }
 done
+WORKER_BIN=${WORKER_BIN:-$BIN/kiln-worker}
+[[ -x "$WORKER_BIN" ]] || { echo "run_bench.sh: --worker-bin $WORKER_BIN is not executable" >&2; exit 2; }
 
 TMP=$(mktemp -d /tmp/kiln-bench.XXXXXX)
 SUFFIX=${TMP##*.}
@@ -75,9 +88,11 @@ cleanup() {
     fi
     wait "${PIDS[i]}" 2>/dev/null || true
   done
-  # The workers leave their (empty) cgroup prefix directories behind: remove ours.
+  # The workers leave their (empty) cgroup prefix directories behind: remove ours
+  # (and the --cpu-weight cgroup, once this shell has left it).
   if [[ -n "${SUFFIX:-}" ]]; then
-    find /sys/fs/cgroup -maxdepth 4 -depth -type d -name "kiln-bench-$SUFFIX-w*" \
+    [[ $CPU_WEIGHT -eq 1 ]] && echo $$ >/sys/fs/cgroup/cpu/cgroup.procs 2>/dev/null
+    find /sys/fs/cgroup -maxdepth 4 -depth -type d -name "kiln-bench-$SUFFIX-*" \
       -exec rmdir {} \; 2>/dev/null || true
   fi
   if [[ $rc -ne 0 || -n "${KILN_KEEP_BENCH_DIR:-}" ]]; then
@@ -89,6 +104,21 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+
+# --cpu-weight: everything started from here on (redis, brokers, workers,
+# kiln-bench) inherits this shell's cpu cgroup, and the workers' cgroup prefix
+# (hence every sandbox) lies below it in each v1 hierarchy.
+CGROUP_PARENT=""
+if [[ $CPU_WEIGHT -eq 1 ]]; then
+  [[ -f /sys/fs/cgroup/cpu/cpu.shares ]] ||
+    { echo "run_bench.sh: --cpu-weight needs the cgroup v1 cpu hierarchy at /sys/fs/cgroup/cpu" >&2; exit 2; }
+  for h in cpu cpuacct memory pids; do
+    [[ -d /sys/fs/cgroup/$h ]] && mkdir -p "/sys/fs/cgroup/$h/kiln-bench-$SUFFIX-cluster"
+  done
+  echo 262144 >"/sys/fs/cgroup/cpu/kiln-bench-$SUFFIX-cluster/cpu.shares"
+  echo $$ >"/sys/fs/cgroup/cpu/kiln-bench-$SUFFIX-cluster/cgroup.procs"
+  CGROUP_PARENT="kiln-bench-$SUFFIX-cluster/"
+fi
 
 USED_PORTS=" "
 free_port() {
@@ -159,12 +189,12 @@ worker:
   drain_timeout_ms: 5000
 sandbox:
   state_dir: $TMP/w$i
-  cgroup_prefix: kiln-bench-$SUFFIX-w$i
+  cgroup_prefix: ${CGROUP_PARENT}kiln-bench-$SUFFIX-w$i
   uid_base: $((400000 + 10000 * i))
   uid_count: 10000
 log: {level: warn}
 EOF
-  "$BIN/kiln-worker" --config "$TMP/worker$i.yaml" >"$TMP/worker$i.log" 2>&1 &
+  "$WORKER_BIN" --config "$TMP/worker$i.yaml" >"$TMP/worker$i.log" 2>&1 &
   PIDS+=($!)
 done
 workers_listed() {  # on every broker
@@ -178,11 +208,13 @@ workers_listed() {  # on every broker
 wait_for 30 "both workers in GET /v1/workers" workers_listed
 echo "== workers registered: ${WORKER_IDS[*]}"
 echo "== host: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== worker binary: $WORKER_BIN${CGROUP_PARENT:+, cluster in cpu cgroup ${CGROUP_PARENT%/} (cpu.shares 262144)}"
 
 FAILED_RUNS=()
 RESULTS=()
 run() {  # run NAME ARGS...: one kiln-bench run, printed with its command line
   local name=$1; shift
+  [[ -z "$ONLY" || "$ONLY" == *",$name,"* ]] || return 0
   local cmd=("$BIN/kiln-bench" "${URL_ARGS[@]}" --token "$TOKEN" "$@")
   echo
   echo "\$ ${cmd[*]}"

@@ -8,16 +8,21 @@
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <linux/capability.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -26,7 +31,9 @@
 #include <thread>
 
 #include "worker/sandbox/cgroups.hpp"
+#include "worker/sandbox/contain.hpp"
 #include "worker/sandbox/fs_util.hpp"
+#include "worker/sandbox/namespaces.hpp"
 
 namespace kiln::worker::sandbox {
 namespace {
@@ -630,7 +637,7 @@ TEST_P(SandboxTest, WarmSandboxGetsLimitsAndFilesLater) {
       "import os, resource\n"
       "print(open('in/data.txt').read())\n"
       "print(resource.getrlimit(resource.RLIMIT_CPU)[0] <= 6, os.stat('in/data.txt').st_uid == "
-      "os.getuid())\n"
+      "os.getuid(), resource.getrlimit(resource.RLIMIT_NPROC))\n"
       "os.makedirs('out', exist_ok=True)\n"
       "open('out/result.txt', 'w').write('RESULT')\n"
       "open('other.bin', 'w').write('x' * 100)\n"
@@ -655,10 +662,44 @@ TEST_P(SandboxTest, WarmSandboxGetsLimitsAndFilesLater) {
   };
   RunResult r = Run({kPython, "-c", "import sys; exec(sys.stdin.read())"}, opt);
   EXPECT_EXIT0(r);
-  EXPECT_EQ(r.out, "hello from the job\nTrue True\n");
+  EXPECT_EQ(r.out, "hello from the job\nTrue True (16, 16)\n");
   ASSERT_EQ(collected.size(), 1u);  // the symlink is not followed
   EXPECT_EQ(collected[0].path, "out/result.txt");
   EXPECT_EQ(collected[0].content, "RESULT");
+}
+
+// A worker without CAP_SYS_RESOURCE cannot prlimit a process of another uid:
+// SetLimits falls back to a helper running as the sandbox's uid. Here the
+// calling thread drops the capability from its effective set (capset is per
+// thread), so the fallback is what applies the limits.
+TEST_P(SandboxTest, WarmSandboxGetsLimitsWithoutCapSysResource) {
+  SandboxLimits job;
+  job.cpu_ms = 3000;
+  job.max_pids = 12;
+  RunOptions opt;
+  opt.stdin_data =
+      "import resource\n"
+      "print(resource.getrlimit(resource.RLIMIT_CPU)[0] <= 4, "
+      "resource.getrlimit(resource.RLIMIT_NPROC))\n";
+  opt.before_input = [&](SandboxProcess& p) {
+    common::Status st = common::Status::Ok();
+    bool dropped = false;
+    std::thread t([&] {
+      __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+      __user_cap_data_struct data[2]{};
+      if (::syscall(SYS_capget, &hdr, data) != 0) return;
+      data[CAP_SYS_RESOURCE / 32].effective &= ~(1u << (CAP_SYS_RESOURCE % 32));
+      if (::syscall(SYS_capset, &hdr, data) != 0) return;
+      dropped = true;
+      st = p.SetLimits(job);
+    });
+    t.join();
+    ASSERT_TRUE(dropped) << "capset: " << std::strerror(errno);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  };
+  RunResult r = Run({kPython, "-c", "import sys; exec(sys.stdin.read())"}, opt);
+  EXPECT_EXIT0(r);
+  EXPECT_EQ(r.out, "True (12, 12)\n");
 }
 
 TEST_P(SandboxTest, AddFilesRefusesSymlinkEscapes) {
@@ -712,6 +753,102 @@ TEST_P(SandboxTest, MissingProgramIsAClearError) {
 
 INSTANTIATE_TEST_SUITE_P(CgroupModes, SandboxTest, ::testing::Values("v1", "v2"),
                          [](const auto& info) { return info.param; });
+
+// --- The spawned child's descriptors -----------------------------------------
+
+// Polls `read` (up to 10 s) until it returns a non-empty string.
+std::string WaitFor(const std::function<std::string()>& read) {
+  for (int i = 0; i < 1000; ++i) {
+    std::string s = read();
+    if (!s.empty()) return s;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return "";
+}
+
+// A descriptor the worker closes while a spawn is in flight is closed for
+// real. A warm wrapper starts its job at EOF on stdin, which needs every copy
+// of the pipe's write end gone; a spawn's child used to hold a copy of every
+// worker descriptor through its slow steps (cgroup attach, pivot_root), so a
+// job next to a spawn waited for them (docs/performance.md, "Warm-job
+// cost"). Here the child is held at its cgroup join by a full pipe standing
+// in for cgroup.procs, which is after the step that must have dropped them.
+TEST(SandboxChild, HoldsOnlyThePlanDescriptorsFromItsFirstStep) {
+  int sentinel[2], gate[2];
+  ASSERT_EQ(::pipe2(sentinel, O_CLOEXEC | O_NONBLOCK), 0);
+  ASSERT_EQ(::pipe2(gate, O_CLOEXEC | O_NONBLOCK), 0);
+  UniqueFd sentinel_r(sentinel[0]), sentinel_w(sentinel[1]), gate_r(gate[0]), gate_w(gate[1]);
+  while (::write(gate_w.get(), "x", 1) == 1) {
+  }
+  ASSERT_EQ(errno, EAGAIN);
+  ASSERT_EQ(::fcntl(gate_w.get(), F_SETFL, 0), 0);  // the child's write blocks
+
+  const int cgroup_fd = gate_w.get();
+  const char* argv[] = {"/bin/true", nullptr};
+  const char* envp[] = {nullptr};
+  ChildPlan plan;
+  plan.cgroup_fds = &cgroup_fd;
+  plan.cgroup_fd_count = 1;
+  plan.cgroup_ns = plan.uts_ns = plan.net_ns = plan.landlock = plan.seccomp = false;
+  plan.new_root = "/nonexistent-kiln-test-root";  // the child stops at the mount tree
+  plan.argv = argv;
+  plan.envp = envp;
+
+  std::atomic<pid_t> spawner_tid{0};
+  pid_t child = -1;
+  int pidfd = -1;
+  std::thread spawner([&] {
+    spawner_tid = static_cast<pid_t>(::syscall(SYS_gettid));
+    child = CloneVforked(CLONE_NEWNS, ContainAndExec, &plan, &pidfd);
+  });
+  // On every path out of this test, failed assertions included: open the
+  // gate, so the child goes on (and stops at the mount tree), and join.
+  auto release = [&] {
+    char buf[4096];
+    while (::read(gate_r.get(), buf, sizeof buf) > 0) {
+    }
+    if (spawner.joinable()) spawner.join();
+  };
+  struct Finally {
+    std::function<void()> run;
+    ~Finally() { run(); }
+  } finally{release};
+
+  std::string child_pid = WaitFor([&] {
+    if (spawner_tid == 0) return std::string();
+    auto s = ReadFileString("/proc/self/task/" + std::to_string(spawner_tid) + "/children");
+    return s.ok() ? std::string(*s) : std::string();
+  });
+  ASSERT_FALSE(child_pid.empty()) << "the child never appeared";
+  child_pid = child_pid.substr(0, child_pid.find(' '));
+  // Blocked in write(2) on the gate: syscall 1 on x86-64 (the number is
+  // only a readiness hint; the assertions below hold either way).
+  WaitFor([&] {
+    auto s = ReadFileString("/proc/" + child_pid + "/syscall");
+    return s.ok() && s->rfind(std::to_string(SYS_write) + " ", 0) == 0 ? std::string("x")
+                                                                       : std::string();
+  });
+
+  std::vector<std::string> fds;
+  DIR* d = ::opendir(("/proc/" + child_pid + "/fd").c_str());
+  ASSERT_NE(d, nullptr);
+  while (struct dirent* e = ::readdir(d)) {
+    if (e->d_name[0] != '.') fds.push_back(e->d_name);
+  }
+  ::closedir(d);
+  EXPECT_EQ(fds, std::vector<std::string>({std::to_string(cgroup_fd)}));
+  sentinel_w.Reset();
+  char c;
+  EXPECT_EQ(::read(sentinel_r.get(), &c, 1), 0) << "the child still holds the write end";
+
+  release();
+  ASSERT_GT(child, 0);
+  ASSERT_NE(plan.failed_step, nullptr);
+  EXPECT_STREQ(plan.failed_step, "mount tree");
+  siginfo_t info{};
+  EXPECT_EQ(::waitid(P_PID, static_cast<id_t>(child), &info, WEXITED), 0);
+  if (pidfd >= 0) ::close(pidfd);
+}
 
 // --- Create(): config validation, relaxed layers, stale leftovers ----------
 

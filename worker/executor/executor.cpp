@@ -74,11 +74,13 @@ void Executor::RunOne(protocol::Execute job, std::string broker, int cancel_fd) 
     if (!job.session_id.empty()) {
       result = RunSession(job, opts, cancel_fd);
     } else if (sb = pool_->Take(*language); !sb->ok()) {
+      pool_->JobDone();
       result.job_id = job.job_id;
       result.reason = protocol::EndReason::kError;
       result.worker_error = sb->status().ToString();
     } else {
       result = RunJob(job, **sb, pool_->runtimes().at(*language), opts, cancel_fd);
+      pool_->JobDone();  // its replacement may start now (the teardown is not waited for)
     }
     if (result.reason == protocol::EndReason::kError) {
       kJobsLog.Warn({.job = job.job_id, .tenant = job.tenant}, "the job could not run: {}",

@@ -32,12 +32,14 @@ bool Exited(const WarmSandbox& sb) {
 
 WarmPool::WarmPool(sandbox::Sandbox* sandbox,
                    std::map<runtimes::Language, runtimes::Runtime> runtimes,
-                   sandbox::SandboxLimits launch_limits, size_t per_runtime, WorkerMetrics* metrics)
+                   sandbox::SandboxLimits launch_limits, size_t per_runtime, WorkerMetrics* metrics,
+                   std::chrono::milliseconds refill_hold)
     : sandbox_(sandbox),
       runtimes_(std::move(runtimes)),
       launch_limits_(launch_limits),
       per_runtime_(per_runtime),
-      metrics_(metrics) {
+      metrics_(metrics),
+      refill_hold_(refill_hold) {
   std::lock_guard lock(mu_);
   for (const auto& [language, rt] : runtimes_) PublishReady(language);
 }
@@ -96,9 +98,18 @@ common::StatusOr<WarmSandbox> WarmPool::Spawn(runtimes::Language language, bool 
   return sb;
 }
 
+void WarmPool::HoldRefill() {
+  if (++jobs_ > 1) {
+    refill_at_ = {};  // jobs overlap: keeping the stock up matters more
+    return;
+  }
+  refill_at_ = common::SteadyClock::now() + refill_hold_;
+}
+
 common::StatusOr<WarmSandbox> WarmPool::Take(runtimes::Language language) {
   {
     std::lock_guard lock(mu_);
+    HoldRefill();
     auto& q = stock_[language];
     while (!q.empty()) {
       WarmSandbox sb = std::move(q.front());
@@ -117,6 +128,15 @@ common::StatusOr<WarmSandbox> WarmPool::Take(runtimes::Language language) {
   return SpawnOne(language);
 }
 
+void WarmPool::JobDone() {
+  {
+    std::lock_guard lock(mu_);
+    if (jobs_ > 0) --jobs_;
+    refill_at_ = {};
+  }
+  wake_.notify_all();
+}
+
 size_t WarmPool::Ready(runtimes::Language language) const {
   std::lock_guard lock(mu_);
   auto it = stock_.find(language);
@@ -125,6 +145,12 @@ size_t WarmPool::Ready(runtimes::Language language) const {
 
 void WarmPool::Run(std::stop_token stop) {
   while (!stop.stop_requested()) {
+    {
+      std::unique_lock lock(mu_);
+      wake_.wait_until(lock, stop, refill_at_,
+                       [&] { return common::SteadyClock::now() >= refill_at_; });
+    }
+    if (stop.stop_requested()) break;
     bool spawned = false;
     bool failed = false;
     for (const auto& [language, rt] : runtimes_) {

@@ -6,10 +6,17 @@
 //
 // Every sandbox serves exactly one job and is destroyed afterwards (per-attempt
 // isolation): the pool pre-builds, it never reuses. A sandbox that died while
-// waiting is discarded at Take(). Take() is thread-safe; Run() is the refill
-// loop and belongs to one thread.
+// waiting is discarded at Take(). Take() and JobDone() are thread-safe; Run()
+// is the refill loop and belongs to one thread.
+//
+// When a job runs alone, the refill of the sandbox it took waits until the
+// job is done (JobDone()) or refill_hold has passed, whichever comes first: a
+// sandbox build and interpreter start next to a short job slowed it by a
+// third on a 2-core host (docs/performance.md, "Warm-job cost"). While jobs
+// overlap the refill is not held: the stock matters more then.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -36,16 +43,24 @@ struct WarmSandbox {
   double spawn_ms = 0;  // how long Spawn took
 };
 
+// Longer than a trivial job (1-3 ms), short against an interpreter start
+// (15-40 ms): a long job delays its replacement by this much at most.
+inline constexpr std::chrono::milliseconds kRefillHold{10};
+
 class WarmPool {
  public:
   WarmPool(sandbox::Sandbox* sandbox, std::map<runtimes::Language, runtimes::Runtime> runtimes,
            sandbox::SandboxLimits launch_limits, size_t per_runtime,
-           WorkerMetrics* metrics = nullptr);  // optional; outlives the pool
+           WorkerMetrics* metrics = nullptr,  // optional; outlives the pool
+           std::chrono::milliseconds refill_hold = kRefillHold);
 
-  // A ready sandbox when one is in stock (and asks the refill loop for
-  // another), else one started now. RUNTIME_UNAVAILABLE for a runtime this
-  // worker does not offer.
+  // A ready sandbox when one is in stock, else one started now.
+  // RUNTIME_UNAVAILABLE for a runtime this worker does not offer. Every call,
+  // failed or not, is to be followed by one JobDone().
   common::StatusOr<WarmSandbox> Take(runtimes::Language language);
+  // The job that called Take() has its result (or could not start): the
+  // refill may start now.
+  void JobDone();
   // Starts one sandbox for `language` (what Take does when the stock is empty).
   common::StatusOr<WarmSandbox> SpawnOne(runtimes::Language language);
   // Starts a session sandbox: the language's REPL driver (never stocked).
@@ -65,14 +80,21 @@ class WarmPool {
   sandbox::SandboxLimits launch_limits_;
   size_t per_runtime_;
   WorkerMetrics* metrics_;
+  std::chrono::milliseconds refill_hold_;
 
   mutable std::mutex mu_;
   std::condition_variable_any wake_;
   std::map<runtimes::Language, std::deque<WarmSandbox>> stock_;
+  // The refill loop starts no sandbox before this; in the past when no hold
+  // is in force.
+  common::SteadyClock::time_point refill_at_{};
+  size_t jobs_ = 0;  // Take() calls not yet followed by JobDone()
 
   common::StatusOr<WarmSandbox> Spawn(runtimes::Language language, bool session);
   // Reports the stock of `language`; mu_ held.
   void PublishReady(runtimes::Language language);
+  // Counts a job in and holds the refill if it is the only one; mu_ held.
+  void HoldRefill();
 };
 
 }  // namespace kiln::worker

@@ -1,6 +1,7 @@
 #include "worker/sandbox/contain.hpp"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -20,6 +21,23 @@ namespace {
 
 // Every step: 0 or an errno. `detail` may name a path.
 using StepFn = int (*)(ChildPlan& p, const char** detail);
+
+// A private descriptor table holding only the plan's descriptors: see
+// contain.hpp for why this is the first step.
+int CloseInherited(ChildPlan& p, const char**) {
+  if (::unshare(CLONE_FILES) != 0) return errno;
+  int keep[kMaxKeptFds];
+  int n = 0;
+  for (int fd : p.fds) {
+    if (n == kMaxKeptFds) return EMFILE;
+    keep[n++] = fd;
+  }
+  for (int i = 0; i < p.cgroup_fd_count; ++i) {
+    if (n == kMaxKeptFds) return EMFILE;
+    keep[n++] = p.cgroup_fds[i];
+  }
+  return CloseAllFdsExcept(keep, n);
+}
 
 int ResetSignals(ChildPlan&, const char**) {
   struct sigaction dfl;
@@ -117,6 +135,7 @@ struct Step {
   StepFn fn;
 };
 constexpr Step kSteps[] = {
+    {"inherited descriptors", "", CloseInherited},
     {"signals", "", ResetSignals},
     {"session", "", NewSession},
     {"join cgroups", "cgroups", JoinCgroups},
@@ -156,6 +175,25 @@ int ContainAndExec(void* arg) {
   p.failed_detail = p.argv[0];
   p.failed_errno = errno;
   ::_exit(127);
+}
+
+int CloseAllFdsExcept(const int* keep, int count) {
+  if (count < 0 || count > kMaxKeptFds) return EINVAL;
+  int sorted[kMaxKeptFds];
+  int n = 0;
+  for (int i = 0; i < count; ++i) {  // insertion sort of the valid ones
+    if (keep[i] < 0) continue;
+    int j = n++;
+    for (; j > 0 && sorted[j - 1] > keep[i]; --j) sorted[j] = sorted[j - 1];
+    sorted[j] = keep[i];
+  }
+  unsigned int next = 0;  // lowest descriptor not yet dealt with
+  for (int i = 0; i < n; ++i) {
+    unsigned int fd = static_cast<unsigned int>(sorted[i]);
+    if (fd > next && ::syscall(SYS_close_range, next, fd - 1, 0) != 0) return errno;
+    if (fd + 1 > next) next = fd + 1;
+  }
+  return ::syscall(SYS_close_range, next, ~0u, 0) == 0 ? 0 : errno;
 }
 
 const char* LayerOfStep(const char* step) {

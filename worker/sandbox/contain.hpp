@@ -5,9 +5,18 @@
 // calls. A failing step stores its name and errno in the plan and the child
 // exits with 127; the parent reads them once clone() returns.
 //
-//   signals → join cgroups → cgroup namespace → mount tree + pivot_root →
-//   hostname → loopback → descriptors → rlimits → uid/gid + capabilities →
-//   no_new_privs → Landlock → seccomp → execve
+//   inherited descriptors → signals → join cgroups → cgroup namespace →
+//   mount tree + pivot_root → hostname → loopback → descriptors → rlimits →
+//   uid/gid + capabilities → no_new_privs → Landlock → seccomp → execve
+//
+// The child starts on the worker's descriptor table (CloneVforked shares it).
+// Its first step takes a private copy and at once closes everything in it
+// but the plan's own descriptors. A copy includes the worker's end of other
+// sandboxes' stdin pipes, and a warm wrapper starts its job when its stdin
+// reaches EOF, i.e. when every copy of that end is closed: held through the
+// cgroup attach and pivot_root (RCU grace periods, 5-20 ms on a v1 host), a
+// copy delayed the job running next to this spawn by as much
+// (docs/performance.md, "Warm-job cost").
 #pragma once
 
 #include <linux/filter.h>
@@ -46,6 +55,13 @@ struct ChildPlan {
 
 // The clone() entry point: arg is a ChildPlan*. Never returns.
 int ContainAndExec(void* plan);
+
+// Closes every descriptor of the calling process except the `count` listed
+// in `keep` (any order; negative entries and repeats are ignored; at most
+// kMaxKeptFds). Raw system calls only, no allocation: callable in the
+// clone()d child, once it has its own table. 0 or an errno.
+inline constexpr int kMaxKeptFds = 16;
+int CloseAllFdsExcept(const int* keep, int count);
 
 // The layer a step belongs to (for "layer X is unavailable" messages), or "".
 const char* LayerOfStep(const char* step);

@@ -39,9 +39,10 @@ pid_t CloneVforked(unsigned long flags, int (*fn)(void*), void* arg, int* pidfd)
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   *pidfd = -1;
-  pid_t pid =
-      ::clone(fn, static_cast<char*>(stack) + kStackSize,
-              static_cast<int>(CLONE_VM | CLONE_VFORK | CLONE_PIDFD | flags | SIGCHLD), arg, pidfd);
+  pid_t pid = ::clone(
+      fn, static_cast<char*>(stack) + kStackSize,
+      static_cast<int>(CLONE_VM | CLONE_FILES | CLONE_VFORK | CLONE_PIDFD | flags | SIGCHLD), arg,
+      pidfd);
   int err = errno;
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   ::munmap(stack, kStackSize);

@@ -21,10 +21,16 @@ namespace kiln::worker::sandbox {
 // child, once it has joined its cgroups).
 unsigned long NamespaceCloneFlags(const std::set<std::string>& layers);
 
-// clone(CLONE_VM | CLONE_VFORK | CLONE_PIDFD | flags | SIGCHLD): runs fn(arg)
-// on `stack` in the child, sharing the parent's memory; returns once the
-// child has exec'd or exited. All signals are blocked in the calling thread
-// around the call. Returns the pid (or -errno) and stores the pidfd.
+// clone(CLONE_VM | CLONE_FILES | CLONE_VFORK | CLONE_PIDFD | flags | SIGCHLD):
+// runs fn(arg) on `stack` in the child, sharing the parent's memory and
+// descriptor table; returns once the child has exec'd or exited. All signals
+// are blocked in the calling thread around the call. Returns the pid (or
+// -errno) and stores the pidfd.
+//
+// The table is shared, not copied, so that the child holds no reference to
+// the worker's descriptors while it waits for a CPU: a copy would keep, say,
+// another job's stdin open after the worker closed it (contain.hpp). fn must
+// therefore not open, close or dup anything before unshare(CLONE_FILES).
 pid_t CloneVforked(unsigned long flags, int (*fn)(void*), void* arg, int* pidfd);
 
 // Checks that a namespace of this kind can be created: clones a child with

@@ -46,6 +46,23 @@ RlimitSet RlimitsFor(const SandboxLimits& limits) {
 }
 
 namespace {
+// Lowers pid's limits to `set` (hard limits clamped to the current ones: a
+// limit is never raised). Raw calls only: also runs in the helper child.
+// 0 or an errno; EPERM from the first call when the caller may not prlimit
+// pid at all, before anything changed.
+int LowerLimits(pid_t pid, const RlimitSet& set) {
+  for (int i = 0; i < kRlimitCount; ++i) {
+    auto res = static_cast<__rlimit_resource>(set.resource[i]);
+    struct rlimit old;
+    if (::prlimit(pid, res, nullptr, &old) != 0) return errno;
+    struct rlimit v = set.value[i];
+    if (v.rlim_max > old.rlim_max) v.rlim_max = old.rlim_max;
+    if (v.rlim_cur > v.rlim_max) v.rlim_cur = v.rlim_max;
+    if (::prlimit(pid, res, &v, nullptr) != 0) return errno;
+  }
+  return 0;
+}
+
 struct PrlimitArgs {
   pid_t pid;
   uid_t uid;
@@ -63,22 +80,8 @@ int PrlimitAsSandboxUser(void* arg) {
     a->err = errno;
     ::_exit(1);
   }
-  for (int i = 0; i < kRlimitCount; ++i) {
-    struct rlimit old;
-    auto res = static_cast<__rlimit_resource>(a->set.resource[i]);
-    if (::prlimit(a->pid, res, nullptr, &old) != 0) {
-      a->err = errno;
-      ::_exit(1);
-    }
-    struct rlimit v = a->set.value[i];
-    if (v.rlim_max > old.rlim_max) v.rlim_max = old.rlim_max;
-    if (v.rlim_cur > v.rlim_max) v.rlim_cur = v.rlim_max;
-    if (::prlimit(a->pid, res, &v, nullptr) != 0) {
-      a->err = errno;
-      ::_exit(1);
-    }
-  }
-  ::_exit(0);
+  a->err = LowerLimits(a->pid, a->set);
+  ::_exit(a->err == 0 ? 0 : 1);
 }
 }  // namespace
 
@@ -108,6 +111,11 @@ common::Status ApplyJobRlimits(pid_t pid, uid_t uid, gid_t gid, const SandboxLim
   uint64_t used_ms = (utime + stime) * 1000 / static_cast<uint64_t>(hz > 0 ? hz : 100);
   rlim_t cpu = CpuSeconds(used_ms + limits.cpu_ms);
   set.value[0] = {cpu, cpu + 1};
+  // A worker with CAP_SYS_RESOURCE (a root worker) may prlimit any process.
+  int err = LowerLimits(pid, set);
+  if (err == 0) return common::Status::Ok();
+  if (err != EPERM) return common::ErrnoStatus("prlimit on the sandbox", err);
+  // Without it, a process with the sandbox's uid may: a short-lived helper.
   PrlimitArgs args{pid, uid, gid, set, -1};
   int pidfd = -1;
   pid_t helper = CloneVforked(0, PrlimitAsSandboxUser, &args, &pidfd);

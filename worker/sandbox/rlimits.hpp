@@ -23,9 +23,11 @@ int ApplyRlimits(const RlimitSet& set);
 // Parent side, on a running (warm) sandbox: re-applies the job's limits to
 // its pid 1 with prlimit. RLIMIT_CPU counts from now: the CPU the process has
 // already used (the interpreter's start) is added. Limits can only be
-// lowered (hard limits are clamped to the current ones): the worker may lack
-// CAP_SYS_RESOURCE, so prlimit runs in a short-lived helper with the
-// sandbox's own uid (same-uid processes may lower each other's limits).
+// lowered (hard limits are clamped to the current ones). A worker holding
+// CAP_SYS_RESOURCE (the usual root worker) calls prlimit itself; one without
+// it runs prlimit in a short-lived helper with the sandbox's own uid
+// (same-uid processes may lower each other's limits), which costs the job
+// about a millisecond (docs/performance.md, "Warm-job cost").
 common::Status ApplyJobRlimits(pid_t pid, uid_t uid, gid_t gid, const SandboxLimits& limits);
 
 }  // namespace kiln::worker::sandbox

@@ -99,6 +99,12 @@
     }
   });
 
+  // The first vm compile and run of a process set V8 up (~0.4 ms, half of a
+  // trivial job's time): do both now, while the sandbox is warm. readResult()
+  // is the very script the exit handler runs, so that one is cached too.
+  new vm.Script('0', {filename: '<warm>'}).runInThisContext();
+  readResult();
+
   // Everything above ran while the sandbox was warm; this blocks until the job arrives.
   // Afterwards fd 0 is a pipe at EOF, i.e. an empty stdin for the user's code.
   const data = fs.readFileSync(0);

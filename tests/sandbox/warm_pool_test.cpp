@@ -50,6 +50,7 @@ TEST_F(WarmPoolTest, RefillsWhenTheJobIsDoneNotWhileItRuns) {
   std::jthread refill([&](std::stop_token st) { pool.Run(st); });
   ASSERT_TRUE(Eventually([&] { return pool.Ready(Language::kShell) == 1; }))
       << "the first fill is not held";
+  std::this_thread::sleep_for(kSettledAge + 20ms);
   auto taken = pool.Take(Language::kShell);
   ASSERT_TRUE(taken.ok()) << taken.status().ToString();
   std::this_thread::sleep_for(300ms);  // a shell sandbox starts in a few ms
@@ -62,6 +63,7 @@ TEST_F(WarmPoolTest, RefillsAfterTheHoldWhenTheJobRunsLong) {
   WarmPool pool(sandbox_.get(), shell_, sandbox::SandboxLimits{}, 1, nullptr, 50ms);
   std::jthread refill([&](std::stop_token st) { pool.Run(st); });
   ASSERT_TRUE(Eventually([&] { return pool.Ready(Language::kShell) == 1; }));
+  std::this_thread::sleep_for(kSettledAge + 20ms);
   auto taken = pool.Take(Language::kShell);  // JobDone comes much later
   ASSERT_TRUE(taken.ok()) << taken.status().ToString();
   EXPECT_TRUE(Eventually([&] { return pool.Ready(Language::kShell) == 1; }));
@@ -72,6 +74,7 @@ TEST_F(WarmPoolTest, DoesNotHoldTheRefillWhileJobsOverlap) {
   WarmPool pool(sandbox_.get(), shell_, sandbox::SandboxLimits{}, 1, nullptr, 1h);
   std::jthread refill([&](std::stop_token st) { pool.Run(st); });
   ASSERT_TRUE(Eventually([&] { return pool.Ready(Language::kShell) == 1; }));
+  std::this_thread::sleep_for(kSettledAge + 20ms);
   auto first = pool.Take(Language::kShell);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   std::this_thread::sleep_for(300ms);
@@ -82,6 +85,63 @@ TEST_F(WarmPoolTest, DoesNotHoldTheRefillWhileJobsOverlap) {
       << "two jobs in flight: the stock is refilled at once";
   pool.JobDone();
   pool.JobDone();
+}
+
+// Jobs that come faster than sandboxes start (back to back, one client) find
+// young sandboxes or none: holding the refill would only make the next job
+// wait for a build.
+TEST_F(WarmPoolTest, DoesNotHoldTheRefillForAYoungSandbox) {
+  WarmPool pool(sandbox_.get(), shell_, sandbox::SandboxLimits{}, 1, nullptr, 1h);
+  std::jthread refill([&](std::stop_token st) { pool.Run(st); });
+  // A loaded host may let the sandbox settle before the Take: try again then
+  // (a settled one holds the refill until JobDone, which follows at once).
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    ASSERT_TRUE(Eventually([&] { return pool.Ready(Language::kShell) == 1; }));
+    auto taken = pool.Take(Language::kShell);
+    ASSERT_TRUE(taken.ok()) << taken.status().ToString();
+    if (common::SteadyClock::now() - taken->spawned_at >= kSettledAge) {
+      pool.JobDone();
+      continue;
+    }
+    EXPECT_TRUE(Eventually([&] { return pool.Ready(Language::kShell) == 1; }))
+        << "held the refill for a sandbox taken young";
+    pool.JobDone();
+    return;
+  }
+  FAIL() << "every sandbox had settled before it was taken";
+}
+
+// A Take() that finds the stock empty while the refill builds a sandbox
+// gets that one instead of building a second next to it: the sandbox it
+// gets began building before it was called.
+TEST_F(WarmPoolTest, AnEmptyStockWaitsForTheSandboxBeingBuilt) {
+  WarmPool pool(sandbox_.get(), shell_, sandbox::SandboxLimits{}, 1, nullptr, 1h);
+  std::jthread refill([&](std::stop_token st) { pool.Run(st); });
+  bool caught = false;
+  for (int attempt = 0; attempt < 50 && !caught; ++attempt) {
+    ASSERT_TRUE(Eventually([&] { return pool.Ready(Language::kShell) == 1; }));
+    auto first = pool.Take(Language::kShell);  // young: the refill starts at once
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+    // Catch the refill mid-build (a shell sandbox builds in a few ms).
+    auto until = common::SteadyClock::now() + 5s;
+    while (!pool.Refilling(Language::kShell) && pool.Ready(Language::kShell) == 0 &&
+           common::SteadyClock::now() < until) {
+      std::this_thread::sleep_for(50us);
+    }
+    if (pool.Refilling(Language::kShell)) {
+      auto called = common::SteadyClock::now();
+      auto second = pool.Take(Language::kShell);
+      ASSERT_TRUE(second.ok()) << second.status().ToString();
+      auto began =
+          second->spawned_at - std::chrono::duration_cast<common::SteadyClock::duration>(
+                                   std::chrono::duration<double, std::milli>(second->spawn_ms));
+      EXPECT_LT(began, called) << "built a second sandbox next to the refill's";
+      caught = true;
+      pool.JobDone();
+    }
+    pool.JobDone();
+  }
+  EXPECT_TRUE(caught) << "never caught the refill building";
 }
 
 }  // namespace

@@ -74,13 +74,11 @@ void Executor::RunOne(protocol::Execute job, std::string broker, int cancel_fd) 
     if (!job.session_id.empty()) {
       result = RunSession(job, opts, cancel_fd);
     } else if (sb = pool_->Take(*language); !sb->ok()) {
-      pool_->JobDone();
       result.job_id = job.job_id;
       result.reason = protocol::EndReason::kError;
       result.worker_error = sb->status().ToString();
     } else {
       result = RunJob(job, **sb, pool_->runtimes().at(*language), opts, cancel_fd);
-      pool_->JobDone();  // its replacement may start now (the teardown is not waited for)
     }
     if (result.reason == protocol::EndReason::kError) {
       kJobsLog.Warn({.job = job.job_id, .tenant = job.tenant}, "the job could not run: {}",
@@ -101,6 +99,9 @@ void Executor::RunOne(protocol::Execute job, std::string broker, int cancel_fd) 
     }
     // The sandbox (and its workspace) is destroyed here, after the Result left.
   }
+  // Its replacement may start now: not next to the job, the Result's way out
+  // or the teardown (a held refill starts after kRefillHold at the latest).
+  if (job.session_id.empty()) pool_->JobDone();
   std::lock_guard lock(mu_);
   --threads_;
   idle_.notify_all();

@@ -98,9 +98,12 @@ common::StatusOr<WarmSandbox> WarmPool::Spawn(runtimes::Language language, bool 
   return sb;
 }
 
-void WarmPool::HoldRefill() {
-  if (++jobs_ > 1) {
-    refill_at_ = {};  // jobs overlap: keeping the stock up matters more
+void WarmPool::CountJob(const WarmSandbox* taken) {
+  // Jobs overlap, or arrive faster than sandboxes start (the one taken is
+  // young, or there was none): keeping the stock up matters more.
+  if (++jobs_ > 1 || taken == nullptr ||
+      common::SteadyClock::now() - taken->spawned_at < kSettledAge) {
+    refill_at_ = {};
     return;
   }
   refill_at_ = common::SteadyClock::now() + refill_hold_;
@@ -108,9 +111,16 @@ void WarmPool::HoldRefill() {
 
 common::StatusOr<WarmSandbox> WarmPool::Take(runtimes::Language language) {
   {
-    std::lock_guard lock(mu_);
-    HoldRefill();
+    std::unique_lock lock(mu_);
     auto& q = stock_[language];
+    // The refill is building one: wait for it rather than build a second
+    // next to it (two builds on a small host take as long as both in a row).
+    // One Take waits per build; the others start their own.
+    if (q.empty() && refilling_ == language && !refill_claimed_) {
+      refill_claimed_ = true;
+      wake_.wait(lock, [&] { return !q.empty() || refilling_ != language; });
+      refill_claimed_ = false;
+    }
     while (!q.empty()) {
       WarmSandbox sb = std::move(q.front());
       q.pop_front();
@@ -120,9 +130,11 @@ common::StatusOr<WarmSandbox> WarmPool::Take(runtimes::Language language) {
                   runtimes::LanguageName(language));
         continue;
       }
+      CountJob(&sb);
       wake_.notify_all();
       return sb;
     }
+    CountJob(nullptr);
   }
   wake_.notify_all();
   return SpawnOne(language);
@@ -143,6 +155,11 @@ size_t WarmPool::Ready(runtimes::Language language) const {
   return it == stock_.end() ? 0 : it->second.size();
 }
 
+bool WarmPool::Refilling(runtimes::Language language) const {
+  std::lock_guard lock(mu_);
+  return refilling_ == language;
+}
+
 void WarmPool::Run(std::stop_token stop) {
   while (!stop.stop_requested()) {
     {
@@ -159,16 +176,26 @@ void WarmPool::Run(std::stop_token stop) {
         std::lock_guard lock(mu_);
         if (stock_[language].size() >= per_runtime_) continue;
       }
+      {
+        std::lock_guard lock(mu_);
+        refilling_ = language;
+      }
       auto sb = SpawnOne(language);
+      {
+        std::lock_guard lock(mu_);
+        refilling_.reset();
+        if (sb.ok()) {
+          stock_[language].push_back(std::move(*sb));
+          PublishReady(language);
+        }
+      }
+      wake_.notify_all();  // a Take may be waiting for this one
       if (!sb.ok()) {
         kLog.Error({}, "cannot start a warm {} sandbox: {}", runtimes::LanguageName(language),
                    sb.status().ToString());
         failed = true;
         continue;
       }
-      std::lock_guard lock(mu_);
-      stock_[language].push_back(std::move(*sb));
-      PublishReady(language);
       spawned = true;
     }
     if (spawned && !failed) continue;

@@ -9,11 +9,12 @@
 // waiting is discarded at Take(). Take() and JobDone() are thread-safe; Run()
 // is the refill loop and belongs to one thread.
 //
-// When a job runs alone, the refill of the sandbox it took waits until the
-// job is done (JobDone()) or refill_hold has passed, whichever comes first: a
-// sandbox build and interpreter start next to a short job slowed it by a
-// third on a 2-core host (docs/performance.md, "Warm-job cost"). While jobs
-// overlap the refill is not held: the stock matters more then.
+// When a job runs alone in a settled sandbox, the refill of the sandbox it
+// took waits until the job is done (JobDone()) or refill_hold has passed,
+// whichever comes first: a sandbox build and interpreter start next to a
+// short job slowed it by a third on a 2-core host (docs/performance.md,
+// "Warm-job cost"). While jobs overlap, or come faster than sandboxes start,
+// the refill is not held: the stock matters more then.
 #pragma once
 
 #include <chrono>
@@ -22,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stop_token>
 
 #include "common/clock.hpp"
@@ -46,6 +48,10 @@ struct WarmSandbox {
 // Longer than a trivial job (1-3 ms), short against an interpreter start
 // (15-40 ms): a long job delays its replacement by this much at most.
 inline constexpr std::chrono::milliseconds kRefillHold{10};
+// A sandbox this long in the stock has started its interpreter (15-40 ms):
+// only a job that found one holds the refill. Younger, and jobs come faster
+// than sandboxes start; the refill must not wait then.
+inline constexpr std::chrono::milliseconds kSettledAge{50};
 
 class WarmPool {
  public:
@@ -54,13 +60,16 @@ class WarmPool {
            WorkerMetrics* metrics = nullptr,  // optional; outlives the pool
            std::chrono::milliseconds refill_hold = kRefillHold);
 
-  // A ready sandbox when one is in stock, else one started now.
+  // A ready sandbox when one is in stock, else the one the refill loop is
+  // building (for one caller at a time), else one started now.
   // RUNTIME_UNAVAILABLE for a runtime this worker does not offer. Every call,
   // failed or not, is to be followed by one JobDone().
   common::StatusOr<WarmSandbox> Take(runtimes::Language language);
-  // The job that called Take() has its result (or could not start): the
-  // refill may start now.
+  // The job that called Take() is over (its Result sent, its sandbox torn
+  // down) or could not start: the refill may start now.
   void JobDone();
+  // Whether the refill loop is building a sandbox for `language` now.
+  bool Refilling(runtimes::Language language) const;
   // Starts one sandbox for `language` (what Take does when the stock is empty).
   common::StatusOr<WarmSandbox> SpawnOne(runtimes::Language language);
   // Starts a session sandbox: the language's REPL driver (never stocked).
@@ -89,12 +98,17 @@ class WarmPool {
   // is in force.
   common::SteadyClock::time_point refill_at_{};
   size_t jobs_ = 0;  // Take() calls not yet followed by JobDone()
+  // The language the refill loop is building a sandbox for, if any, and
+  // whether a Take() with an empty stock already waits for that one.
+  std::optional<runtimes::Language> refilling_;
+  bool refill_claimed_ = false;
 
   common::StatusOr<WarmSandbox> Spawn(runtimes::Language language, bool session);
   // Reports the stock of `language`; mu_ held.
   void PublishReady(runtimes::Language language);
-  // Counts a job in and holds the refill if it is the only one; mu_ held.
-  void HoldRefill();
+  // Counts a job in; holds the refill if it is the only one and `taken` (the
+  // sandbox it got, or null) had settled in the stock; mu_ held.
+  void CountJob(const WarmSandbox* taken);
 };
 
 }  // namespace kiln::worker

@@ -203,6 +203,7 @@ void WorkerLoop::OnExecute(BrokerLink& link, protocol::Message& m) {
     r.reason = st.code() == common::Code::kUnavailable ? protocol::EndReason::kRefused
                                                        : protocol::EndReason::kError;
     r.worker_error = st.ToString();
+    r.worker_error_code = common::CodeName(st.code());
     outbox_.PostResult(link.endpoint(), std::move(r));  // kept until acknowledged, like any
     SendEvents();
   }

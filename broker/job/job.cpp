@@ -274,7 +274,13 @@ void JobRecord::ApplyResult(const protocol::Result& res, int64_t now_ms) {
       break;
     case protocol::EndReason::kRefused:  // requeued by the dispatcher; here only if misused
     case protocol::EndReason::kError:
-      fail(JobStatus::kError, Code::kInternal,
+      // The worker is not trusted to pick any code: only a fault in the
+      // job's own input (a file path its code made a FIFO, files too large
+      // for the workspace) is passed on; everything else is INTERNAL.
+      fail(JobStatus::kError,
+           res.worker_error_code == common::CodeName(Code::kInvalidRequest)  ? Code::kInvalidRequest
+           : res.worker_error_code == common::CodeName(Code::kLimitExceeded) ? Code::kLimitExceeded
+                                                                             : Code::kInternal,
            "the worker could not run the job: " + res.worker_error);
       break;
   }

@@ -151,6 +151,7 @@ void Describe(V& v, Ref<V, Result> m) {
   v.Uint("session_epoch", m.session_epoch, Need::kOptional);
   v.Bool("session_reset", m.session_reset, Need::kOptional);
   v.Text("worker_error", m.worker_error, Need::kOptional, kMaxStringBytes);
+  v.Text("worker_error_code", m.worker_error_code, Need::kOptional, kMaxIdBytes);
 }
 
 template <typename V>

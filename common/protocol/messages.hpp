@@ -182,6 +182,9 @@ struct Result {
   // session a new epoch.
   bool session_reset = false;
   std::string worker_error;  // set with kError: why the worker could not run it
+  // Set with kError: the failure's API code name (e.g. "INVALID_REQUEST").
+  // The broker passes on only the codes that blame the job's own input.
+  std::string worker_error_code;
   friend bool operator==(const Result&, const Result&) = default;
 };
 

@@ -159,5 +159,40 @@ TEST_F(SessionsTest, DeleteDestroysTheSandbox) {
   EXPECT_TRUE(WaitFor([&] { return ProcessesWithUidIn(uid, uid).empty(); }, seconds(10)));
 }
 
+// A session's code prepares a trap for the worker's file upload: a FIFO
+// where the next execution's input file goes (and a symlink out of the
+// workspace). The upload is refused at once as the client's own problem; the
+// session and the worker's slots keep working (before: the worker thread
+// blocked in open() for good and the slot was lost).
+TEST_F(SessionsTest, UploadOntoASpecialFileIsRefusedAndHarmsNothing) {
+  json a = Run("trap-1", "python",
+               "import os\nos.mkfifo('d.csv')\nos.symlink('/etc/passwd', 'p.txt')\nx = 7");
+  ASSERT_EQ(a["status"], "succeeded") << a.dump();
+  for (const char* path : {"d.csv", "p.txt"}) {
+    auto start = std::chrono::steady_clock::now();
+    json b = Run("trap-1", "python", "print(open('d.csv').read())",
+                 {{"files", json::array({{{"path", path}, {"content_base64", "MSwy"}}})}});
+    EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(5)) << b.dump();
+    EXPECT_EQ(b["status"], "error") << b.dump();
+    EXPECT_EQ(b["error"]["code"], "INVALID_REQUEST") << b.dump();
+    EXPECT_NE(b["error"]["message"].get<std::string>().find("not a regular file"),
+              std::string::npos)
+        << b.dump();
+  }
+  json c = Run("trap-1", "python", "result = x");
+  EXPECT_EQ(c["status"], "succeeded") << c.dump();
+  EXPECT_EQ(c["result"], 7) << c.dump();
+  EXPECT_EQ(c["session_epoch"], a["session_epoch"]);
+  // No slot stays busy: the worker reports nothing running once idle.
+  json workers;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        workers = cluster_->Request("GET", "/v1/workers", "", TestCluster::kAdminToken).body;
+        return workers["workers"].size() == 1 && workers["workers"][0]["running"] == 0;
+      },
+      seconds(10)))
+      << workers.dump();
+}
+
 }  // namespace
 }  // namespace kiln::testing

@@ -722,6 +722,59 @@ TEST_P(SandboxTest, AddFilesRefusesSymlinkEscapes) {
   EXPECT_EQ(ReadFileString("/etc/hostname").value(), before);
 }
 
+// Host-side writes never block on, follow or write through what the sandbox
+// put at a path: a FIFO (with or without a reader), a unix socket, a
+// directory, a FIFO where a directory is expected. Before, a FIFO blocked the
+// worker thread in open() for good.
+TEST_P(SandboxTest, AddFilesRefusesSpecialFilesWithoutBlocking) {
+  RunOptions opt;
+  opt.stdin_data = "x";
+  std::vector<common::Status> refused;
+  common::Status regular = common::Status::Ok();
+  std::atomic<bool> blocked{false};
+  opt.before_input = [&](SandboxProcess& p) {
+    const std::string ws = p.workspace_path();
+    for (int i = 0; i < 500 && !PathExists(ws + "/ready"); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_TRUE(PathExists(ws + "/ready"));
+    std::atomic<bool> done{false};
+    std::thread watchdog([&] {  // releases a blocked open(), so the test ends
+      for (int i = 0; i < 500 && !done; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      if (done) return;
+      blocked = true;
+      for (const char* f : {"/d.csv", "/read.fifo", "/sub"}) {
+        int fd = ::open((ws + f).c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+        if (fd >= 0) ::close(fd);
+      }
+    });
+    for (const char* path : {"d.csv", "read.fifo", "sock", "dir", "sub/x"}) {
+      refused.push_back(p.AddFiles({{path, "data"}}));
+    }
+    regular = p.AddFiles({{"plain.txt", "data"}});
+    done = true;
+    watchdog.join();
+  };
+  RunResult r =
+      Py("import os, socket, sys, threading\n"
+         "os.mkfifo('d.csv'); os.mkfifo('read.fifo'); os.mkfifo('sub'); os.mkdir('dir')\n"
+         "s = socket.socket(socket.AF_UNIX); s.bind('sock')\n"
+         "threading.Thread(target=lambda: open('read.fifo').read(), daemon=True).start()\n"
+         "open('ready', 'w').close()\n"
+         "sys.stdin.read()\n"
+         "print(open('plain.txt').read(), os.path.isfile('d.csv'))\n",
+         opt);
+  EXPECT_FALSE(blocked) << "AddFiles blocked on a special file";
+  ASSERT_EQ(refused.size(), 5u);
+  for (const common::Status& st : refused) {
+    EXPECT_EQ(st.code(), common::Code::kInvalidRequest) << st.ToString();
+  }
+  EXPECT_TRUE(regular.ok()) << regular.ToString();
+  EXPECT_EQ(r.out, "data False\n");
+}
+
 TEST_P(SandboxTest, ConcurrentSpawnsFromManyThreads) {
   std::vector<std::thread> threads;
   std::mutex mu;

@@ -77,6 +77,7 @@ void Executor::RunOne(protocol::Execute job, std::string broker, int cancel_fd) 
       result.job_id = job.job_id;
       result.reason = protocol::EndReason::kError;
       result.worker_error = sb->status().ToString();
+      result.worker_error_code = common::CodeName(sb->status().code());
     } else {
       result = RunJob(job, **sb, pool_->runtimes().at(*language), opts, cancel_fd);
     }
@@ -115,6 +116,7 @@ protocol::Result Executor::RunSession(const protocol::Execute& job, const RunOpt
     r.job_id = job.job_id;
     r.reason = protocol::EndReason::kError;
     r.worker_error = lease.status().ToString();
+    r.worker_error_code = common::CodeName(lease.status().code());
     r.session_epoch = job.session_epoch;
     return r;
   }

@@ -14,6 +14,7 @@ protocol::Result ErrorResult(const protocol::Execute& job, const common::Status&
   r.job_id = job.job_id;
   r.reason = protocol::EndReason::kError;
   r.worker_error = st.ToString();
+  r.worker_error_code = common::CodeName(st.code());
   return r;
 }
 

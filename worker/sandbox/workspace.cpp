@@ -102,16 +102,33 @@ Status WriteWorkspaceFiles(const std::string& workspace, const std::vector<FileE
         return common::ErrnoStatus("mkdir " + parts[i] + " for " + f.path, errno);
       }
       UniqueFd next(OpenBeneath(dir.get(), parts[i], O_RDONLY | O_DIRECTORY, 0));
+      if (!next.valid() && (errno == ENOTDIR || errno == ELOOP)) {
+        return common::InvalidRequest(parts[i] + " of " + f.path +
+                                      " exists in the workspace and is not a directory");
+      }
       if (!next.valid())
         return common::ErrnoStatus("open directory " + parts[i] + " of " + f.path, errno);
       dir = std::move(next);
     }
-    UniqueFd out(OpenBeneath(dir.get(), parts.back(), O_WRONLY | O_CREAT | O_TRUNC, 0644));
-    if (!out.valid()) return common::ErrnoStatus("create " + f.path, errno);
+    // The sandbox may have put anything at this path. Non-blocking, so a
+    // FIFO fails (ENXIO, no reader) or opens without waiting for one; no
+    // O_TRUNC before we know it is a regular file; symlinks never followed
+    // (OpenBeneath). Sockets fail with ENXIO; device nodes cannot be opened
+    // on the nodev workspace.
+    UniqueFd out(OpenBeneath(dir.get(), parts.back(), O_WRONLY | O_CREAT | O_NONBLOCK, 0644));
+    if (!out.valid()) {
+      if (errno == ENXIO || errno == ELOOP || errno == EACCES || errno == ENOTDIR ||
+          errno == EISDIR) {
+        return common::InvalidRequest(f.path +
+                                      " exists in the workspace and is not a regular file");
+      }
+      return common::ErrnoStatus("create " + f.path, errno);
+    }
     struct stat st;
     if (::fstat(out.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
-      return common::InvalidRequest(f.path + " is not a regular file");
+      return common::InvalidRequest(f.path + " exists in the workspace and is not a regular file");
     }
+    if (::ftruncate(out.get(), 0) != 0) return common::ErrnoStatus("truncate " + f.path, errno);
     if (::fchown(out.get(), uid, gid) != 0) return common::ErrnoStatus("chown " + f.path, errno);
     size_t done = 0;
     while (done < f.content.size()) {

@@ -19,7 +19,10 @@ namespace kiln::worker::sandbox {
 // NUL-, `.`- or `..`-containing paths, over 1024 bytes or with a part over 255.
 common::Status ValidateRelativePath(const std::string& path);
 
-// Writes the files (creating directories), owned by uid/gid.
+// Writes the files (creating directories), owned by uid/gid. The sandbox
+// may have prepared the paths: a part that is not a regular file (FIFO,
+// socket, symlink, directory) or not a directory is INVALID_REQUEST, found
+// without following or blocking on it.
 common::Status WriteWorkspaceFiles(const std::string& workspace,
                                    const std::vector<common::protocol::FileEntry>& files, uid_t uid,
                                    gid_t gid);

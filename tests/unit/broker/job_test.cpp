@@ -112,6 +112,31 @@ TEST(Job, ResultsMapOntoStatuses) {
   }
 }
 
+// A worker's error code is passed on only when it blames the job's input; a
+// (possibly hostile) worker cannot make the broker answer any other code.
+TEST(Job, WorkerErrorCodesArePassedOnOnlyForTheJobsOwnInput) {
+  std::vector<std::pair<std::string, std::string>> cases = {
+      {"INVALID_REQUEST", "INVALID_REQUEST"},
+      {"LIMIT_EXCEEDED", "LIMIT_EXCEEDED"},
+      {"UNAUTHORIZED", "INTERNAL"},
+      {"QUEUE_FULL", "INTERNAL"},
+      {"", "INTERNAL"},
+      {"invalid_request", "INTERNAL"},
+  };
+  for (const auto& [sent, answered] : cases) {
+    JobRecord r = JobRecord::Queued(Spec());
+    protocol::Result res;
+    res.reason = protocol::EndReason::kError;
+    res.worker_error = "writing input files: d.csv is not a regular file";
+    res.worker_error_code = sent;
+    r.ApplyResult(res, 5);
+    EXPECT_EQ(r.status, JobStatus::kError);
+    ASSERT_TRUE(r.error.has_value());
+    EXPECT_EQ(r.error->code, answered) << sent;
+    EXPECT_NE(r.error->message.find("d.csv"), std::string::npos);
+  }
+}
+
 TEST(Job, RecordRoundTripsThroughJson) {
   JobRecord r = JobRecord::Queued(Spec());
   protocol::Result res;

@@ -942,6 +942,40 @@ TEST(SandboxCreate, MissingCgroupV2NamesTheLayerUnlessRelaxed) {
   EXPECT_THAT(Sandbox::Create(c).status().message(), HasSubstr("'cgroups'"));
 }
 
+// Two workers on one host whose uid ranges overlap (here: the same single
+// uid) never run two sandboxes as one uid: the host-wide lock on the uid
+// makes the second wait its turn, with a clear error meanwhile.
+TEST(SandboxUids, AUidIsLockedAcrossWorkersOnTheHost) {
+  auto config = [](const std::string& name) {
+    SandboxConfig c;
+    c.state_dir = "/tmp/kiln-sandbox-test-" + name;
+    c.cgroup_prefix = "kiln-test-" + name;
+    c.uid_base = 325000;
+    c.uid_count = 1;
+    c.uid_lock_dir = "/tmp/kiln-sandbox-test-uid-locks";
+    return c;
+  };
+  auto a = Sandbox::Create(config("uid-a"));
+  if (!a.ok()) GTEST_SKIP() << a.status().ToString();
+  auto b = Sandbox::Create(config("uid-b"));
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  auto spawn = [](Sandbox& sb) {
+    SpawnSpec spec;
+    spec.argv = {"/bin/sleep", "30"};
+    return sb.Spawn(std::move(spec));
+  };
+  auto first = spawn(**a);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto refused = spawn(**b);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), common::Code::kUnavailable);
+  EXPECT_THAT(refused.status().message(), HasSubstr("other workers on this host"));
+  first->reset();  // ends the sandbox and gives the uid back
+  auto second = spawn(**b);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_FALSE(spawn(**a).ok()) << "the first worker's pool reused a uid held elsewhere";
+}
+
 TEST(SandboxCreate, CleansUpStaleLeftovers) {
   SandboxConfig c;
   c.state_dir = "/tmp/kiln-sandbox-test-stale";

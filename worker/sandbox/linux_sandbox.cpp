@@ -7,6 +7,7 @@
 // has exec'd (the program is running) or failed (the plan says where).
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -38,31 +39,57 @@ using common::Status;
 using common::StatusOr;
 using common::UniqueFd;
 
-// Each live sandbox holds one uid of [base, base+count); uid == gid.
+// Each live sandbox holds one uid of [base, base+count); uid == gid. A uid
+// is this pool's to hand out while it holds the uid's lock file on the host
+// (flock, released when the sandbox ends or the worker dies, taking its
+// sandboxes with it): other workers' pools skip it.
+struct UidLease {
+  uint32_t uid = 0;
+  UniqueFd lock;
+};
+
 class UidPool {
  public:
-  UidPool(uint32_t base, uint32_t count) : base_(base), used_(count, false) {}
-  std::optional<uint32_t> Acquire() {
+  UidPool(uint32_t base, uint32_t count, std::string lock_dir)
+      : base_(base), used_(count, false), lock_dir_(std::move(lock_dir)) {}
+
+  StatusOr<UidLease> Acquire() {
     std::lock_guard<std::mutex> lock(mu_);
+    size_t elsewhere = 0;
     for (size_t i = 0; i < used_.size(); ++i) {
       size_t slot = (next_ + i) % used_.size();
-      if (!used_[slot]) {
-        used_[slot] = true;
-        next_ = slot + 1;
-        return base_ + static_cast<uint32_t>(slot);
+      if (used_[slot]) continue;
+      const uint32_t uid = base_ + static_cast<uint32_t>(slot);
+      std::string path = lock_dir_ + "/" + std::to_string(uid);
+      UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+      if (!fd.valid()) return common::ErrnoStatus("open uid lock " + path, errno);
+      if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+        if (errno != EWOULDBLOCK) return common::ErrnoStatus("flock " + path, errno);
+        ++elsewhere;  // a sandbox of another worker on this host runs as uid
+        continue;
       }
+      used_[slot] = true;
+      next_ = slot + 1;
+      return UidLease{uid, std::move(fd)};
     }
-    return std::nullopt;
+    return common::Unavailable(
+        "all sandbox uids are in use" +
+        (elsewhere ? " (" + std::to_string(elsewhere) + " of them by other workers on this host)"
+                   : std::string()));
   }
-  void Release(uint32_t uid) {
+  // After every process of the sandbox is gone: closing the lock frees the
+  // uid for the whole host.
+  void Release(UidLease lease) {
     std::lock_guard<std::mutex> lock(mu_);
-    used_[uid - base_] = false;
+    used_[lease.uid - base_] = false;
+    lease.lock.Reset();
   }
 
  private:
   std::mutex mu_;
   uint32_t base_;
   std::vector<bool> used_;
+  std::string lock_dir_;
   size_t next_ = 0;
 };
 
@@ -76,7 +103,7 @@ struct Shared {
   int landlock_abi = 0;
   UidPool uids;
   std::atomic<uint64_t> counter{0};
-  Shared(const SandboxConfig& c) : config(c), uids(c.uid_base, c.uid_count) {}
+  Shared(const SandboxConfig& c) : config(c), uids(c.uid_base, c.uid_count, c.uid_lock_dir) {}
   bool Has(const char* layer) const { return layers.count(layer) != 0; }
 };
 
@@ -86,8 +113,8 @@ int PidfdSendSignal(int pidfd, int sig) {
 
 class LinuxSandboxProcess final : public SandboxProcess {
  public:
-  LinuxSandboxProcess(std::shared_ptr<Shared> shared, uint32_t uid, std::string id)
-      : shared_(std::move(shared)), uid_(uid), id_(std::move(id)) {
+  LinuxSandboxProcess(std::shared_ptr<Shared> shared, UidLease uid, std::string id)
+      : shared_(std::move(shared)), uid_(uid.uid), uid_lease_(std::move(uid)), id_(std::move(id)) {
     workspace_ = shared_->config.state_dir + "/ws/" + id_;
   }
   ~LinuxSandboxProcess() override {
@@ -100,7 +127,7 @@ class LinuxSandboxProcess final : public SandboxProcess {
       (void)cgroup_->Destroy();
     }
     if (workspace_mounted_) UnmountWorkspace(workspace_);
-    shared_->uids.Release(uid_);
+    shared_->uids.Release(std::move(uid_lease_));
   }
 
   Status Start(SpawnSpec& spec) {
@@ -249,6 +276,7 @@ class LinuxSandboxProcess final : public SandboxProcess {
  private:
   std::shared_ptr<Shared> shared_;
   uint32_t uid_;
+  UidLease uid_lease_;  // the host-wide hold on uid_, given back last
   std::string id_;
   std::string workspace_;
   bool workspace_mounted_ = false;
@@ -286,11 +314,10 @@ class LinuxSandbox final : public Sandbox {
       if (e.find('=') == std::string::npos)
         return common::InvalidRequest("env entry '" + e + "' has no '='");
     }
-    std::optional<uint32_t> uid = shared_->uids.Acquire();
-    if (!uid) return common::Unavailable("all sandbox uids are in use");
+    ASSIGN_OR_RETURN(UidLease uid, shared_->uids.Acquire());
     std::string id =
         std::to_string(::getpid()) + "-" + std::to_string(shared_->counter.fetch_add(1));
-    auto proc = std::make_unique<LinuxSandboxProcess>(shared_, *uid, id);
+    auto proc = std::make_unique<LinuxSandboxProcess>(shared_, std::move(uid), id);
     Status st = proc->Start(spec);
     if (!st.ok()) {
       last_failed_layer_ = proc->failed_layer();
@@ -357,6 +384,11 @@ StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxConfig& config) 
   RETURN_IF_ERROR(MakeDirs(config.state_dir, 0700));
   RETURN_IF_ERROR(MakeDirs(config.state_dir + "/ws", 0700));
   RETURN_IF_ERROR(MakeDirs(config.state_dir + "/root", 0700));
+  if (config.uid_lock_dir.empty() || config.uid_lock_dir[0] != '/') {
+    return common::InvalidRequest("sandbox uid_lock_dir must be an absolute path, got '" +
+                                  config.uid_lock_dir + "'");
+  }
+  RETURN_IF_ERROR(MakeDirs(config.uid_lock_dir, 0700));
 
   for (const auto& [layer, why] : ProbeNamespaces()) {
     if (!why.empty()) RETURN_IF_ERROR(missing(layer, why));

@@ -47,6 +47,10 @@ struct SandboxConfig {
   std::string cgroup_prefix = "kiln";   // our own sub-tree in every hierarchy
   uint32_t uid_base = 200000;           // sandboxes run as uid/gid base..base+count-1
   uint32_t uid_count = 1000;
+  // Host-wide: a live sandbox holds an flock on <uid_lock_dir>/<uid>, so two
+  // workers (or clusters) on one host whose ranges overlap never run two
+  // sandboxes as one uid. Every worker on a host must use the same folder.
+  std::string uid_lock_dir = "/run/kiln-uids";
   std::vector<std::string> ro_binds;  // extra host paths bound read-only
   uint64_t workspace_bytes = 64ull << 20;
   uint64_t tmp_bytes = 64ull << 20;

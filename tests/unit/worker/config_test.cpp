@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <set>
 
 namespace kiln::worker {
 namespace {
@@ -29,6 +30,23 @@ TEST(WorkerConfig, PerWorkerDefaultsDeriveFromTheId) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->sandbox.state_dir, "/run/kiln/w7");
   EXPECT_EQ(c->sandbox.cgroup_prefix, "kiln-w7");
+  // A uid range per id: of a few ids, no two share a base, each range is
+  // whole and above the host's own users; an explicit base is kept.
+  std::set<uint32_t> bases;
+  for (const char* id : {"w1", "w2", "w3", "host-a-w1", "host-b-w1"}) {
+    auto w = LoadWorkerConfig(
+        Write(std::string("worker: {id: ") + id + "}\nsandbox: {uid_count: 5000}\n"));
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    EXPECT_GE(w->sandbox.uid_base, 200000u);
+    EXPECT_EQ((w->sandbox.uid_base - 200000u) % 5000u, 0u);
+    EXPECT_LE(uint64_t{w->sandbox.uid_base} + 5000u, 0xFFFF0000ull);
+    bases.insert(w->sandbox.uid_base);
+  }
+  EXPECT_EQ(bases.size(), 5u);
+  auto own = LoadWorkerConfig(Write("worker: {id: w7}\nsandbox: {uid_base: 300000}\n"));
+  ASSERT_TRUE(own.ok()) << own.status().ToString();
+  EXPECT_EQ(own->sandbox.uid_base, 300000u);
+  EXPECT_EQ(own->sandbox.uid_lock_dir, "/run/kiln-uids");
 }
 
 TEST(WorkerConfig, RefusesUnknownKeysRuntimesAndLayers) {

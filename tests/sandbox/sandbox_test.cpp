@@ -9,9 +9,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <linux/capability.h>
+#include <linux/sockios.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
+#include <seccomp.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
@@ -974,6 +977,81 @@ TEST(SandboxUids, AUidIsLockedAcrossWorkersOnTheHost) {
   auto second = spawn(**b);
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   EXPECT_FALSE(spawn(**a).ok()) << "the first worker's pool reused a uid held elsewhere";
+}
+
+// When only `lo` cannot be brought up, relaxing net_ns keeps the network
+// namespace (no interface up: no network at all) instead of running jobs on
+// the host's network. The failure is real: the thread that creates the
+// sandbox carries a seccomp filter that refuses SIOCSIFFLAGS, and the
+// clone()d children inherit it.
+TEST(SandboxCreate, RelaxedNetNsKeepsTheNamespaceWhenOnlyLoopbackFails) {
+  SandboxConfig c;
+  c.state_dir = "/tmp/kiln-sandbox-test-nolo";
+  c.cgroup_prefix = "kiln-test-nolo";
+  c.uid_base = 326000;
+  c.uid_count = 20;
+  common::StatusOr<std::unique_ptr<Sandbox>> strict = common::Internal("not run");
+  common::StatusOr<std::unique_ptr<Sandbox>> relaxed = common::Internal("not run");
+  std::string filter_error;
+  std::thread t([&] {
+    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+    if (ctx == nullptr || seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0) != 0 ||
+        seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
+                         SCMP_A1(SCMP_CMP_EQ, SIOCSIFFLAGS)) != 0 ||
+        seccomp_load(ctx) != 0) {
+      filter_error = "cannot load the test's seccomp filter";
+    }
+    if (ctx != nullptr) seccomp_release(ctx);
+    if (!filter_error.empty()) return;
+    strict = Sandbox::Create(c);
+    c.relaxed_layers = {"net_ns"};
+    relaxed = Sandbox::Create(c);
+  });
+  t.join();
+  ASSERT_TRUE(filter_error.empty()) << filter_error;
+  ASSERT_FALSE(strict.ok());
+  EXPECT_THAT(strict.status().message(), HasSubstr("loopback"));
+  EXPECT_THAT(strict.status().message(), HasSubstr("layer 'net_ns'"));
+  ASSERT_TRUE(relaxed.ok()) << relaxed.status().ToString();
+  std::vector<std::string> layers = (*relaxed)->ActiveLayers();
+  EXPECT_EQ(std::count(layers.begin(), layers.end(), "net_ns"), 1);
+
+  // A job (spawned from this thread, no filter) is in a namespace of its
+  // own, where no interface is up and nothing can be reached.
+  int out[2];
+  ASSERT_EQ(::pipe2(out, O_CLOEXEC), 0);
+  UniqueFd out_r(out[0]);
+  SpawnSpec spec;
+  spec.argv = {"/usr/bin/python3", "-c",
+               "import os, socket\n"
+               "print(os.readlink('/proc/self/ns/net'))\n"
+               "import fcntl, struct\n"
+               "s = socket.socket()\n"
+               "flags = struct.unpack('16sH', fcntl.ioctl(s, 0x8913, struct.pack('16sH', b'lo', "
+               "0)))[1]\n"  // SIOCGIFFLAGS
+               "print([n for _, n in socket.if_nameindex()], flags & 1)\n"
+               "u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"  // Landlock: TCP only
+               "try:\n  u.connect(('127.0.0.1', 9)); print('connected')\n"
+               "except OSError as e: print('no network', e.errno)\n"};
+  spec.stdout_fd = UniqueFd(out[1]);
+  spec.stderr_fd = UniqueFd(::dup(out[1]));
+  auto job = (*relaxed)->Spawn(std::move(spec));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto st = (*job)->Wait();
+  ASSERT_TRUE(st.ok());
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(out_r.get(), buf, sizeof buf)) > 0;) text.append(buf, n);
+  char host_ns[64] = {};
+  ASSERT_GT(::readlink("/proc/self/ns/net", host_ns, sizeof host_ns - 1), 0);
+  std::istringstream lines(text);
+  std::string ns, ifaces, reach;
+  std::getline(lines, ns);
+  std::getline(lines, ifaces);
+  std::getline(lines, reach);
+  EXPECT_NE(ns, host_ns) << text;
+  EXPECT_EQ(ifaces, "['lo'] 0") << text;  // only lo, and it is down
+  EXPECT_EQ(reach, "no network " + std::to_string(ENETUNREACH)) << text;
 }
 
 TEST(SandboxCreate, CleansUpStaleLeftovers) {

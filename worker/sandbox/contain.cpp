@@ -67,7 +67,7 @@ int MountTree(ChildPlan& p, const char** detail) {
 
 int Hostname(ChildPlan& p, const char**) { return p.uts_ns ? SetHostname(p.hostname) : 0; }
 
-int Loopback(ChildPlan& p, const char**) { return p.net_ns ? BringUpLoopback() : 0; }
+int Loopback(ChildPlan& p, const char**) { return p.net_ns && p.loopback ? BringUpLoopback() : 0; }
 
 int Rlimits(ChildPlan& p, const char**) { return ApplyRlimits(p.rlimits); }
 

@@ -31,6 +31,9 @@ struct ChildPlan {
   // Layers in force (a relaxed, missing layer is skipped).
   bool join_cgroups = true, cgroup_ns = true, filesystem = true, uts_ns = true, net_ns = true,
        landlock = true, seccomp = true;
+  // Bring up `lo` in the new network namespace (false: the namespace stays,
+  // with no interface up at all).
+  bool loopback = true;
   const int* cgroup_fds = nullptr;  // cgroup.procs of each hierarchy
   int cgroup_fd_count = 0;
   const MountOp* mount_ops = nullptr;

@@ -102,6 +102,9 @@ struct Shared {
   FilesystemLayout layout;
   int landlock_abi = 0;
   UidPool uids;
+  // `lo` comes up in each network namespace; false once it could not and
+  // net_ns was relaxed: the namespace is kept without it (no network at all).
+  bool loopback = true;
   std::atomic<uint64_t> counter{0};
   Shared(const SandboxConfig& c) : config(c), uids(c.uid_base, c.uid_count, c.uid_lock_dir) {}
   bool Has(const char* layer) const { return layers.count(layer) != 0; }
@@ -152,6 +155,7 @@ class LinuxSandboxProcess final : public SandboxProcess {
     plan.cgroup_ns = shared_->Has("cgroup_ns");
     plan.uts_ns = shared_->Has("uts_ns");
     plan.net_ns = shared_->Has("net_ns");
+    plan.loopback = shared_->loopback;
     plan.landlock = shared_->Has("landlock");
     plan.seccomp = shared_->Has("seccomp");
     plan.cgroup_fds = cg_fds.data();
@@ -185,6 +189,7 @@ class LinuxSandboxProcess final : public SandboxProcess {
       if (plan.failed_detail != nullptr) what += std::string(" on ") + plan.failed_detail;
       what += std::string(": ") + std::strerror(plan.failed_errno);
       failed_layer_ = layer;
+      failed_step_ = plan.failed_step;
       bool missing_program = std::strcmp(plan.failed_step, "execve") == 0 &&
                              (plan.failed_errno == ENOENT || plan.failed_errno == EACCES);
       return Status(missing_program ? common::Code::kRuntimeUnavailable : common::Code::kInternal,
@@ -194,6 +199,7 @@ class LinuxSandboxProcess final : public SandboxProcess {
   }
 
   const std::string& failed_layer() const { return failed_layer_; }
+  const std::string& failed_step() const { return failed_step_; }
 
   pid_t pid() const override { return pid_; }
   int exit_fd() const override { return pidfd_.get(); }
@@ -285,6 +291,7 @@ class LinuxSandboxProcess final : public SandboxProcess {
   UniqueFd pidfd_;
   bool reaped_ = false;
   std::string failed_layer_;
+  std::string failed_step_;
 };
 
 class LinuxSandbox final : public Sandbox {
@@ -321,12 +328,14 @@ class LinuxSandbox final : public Sandbox {
     Status st = proc->Start(spec);
     if (!st.ok()) {
       last_failed_layer_ = proc->failed_layer();
+      last_failed_step_ = proc->failed_step();
       return st;
     }
     return proc;
   }
 
   std::string last_failed_layer_;
+  std::string last_failed_step_;
 
  private:
   std::shared_ptr<Shared> shared_;
@@ -448,6 +457,13 @@ StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxConfig& config) 
     }
     std::string layer = sandbox->last_failed_layer_;
     if (layer.empty()) return proc.status().WithContext("sandbox probe");
+    // Only `lo` would not come up: relaxing net_ns keeps the namespace (jobs
+    // get no network at all) rather than putting jobs on the host's network.
+    if (sandbox->last_failed_step_ == "loopback" && shared->loopback &&
+        config.relaxed_layers.count("net_ns")) {
+      shared->loopback = false;
+      continue;
+    }
     RETURN_IF_ERROR(missing(layer, proc.status().message()));
   }
   return common::Unavailable("sandbox probe kept failing");

@@ -339,6 +339,25 @@ TEST_P(SandboxTest, WorkspaceAndTmpAreSizeCapped) {
   EXPECT_EQ(r.out, "/workspace ENOSPC\n/tmp ENOSPC\n");
 }
 
+// Empty files cost no bytes: the inode cap bounds them (one per 4 KiB).
+TEST_P(SandboxTest, WorkspaceAndTmpAreInodeCapped) {
+  const uint64_t cap = TmpfsInodesFor(8ull << 20);  // ConfigFor: 8 MiB each
+  RunResult r =
+      Py("import os, errno\n"
+         "for d in ['/workspace', '/tmp']:\n"
+         "  n = 0\n"
+         "  try:\n"
+         "    while n < " +
+         std::to_string(cap * 2) +
+         ":\n"
+         "      os.close(os.open(f'{d}/f{n}', os.O_CREAT | os.O_WRONLY)); n += 1\n"
+         "    print(d, 'no limit')\n"
+         "  except OSError as e: print(d, errno.errorcode[e.errno], n <= " +
+         std::to_string(cap) + ")\n");
+  EXPECT_EXIT0(r);
+  EXPECT_EQ(r.out, "/workspace ENOSPC True\n/tmp ENOSPC True\n");
+}
+
 TEST_P(SandboxTest, NetworkIsLoopbackOnlyAndHostUnreachable) {
   int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   ASSERT_GE(lfd, 0);

@@ -9,6 +9,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <set>
@@ -185,7 +186,8 @@ MountPlan BuildMountPlan(const FilesystemLayout& layout, const SpawnMounts& spaw
   add({.kind = MountOpKind::kTmpfs,
        .source = "tmpfs",
        .target = at("/tmp"),
-       .data = plan.Keep("size=" + std::to_string(spawn.tmp_bytes) + ",mode=1777"),
+       .data = plan.Keep("size=" + std::to_string(spawn.tmp_bytes) + ",nr_inodes=" +
+                         std::to_string(TmpfsInodesFor(spawn.tmp_bytes)) + ",mode=1777"),
        .flags = MS_NOSUID | MS_NODEV});
   // /proc: of the new pid namespace, with Docker-style masking.
   add({.kind = MountOpKind::kMkdir, .target = at("/proc"), .mode = 0755});
@@ -242,11 +244,14 @@ MountPlan BuildMountPlan(const FilesystemLayout& layout, const SpawnMounts& spaw
   return plan;
 }
 
+uint64_t TmpfsInodesFor(uint64_t bytes) { return std::max<uint64_t>(4096, bytes / 4096); }
+
 Status MountWorkspace(const std::string& path, uint64_t bytes, uid_t uid, gid_t gid) {
   if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST)
     return common::ErrnoStatus("mkdir " + path, errno);
-  std::string data = "size=" + std::to_string(bytes) + ",mode=0700,uid=" + std::to_string(uid) +
-                     ",gid=" + std::to_string(gid);
+  std::string data = "size=" + std::to_string(bytes) +
+                     ",nr_inodes=" + std::to_string(TmpfsInodesFor(bytes)) +
+                     ",mode=0700,uid=" + std::to_string(uid) + ",gid=" + std::to_string(gid);
   if (::mount("tmpfs", path.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, data.c_str()) != 0) {
     int err = errno;
     ::rmdir(path.c_str());

@@ -86,6 +86,11 @@ MountPlan BuildMountPlan(const FilesystemLayout& layout, const SpawnMounts& spaw
 
 // Parent side: the host workspace tmpfs.
 common::Status MountWorkspace(const std::string& path, uint64_t bytes, uid_t uid, gid_t gid);
+
+// The inode cap of a job's tmpfs of `bytes` (/workspace, /tmp): one per 4 KiB,
+// at least 4096. Without it a tmpfs allows half the host's RAM pages in
+// inodes, so empty files, which cost no bytes, were limited by nothing.
+uint64_t TmpfsInodesFor(uint64_t bytes);
 void UnmountWorkspace(const std::string& path);
 // Unmounts and removes <ws_dir>/<name> for which is_stale(name).
 void CleanupStaleWorkspaces(const std::string& ws_dir,

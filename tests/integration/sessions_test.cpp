@@ -3,6 +3,7 @@
 // isolated from each other, the idle TTL destroying the sandbox, and a
 // timeout that interrupts (session kept) or destroys the sandbox (new epoch).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 #include <string>
@@ -157,6 +158,38 @@ TEST_F(SessionsTest, DeleteDestroysTheSandbox) {
   auto d = cluster_->Request("DELETE", "/v1/sessions/del-1");
   EXPECT_EQ(d.status, 200) << d.raw;
   EXPECT_TRUE(WaitFor([&] { return ProcessesWithUidIn(uid, uid).empty(); }, seconds(10)));
+}
+
+// Nothing of a session runs between its executions: a busy loop the code
+// left behind (in a new session, so no signal of the driver's reaches it)
+// gets no CPU while the session is idle, and runs again — counted to the
+// execution — once the next execution starts. Before, it kept ~95% of a core.
+TEST_F(SessionsTest, LeftoverProcessesAreFrozenBetweenExecutions) {
+  // utime + stime of the spinner, in clock ticks (/proc/<pid>/stat 14, 15).
+  const std::string ticks =
+      "f = open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()\n"
+      "print(int(f[11]) + int(f[12]))\n";
+  json a = Run("frz-1", "python",
+               "import subprocess, time\n"
+               "p = subprocess.Popen(['python3', '-c', 'while True: pass'], "
+               "start_new_session=True)\n"
+               "pid = p.pid\n"
+               "time.sleep(0.3)\n" +
+                   ticks);
+  ASSERT_EQ(a["status"], "succeeded") << a.dump();
+  const long hz = ::sysconf(_SC_CLK_TCK);
+  const long t1 = std::stol(a["stdout"].get<std::string>());
+  ASSERT_GT(t1, 0) << a.dump();
+  std::this_thread::sleep_for(milliseconds(1500));  // idle (the TTL is 3 s)
+  json b = Run("frz-1", "python", ticks);
+  ASSERT_EQ(b["status"], "succeeded") << b.dump();
+  const long idle = std::stol(b["stdout"].get<std::string>()) - t1;
+  EXPECT_LT(idle, hz / 5) << "the leftover ran " << idle << " ticks while the session was idle";
+  // Thawed while an execution runs, and its CPU is that execution's.
+  json c = Run("frz-1", "python", "import time\ntime.sleep(0.5)\n" + ticks);
+  ASSERT_EQ(c["status"], "succeeded") << c.dump();
+  EXPECT_GT(std::stol(c["stdout"].get<std::string>()) - t1 - idle, hz / 10) << c.dump();
+  EXPECT_GT(c["usage"]["cpu_ms"].get<double>(), 100) << c.dump();
 }
 
 // A session's code prepares a trap for the worker's file upload: a FIFO

@@ -797,6 +797,51 @@ TEST_P(SandboxTest, AddFilesRefusesSpecialFilesWithoutBlocking) {
   EXPECT_EQ(r.out, "data False\n");
 }
 
+// A frozen sandbox uses no CPU until thawed, whatever it runs (a session
+// between executions), and is still killed at once. Only a freezable spawn
+// can be frozen on v1 (the freezer is one more hierarchy to join).
+TEST_P(SandboxTest, FreezeStopsEveryProcessUntilThawed) {
+  auto spin = [&](bool freezable) {
+    SpawnSpec spec;
+    spec.argv = {kPython, "-c",
+                 "import os\n"
+                 "if os.fork() == 0:\n"  // a second process, busy too
+                 "  os.setsid()\n"
+                 "while True: pass\n"};
+    spec.env = {"PATH=/usr/bin:/bin"};
+    spec.limits.max_pids = 8;
+    spec.freezable = freezable;
+    return sandbox_->Spawn(std::move(spec));
+  };
+  auto cpu_over = [](SandboxProcess& p, std::chrono::milliseconds window) {
+    double before = p.Usage().cpu_ms;
+    std::this_thread::sleep_for(window);
+    return p.Usage().cpu_ms - before;
+  };
+  auto proc = spin(true);
+  ASSERT_TRUE(proc.ok()) << proc.status().ToString();
+  SandboxProcess& p = **proc;
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // both spinning
+  ASSERT_GT(cpu_over(p, std::chrono::milliseconds(300)), 50) << "not spinning";
+  ASSERT_TRUE(p.Freeze(true).ok());
+  EXPECT_LT(cpu_over(p, std::chrono::milliseconds(500)), 5) << "ran while frozen";
+  ASSERT_TRUE(p.Freeze(false).ok());
+  EXPECT_GT(cpu_over(p, std::chrono::milliseconds(300)), 50) << "not running after the thaw";
+  ASSERT_TRUE(p.Freeze(true).ok());
+  auto killed_at = std::chrono::steady_clock::now();
+  p.Kill();
+  auto st = p.Wait();
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->signal, std::optional<int>(SIGKILL));
+  EXPECT_LT(std::chrono::steady_clock::now() - killed_at, std::chrono::seconds(5));
+
+  if (std::string(GetParam()) == "v1") {
+    auto plain = spin(false);
+    ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+    EXPECT_EQ((*plain)->Freeze(true).code(), common::Code::kUnavailable);
+  }
+}
+
 TEST_P(SandboxTest, ConcurrentSpawnsFromManyThreads) {
   std::vector<std::thread> threads;
   std::mutex mu;
@@ -1102,7 +1147,7 @@ TEST(CgroupV2, JoinKillAndRemoveOnThisHost) {
   auto manager = CreateCgroupV2(
       CgroupOptions{.mode = "v2", .prefix = "kiln-test-v2mech", .require_controllers = false});
   ASSERT_TRUE(manager.ok()) << manager.status().ToString();
-  auto cg = (*manager)->CreateFor("1-1", SandboxLimits{});
+  auto cg = (*manager)->CreateFor("1-1", SandboxLimits{}, false);
   ASSERT_TRUE(cg.ok()) << cg.status().ToString();
   const CgroupUsage before = (*manager)->Usage();
   ASSERT_TRUE(before.cpu_seconds.has_value()) << "cpu.stat needs no controller";

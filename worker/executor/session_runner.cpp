@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <mutex>
 #include <optional>
 
 #include "common/clock.hpp"
@@ -23,6 +24,22 @@ constexpr uint64_t kDriverCpuRlimitMs = 7ull * 24 * 3600 * 1000;
 // Why an execution stopped early, before its frame arrived.
 enum class Stop { kNone, kTimeout, kCancel, kFlood };
 
+// Freeze/thaw of a session between executions. UNAVAILABLE (no cgroups, or
+// a v1 host without a freezer hierarchy) is said once and lived with; any
+// other failure ends the session.
+bool FreezeOk(const common::Status& st, const char* what) {
+  if (st.ok()) return true;
+  if (st.code() == common::Code::kUnavailable) {
+    static std::once_flag once;
+    std::call_once(once, [&] {
+      kLog.Warn({}, "sessions keep running between executions on this host: {}", st.ToString());
+    });
+    return true;
+  }
+  kLog.Warn({}, "cannot {} a session: {}", what, st.ToString());
+  return false;
+}
+
 }  // namespace
 
 SessionRun RunSessionExecution(const protocol::Execute& job, SessionSandbox& s,
@@ -38,6 +55,11 @@ SessionRun RunSessionExecution(const protocol::Execute& job, SessionSandbox& s,
   WarmSandbox& sb = s.sandbox;
   auto frame = runtime.EncodeExecution(job.code, job.input_json, job.env);
   if (!frame.ok()) return fail(frame.status(), false);
+
+  // Nothing of a session runs between its executions: it was frozen when
+  // the last one ended (whatever its code left running, or a control frame
+  // the code forged to end early); from here on its CPU is this execution's.
+  if (!FreezeOk(sb.process->Freeze(false), "thaw")) return fail(common::Internal("thaw"), true);
 
   sandbox::SandboxLimits limits;
   limits.memory_bytes = std::min(job.limits.memory_mb, options.max_memory_mb) << 20;
@@ -158,14 +180,17 @@ SessionRun RunSessionExecution(const protocol::Execute& job, SessionSandbox& s,
   pump.FlushAll();  // every streamed byte leaves before the Result
   result.duration_ms = common::MsSince(start);
 
+  const bool frame_ok = outcome && outcome->ok() && (*outcome)->has_frame;
+  if (!frame_ok || killed || exited) run.destroy = true;
+  // The session stays: stop it until its next execution (before the CPU
+  // reading, so everything it used is counted here).
+  if (!run.destroy && !FreezeOk(sb.process->Freeze(true), "freeze")) run.destroy = true;
+
   const sandbox::ExitStatus usage = sb.process->Usage();
   result.cpu_ms = std::max(0.0, usage.cpu_ms - cpu_start);
   result.max_rss_kb = usage.max_rss_kb;
   result.truncated = pump.truncated();
   uint32_t redactions = pump.redactions();
-
-  const bool frame_ok = outcome && outcome->ok() && (*outcome)->has_frame;
-  if (!frame_ok || killed || exited) run.destroy = true;
   if (outcome && !outcome->ok()) {
     // A malformed frame: the driver (or code writing to its fd) broke the
     // channel; the session cannot be trusted any more.

@@ -79,6 +79,7 @@ common::StatusOr<WarmSandbox> WarmPool::Spawn(runtimes::Language language, bool 
   spec.stdout_fd = std::move(out.write);
   spec.stderr_fd = std::move(err.write);
   spec.control_fd = std::move(ctl.write);
+  spec.freezable = session;  // frozen between executions (session_runner.cpp)
   auto start = common::SteadyClock::now();
   ASSIGN_OR_RETURN(auto process, sandbox_->Spawn(std::move(spec)));
   WarmSandbox sb;

@@ -20,17 +20,20 @@ using common::UniqueFd;
 constexpr uint64_t kCfsPeriodUs = 100000;
 
 struct V1Paths {
-  std::string memory, pids, cpu, cpuacct;  // <mount>/<prefix>; cpuacct may be ""
+  // <mount>/<prefix>; cpuacct and freezer may be "" (not mounted)
+  std::string memory, pids, cpu, cpuacct, freezer;
 };
 
 class CgroupV1 final : public SandboxCgroup {
  public:
-  CgroupV1(std::vector<std::string> dirs, const V1Paths& base, const std::string& id)
+  CgroupV1(std::vector<std::string> dirs, const V1Paths& base, const std::string& id,
+           bool freezable)
       : dirs_(std::move(dirs)),
         memory_(base.memory + "/" + id),
         pids_(base.pids + "/" + id),
         cpu_(base.cpu + "/" + id),
-        cpuacct_(base.cpuacct.empty() ? "" : base.cpuacct + "/" + id) {}
+        cpuacct_(base.cpuacct.empty() ? "" : base.cpuacct + "/" + id),
+        freezer_(base.freezer.empty() || !freezable ? "" : base.freezer + "/" + id) {}
   ~CgroupV1() override { (void)Destroy(); }
 
   Status Open(uint32_t cpu_millicores) {
@@ -80,7 +83,23 @@ class CgroupV1 final : public SandboxCgroup {
     return s;
   }
 
-  void KillAll() override { KillCgroupProcs(pids_); }
+  Status Freeze(bool frozen) override {
+    if (freezer_.empty()) return common::Unavailable("cgroup v1: no freezer for this sandbox");
+    RETURN_IF_ERROR(WriteFileString(freezer_ + "/freezer.state", frozen ? "FROZEN" : "THAWED"));
+    if (!frozen) return Status::Ok();
+    return WaitUntil(
+        [&] {
+          auto state = ReadFileString(freezer_ + "/freezer.state");
+          return state.ok() && state->rfind("FROZEN", 0) == 0;
+        },
+        "cgroup v1: " + freezer_ + " did not freeze");
+  }
+
+  // A v1-frozen task dies of SIGKILL only once thawed.
+  void KillAll() override {
+    KillCgroupProcs(pids_);
+    if (!freezer_.empty()) (void)WriteFileString(freezer_ + "/freezer.state", "THAWED");
+  }
 
   Status Destroy() override {
     join_fds_.clear();
@@ -96,7 +115,7 @@ class CgroupV1 final : public SandboxCgroup {
 
  private:
   std::vector<std::string> dirs_;  // distinct hierarchy dirs of this sandbox
-  std::string memory_, pids_, cpu_, cpuacct_;
+  std::string memory_, pids_, cpu_, cpuacct_, freezer_;
   std::vector<UniqueFd> join_fds_;
   bool has_memsw_ = false;
   bool created_ = false;
@@ -109,7 +128,8 @@ class CgroupV1Manager final : public CgroupManager {
   // Every sandbox cgroup is gone by now (they die with their processes):
   // remove our prefix too, so a stopped worker leaves no trace.
   ~CgroupV1Manager() override {
-    for (const std::string* b : {&base_.memory, &base_.pids, &base_.cpu, &base_.cpuacct}) {
+    for (const std::string* b :
+         {&base_.memory, &base_.pids, &base_.cpu, &base_.cpuacct, &base_.freezer}) {
       if (!b->empty()) ::rmdir(b->c_str());
     }
   }
@@ -119,16 +139,18 @@ class CgroupV1Manager final : public CgroupManager {
   std::string version() const override { return "v1"; }
 
   StatusOr<std::unique_ptr<SandboxCgroup>> CreateFor(const std::string& id,
-                                                     const SandboxLimits& limits) override {
+                                                     const SandboxLimits& limits,
+                                                     bool freezable) override {
     std::vector<std::string> dirs;
-    for (const std::string* b : {&base_.memory, &base_.pids, &base_.cpu, &base_.cpuacct}) {
-      if (b->empty()) continue;
+    for (const std::string* b :
+         {&base_.memory, &base_.pids, &base_.cpu, &base_.cpuacct, &base_.freezer}) {
+      if (b->empty() || (b == &base_.freezer && !freezable)) continue;
       std::string dir = *b + "/" + id;
       bool dup = false;
       for (const auto& d : dirs) dup = dup || d == dir;
       if (!dup) dirs.push_back(dir);
     }
-    auto cg = std::make_unique<CgroupV1>(std::move(dirs), base_, id);
+    auto cg = std::make_unique<CgroupV1>(std::move(dirs), base_, id, freezable);
     RETURN_IF_ERROR(cg->Open(millicores_).WithContext("cgroup v1"));
     RETURN_IF_ERROR(cg->SetLimits(limits).WithContext("cgroup v1 limits"));
     return std::unique_ptr<SandboxCgroup>(std::move(cg));
@@ -148,7 +170,15 @@ class CgroupV1Manager final : public CgroupManager {
   }
 
   void CleanupStale(const std::function<bool(const std::string&)>& is_stale) override {
-    for (const std::string* b : {&base_.pids, &base_.memory, &base_.cpu, &base_.cpuacct}) {
+    // Thawed first: a frozen task dies of SIGKILL only once thawed.
+    if (!base_.freezer.empty()) {
+      for (const std::string& name : ListSubdirs(base_.freezer)) {
+        if (is_stale(name))
+          (void)WriteFileString(base_.freezer + "/" + name + "/freezer.state", "THAWED");
+      }
+    }
+    for (const std::string* b :
+         {&base_.pids, &base_.memory, &base_.cpu, &base_.cpuacct, &base_.freezer}) {
       if (b->empty()) continue;
       for (const std::string& name : ListSubdirs(*b)) {
         if (!is_stale(name)) continue;
@@ -189,7 +219,8 @@ StatusOr<std::unique_ptr<CgroupManager>> CreateCgroupV1(const CgroupOptions& opt
   base.pids = mounts["pids"] + "/" + options.prefix;
   base.cpu = mounts["cpu"] + "/" + options.prefix;
   if (mounts.count("cpuacct")) base.cpuacct = mounts["cpuacct"] + "/" + options.prefix;
-  for (const std::string* b : {&base.memory, &base.pids, &base.cpu, &base.cpuacct}) {
+  if (mounts.count("freezer")) base.freezer = mounts["freezer"] + "/" + options.prefix;
+  for (const std::string* b : {&base.memory, &base.pids, &base.cpu, &base.cpuacct, &base.freezer}) {
     if (b->empty()) continue;
     if (::mkdir(b->c_str(), 0755) != 0 && errno != EEXIST) {
       return common::ErrnoStatus("cgroup v1: cannot create " + *b, errno);

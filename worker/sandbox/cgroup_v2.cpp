@@ -75,6 +75,17 @@ class CgroupV2 final : public SandboxCgroup {
     return s;
   }
 
+  Status Freeze(bool frozen) override {
+    RETURN_IF_ERROR(WriteFileString(dir_ + "/cgroup.freeze", frozen ? "1" : "0"));
+    if (!frozen) return Status::Ok();
+    return WaitUntil(
+        [&] {
+          auto ev = ReadFileString(dir_ + "/cgroup.events");
+          return ev.ok() && ParseKeyedU64(*ev, "frozen").value_or(0) == 1;
+        },
+        "cgroup v2: " + dir_ + " did not freeze");
+  }
+
   void KillAll() override {
     if (!WriteFileString(dir_ + "/cgroup.kill", "1").ok()) KillCgroupProcs(dir_);
   }
@@ -103,7 +114,8 @@ class CgroupV2Manager final : public CgroupManager {
   std::string version() const override { return "v2"; }
 
   StatusOr<std::unique_ptr<SandboxCgroup>> CreateFor(const std::string& id,
-                                                     const SandboxLimits& limits) override {
+                                                     const SandboxLimits& limits,
+                                                     bool /*freezable: always*/) override {
     auto cg = std::make_unique<CgroupV2>(base_ + "/" + id);
     RETURN_IF_ERROR(cg->Open(millicores_).WithContext("cgroup v2"));
     RETURN_IF_ERROR(cg->SetLimits(limits).WithContext("cgroup v2 limits"));

@@ -44,6 +44,14 @@ void KillCgroupProcs(const std::string& dir) {
   }
 }
 
+common::Status WaitUntil(const std::function<bool()>& done, const std::string& what) {
+  for (int i = 0; i < 2000; ++i) {
+    if (done()) return common::Status::Ok();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return done() ? common::Status::Ok() : common::Internal(what);
+}
+
 std::vector<std::string> ListSubdirs(const std::string& dir) {
   std::vector<std::string> out;
   DIR* d = ::opendir(dir.c_str());

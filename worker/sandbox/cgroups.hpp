@@ -51,7 +51,13 @@ class SandboxCgroup {
   // Writable cgroup.procs descriptors (O_CLOEXEC), one per hierarchy.
   virtual const std::vector<common::UniqueFd>& join_fds() const = 0;
   virtual CgroupStats Stats() const = 0;
-  // SIGKILLs every process still in the cgroup (v2: cgroup.kill).
+  // Stops (true) or resumes (false) every process in the cgroup; returns
+  // once they are all stopped. v2: cgroup.freeze; v1: the freezer hierarchy,
+  // joined only by sandboxes created `freezable` (UNAVAILABLE otherwise, or
+  // when the host mounts no freezer).
+  virtual common::Status Freeze(bool frozen) = 0;
+  // SIGKILLs every process still in the cgroup (v2: cgroup.kill), frozen
+  // ones included.
   virtual void KillAll() = 0;
   // Removes the directories (retrying while the last tasks exit).
   virtual common::Status Destroy() = 0;
@@ -74,8 +80,11 @@ class CgroupManager {
   static common::StatusOr<std::unique_ptr<CgroupManager>> Create(const CgroupOptions& options);
 
   virtual std::string version() const = 0;  // "v1" or "v2"
-  virtual common::StatusOr<std::unique_ptr<SandboxCgroup>> CreateFor(
-      const std::string& id, const SandboxLimits& limits) = 0;
+  // `freezable`: v1 also joins the freezer hierarchy (one more attach per
+  // spawn, so only for sandboxes that are frozen: sessions).
+  virtual common::StatusOr<std::unique_ptr<SandboxCgroup>> CreateFor(const std::string& id,
+                                                                     const SandboxLimits& limits,
+                                                                     bool freezable) = 0;
   // Reads one or two small files of <prefix>; only reads, so any thread may
   // call it while others create sandboxes.
   virtual CgroupUsage Usage() const = 0;
@@ -92,6 +101,9 @@ std::string FindCgroup2Mount();
 common::Status RemoveCgroupDir(const std::string& dir);
 // SIGKILLs every pid listed in <dir>/cgroup.procs.
 void KillCgroupProcs(const std::string& dir);
+// Polls `done` every millisecond for up to 2 s: OK once it holds, else
+// INTERNAL with `what`.
+common::Status WaitUntil(const std::function<bool()>& done, const std::string& what);
 // Names of the immediate sub-directories of dir.
 std::vector<std::string> ListSubdirs(const std::string& dir);
 

@@ -140,7 +140,7 @@ class LinuxSandboxProcess final : public SandboxProcess {
     workspace_mounted_ = true;
     std::vector<int> cg_fds;
     if (shared_->cgroups && shared_->Has("cgroups")) {
-      ASSIGN_OR_RETURN(cgroup_, shared_->cgroups->CreateFor(id_, spec.limits));
+      ASSIGN_OR_RETURN(cgroup_, shared_->cgroups->CreateFor(id_, spec.limits, spec.freezable));
       for (const UniqueFd& fd : cgroup_->join_fds()) cg_fds.push_back(fd.get());
     }
     MountPlan mounts = BuildMountPlan(shared_->layout, {workspace_, cfg.tmp_bytes, uid_, uid_});
@@ -243,6 +243,17 @@ class LinuxSandboxProcess final : public SandboxProcess {
     PidfdSendSignal(pidfd_.get(), SIGKILL);
     // Without a pid namespace the rest of the tree is not killed with pid 1.
     if (!shared_->Has("pid_ns") && cgroup_) cgroup_->KillAll();
+    // A v1-frozen process dies of SIGKILL only once thawed.
+    if (frozen_ && cgroup_) (void)cgroup_->Freeze(false);
+  }
+
+  Status Freeze(bool frozen) override {
+    if (!cgroup_) return common::Unavailable("no cgroups: the sandbox cannot be frozen");
+    if (pid_ <= 0 || reaped_) return common::Internal("no process");
+    Status st = cgroup_->Freeze(frozen);
+    // A failed freeze may have stopped some: counted as frozen, so Kill thaws.
+    frozen_ = frozen || !st.ok();
+    return st;
   }
 
   StatusOr<ExitStatus> Wait() override {
@@ -292,6 +303,7 @@ class LinuxSandboxProcess final : public SandboxProcess {
   bool reaped_ = false;
   std::string failed_layer_;
   std::string failed_step_;
+  std::atomic<bool> frozen_{false};  // Kill() may come from another thread
 };
 
 class LinuxSandbox final : public Sandbox {

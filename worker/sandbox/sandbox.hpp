@@ -75,6 +75,9 @@ struct SpawnSpec {
   // Child ends installed as fds 0, 1, 2 and 3 (control channel); all other
   // descriptors are closed. control_fd may be invalid (then fd 3 is closed).
   common::UniqueFd stdin_fd, stdout_fd, stderr_fd, control_fd;
+  // The sandbox will be frozen between uses (a session): on cgroup v1 it
+  // also joins the freezer hierarchy.
+  bool freezable = false;
 };
 
 struct ExitStatus {
@@ -115,6 +118,10 @@ class SandboxProcess {
   virtual void Interrupt() = 0;
   // SIGKILL to the sandbox's pid 1: every process of the sandbox dies.
   virtual void Kill() = 0;
+  // Stops (true) or resumes (false) every process of the sandbox; returns
+  // once all are stopped. Stopped processes use no CPU; Kill() still works.
+  // Needs the cgroups layer and, on v1, a spawn with `freezable`.
+  virtual common::Status Freeze(bool frozen) = 0;
   // Reaps the process; blocks until it has exited. Call once.
   virtual common::StatusOr<ExitStatus> Wait() = 0;
 };

@@ -1,14 +1,18 @@
-// WarmPool's refill timing with real sandboxes: a sandbox a lone job took
-// from the stock is replaced once the job is done (JobDone) or the hold has
-// passed, not while the job runs next to it; overlapping jobs hold nothing.
+// WarmPool with real sandboxes: the refill timing (a sandbox a lone job took
+// from the stock is replaced once the job is done or the hold has passed,
+// not while the job runs next to it; overlapping jobs hold nothing), and the
+// SessionTable built on it.
 #include "worker/executor/warm_pool.hpp"
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <thread>
+
+#include "worker/executor/session_table.hpp"
 
 namespace kiln::worker {
 namespace {
@@ -142,6 +146,37 @@ TEST_F(WarmPoolTest, AnEmptyStockWaitsForTheSandboxBeingBuilt) {
     pool.JobDone();
   }
   EXPECT_TRUE(caught) << "never caught the refill building";
+}
+
+// The broker sends a session's next execution on the previous one's Result,
+// and the worker freezes the session after that Result has left: an Acquire
+// arriving meanwhile waits for the Release instead of refusing the
+// execution (a refusal is the job's INTERNAL error).
+TEST_F(WarmPoolTest, ASessionAcquiredWhileBusyWaitsForItsRelease) {
+  WarmPool pool(sandbox_.get(), shell_, sandbox::SandboxLimits{}, 0, nullptr);
+  SessionTable table(&pool);
+  common::protocol::Execute job;
+  job.job_id = "j1";
+  job.language = "shell";
+  job.session_id = "s1";
+  job.session_epoch = 1;
+  job.tenant = "t";
+  job.session_ttl_ms = 60000;
+  auto first = table.Acquire(job);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  std::atomic<bool> got{false};
+  common::Status second_status = common::Internal("not run");
+  std::thread second([&] {
+    auto lease = table.Acquire(job);
+    second_status = lease.status();
+    got = true;
+    if (lease.ok()) table.Release(lease->session, false);
+  });
+  std::this_thread::sleep_for(300ms);
+  EXPECT_FALSE(got) << "did not wait for the running execution";
+  table.Release(first->session, false);
+  second.join();
+  EXPECT_TRUE(second_status.ok()) << second_status.ToString();
 }
 
 }  // namespace

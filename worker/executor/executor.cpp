@@ -61,26 +61,10 @@ common::Status Executor::Start(protocol::Execute job, std::string broker) {
 
 void Executor::RunOne(protocol::Execute job, std::string broker, int cancel_fd) {
   auto language = runtimes::ParseLanguage(job.language);
-  protocol::Result result;
-  {
-    RunOptions opts = options_;
-    if (job.stream_output) {
-      opts.on_chunk = [this, &broker](protocol::OutputChunk c) {
-        events_->Post({broker, std::move(c)});
-      };
-    }
-    // A one-shot sandbox lives until this block ends: after the Result left.
-    std::optional<common::StatusOr<WarmSandbox>> sb;
-    if (!job.session_id.empty()) {
-      result = RunSession(job, opts, cancel_fd);
-    } else if (sb = pool_->Take(*language); !sb->ok()) {
-      result.job_id = job.job_id;
-      result.reason = protocol::EndReason::kError;
-      result.worker_error = sb->status().ToString();
-      result.worker_error_code = common::CodeName(sb->status().code());
-    } else {
-      result = RunJob(job, **sb, pool_->runtimes().at(*language), opts, cancel_fd);
-    }
+  // Frees the slot and posts the Result in one step: the broker may send the
+  // next job as soon as it sees it, and a Register lists running jobs, then
+  // the queue (RunningJobs).
+  auto deliver = [&](protocol::Result result) {
     if (result.reason == protocol::EndReason::kError) {
       kJobsLog.Warn({.job = job.job_id, .tenant = job.tenant}, "the job could not run: {}",
                     result.worker_error);
@@ -89,14 +73,31 @@ void Executor::RunOne(protocol::Execute job, std::string broker, int cancel_fd) 
       metrics_->JobFinished(std::string(runtimes::LanguageName(*language)),
                             protocol::EndReasonName(result.reason));
     }
-    // Free the slot before the Result leaves (the broker may send the next
-    // job as soon as it sees it), and post the Result in the same step: a
-    // Register lists running jobs, then the queue (RunningJobs).
-    {
-      std::lock_guard lock(mu_);
-      running_.erase(job.job_id);
-      if (metrics_) metrics_->SetRunning(running_.size());
-      events_->Post({broker, std::move(result)});
+    std::lock_guard lock(mu_);
+    running_.erase(job.job_id);
+    if (metrics_) metrics_->SetRunning(running_.size());
+    events_->Post({broker, std::move(result)});
+  };
+  RunOptions opts = options_;
+  if (job.stream_output) {
+    opts.on_chunk = [this, &broker](protocol::OutputChunk c) {
+      events_->Post({broker, std::move(c)});
+    };
+  }
+  if (!job.session_id.empty()) {
+    RunSession(job, opts, cancel_fd, deliver);
+  } else {
+    // A one-shot sandbox lives until this block ends: after the Result left.
+    auto sb = pool_->Take(*language);
+    if (!sb.ok()) {
+      protocol::Result result;
+      result.job_id = job.job_id;
+      result.reason = protocol::EndReason::kError;
+      result.worker_error = sb.status().ToString();
+      result.worker_error_code = common::CodeName(sb.status().code());
+      deliver(std::move(result));
+    } else {
+      deliver(RunJob(job, *sb, pool_->runtimes().at(*language), opts, cancel_fd));
     }
     // The sandbox (and its workspace) is destroyed here, after the Result left.
   }
@@ -108,8 +109,8 @@ void Executor::RunOne(protocol::Execute job, std::string broker, int cancel_fd) 
   idle_.notify_all();
 }
 
-protocol::Result Executor::RunSession(const protocol::Execute& job, const RunOptions& opts,
-                                      int cancel_fd) {
+void Executor::RunSession(const protocol::Execute& job, const RunOptions& opts, int cancel_fd,
+                          const std::function<void(protocol::Result)>& deliver) {
   auto lease = sessions_.Acquire(job);
   if (!lease.ok()) {
     protocol::Result r;
@@ -118,21 +119,26 @@ protocol::Result Executor::RunSession(const protocol::Execute& job, const RunOpt
     r.worker_error = lease.status().ToString();
     r.worker_error_code = common::CodeName(lease.status().code());
     r.session_epoch = job.session_epoch;
-    return r;
+    deliver(std::move(r));
+    return;
   }
   auto language = runtimes::ParseLanguage(job.language);
   SessionRun run = RunSessionExecution(job, *lease->session, pool_->runtimes().at(*language), opts,
                                        cancel_fd, opts.interrupt_grace);
   run.result.session_epoch = job.session_epoch;
   run.result.session_reset = lease->state_lost || run.destroy;
-  if (run.destroy) {
+  const std::string reason(protocol::EndReasonName(run.result.reason));
+  deliver(std::move(run.result));
+  // Off the Result's path, still holding the session: nothing of it runs
+  // until its next execution (session_runner.hpp).
+  bool destroy = run.destroy || !FreezeBetweenExecutions(*lease->session);
+  if (destroy) {
     kSessionsLog.Info({.job = job.job_id, .session = job.session_id, .tenant = job.tenant},
                       "session sandbox destroyed after the execution ({})",
-                      protocol::EndReasonName(run.result.reason));
+                      run.destroy ? reason : std::string("it could not be frozen"));
   }
-  sessions_.Release(lease->session, run.destroy);
+  sessions_.Release(lease->session, destroy);
   if (metrics_) metrics_->SetSessions(sessions_.size());
-  return std::move(run.result);
 }
 
 void Executor::CloseSession(const std::string& session_id) {

@@ -66,8 +66,10 @@ class Executor {
 
  private:
   void RunOne(common::protocol::Execute job, std::string broker, int cancel_fd);
-  common::protocol::Result RunSession(const common::protocol::Execute& job, const RunOptions& opts,
-                                      int cancel_fd);
+  // Runs a session execution and hands its Result to `deliver`; then,
+  // still holding the session, freezes it until its next execution.
+  void RunSession(const common::protocol::Execute& job, const RunOptions& opts, int cancel_fd,
+                  const std::function<void(common::protocol::Result)>& deliver);
 
   RunOptions options_;
   uint32_t slots_;

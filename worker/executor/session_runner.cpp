@@ -56,9 +56,9 @@ SessionRun RunSessionExecution(const protocol::Execute& job, SessionSandbox& s,
   auto frame = runtime.EncodeExecution(job.code, job.input_json, job.env);
   if (!frame.ok()) return fail(frame.status(), false);
 
-  // Nothing of a session runs between its executions: it was frozen when
-  // the last one ended (whatever its code left running, or a control frame
-  // the code forged to end early); from here on its CPU is this execution's.
+  // Nothing of a session runs between its executions: it was frozen after
+  // the last one (whatever its code left running, or a control frame the
+  // code forged to end early); from here on its CPU is this execution's.
   if (!FreezeOk(sb.process->Freeze(false), "thaw")) return fail(common::Internal("thaw"), true);
 
   sandbox::SandboxLimits limits;
@@ -182,9 +182,6 @@ SessionRun RunSessionExecution(const protocol::Execute& job, SessionSandbox& s,
 
   const bool frame_ok = outcome && outcome->ok() && (*outcome)->has_frame;
   if (!frame_ok || killed || exited) run.destroy = true;
-  // The session stays: stop it until its next execution (before the CPU
-  // reading, so everything it used is counted here).
-  if (!run.destroy && !FreezeOk(sb.process->Freeze(true), "freeze")) run.destroy = true;
 
   const sandbox::ExitStatus usage = sb.process->Usage();
   result.cpu_ms = std::max(0.0, usage.cpu_ms - cpu_start);
@@ -249,6 +246,10 @@ SessionRun RunSessionExecution(const protocol::Execute& job, SessionSandbox& s,
              run.destroy ? " (sandbox destroyed)" : "");
   FitToWire(&result);
   return run;
+}
+
+bool FreezeBetweenExecutions(SessionSandbox& s) {
+  return FreezeOk(s.sandbox.process->Freeze(true), "freeze");
 }
 
 }  // namespace kiln::worker

@@ -2,7 +2,9 @@
 // long-lived sandbox and builds its Result.
 //
 //   SessionRun run = RunSessionExecution(execute, *lease.session, runtime, options, cancel_fd);
-//   table.Release(lease.session, run.destroy);
+//   send(run.result);
+//   bool destroy = run.destroy || !FreezeBetweenExecutions(*lease.session);
+//   table.Release(lease.session, destroy);
 //
 // Writes the execution frame to the REPL driver (stdin stays open), pumps
 // stdout/stderr through the same filter and cap as one-shot jobs, and ends
@@ -34,5 +36,13 @@ struct SessionRun {
 SessionRun RunSessionExecution(const common::protocol::Execute& job, SessionSandbox& session,
                                const runtimes::Runtime& runtime, const RunOptions& options,
                                int cancel_fd, std::chrono::milliseconds interrupt_grace);
+
+// Freezes the session's sandbox (every process stopped, no CPU) until the
+// next RunSessionExecution thaws it. Call after the execution's Result has
+// left, still holding the session: the freeze waits for every task to stop
+// (up to ~1 ms for a sleeping interpreter, longer for node's threads). False:
+// it could not be frozen and must be destroyed. A host without a freezer
+// logs that once and keeps the session running (true).
+bool FreezeBetweenExecutions(SessionSandbox& session);
 
 }  // namespace kiln::worker

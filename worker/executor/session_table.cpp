@@ -59,7 +59,14 @@ common::StatusOr<SessionTable::Lease> SessionTable::Acquire(const common::protoc
   std::shared_ptr<SessionSandbox> old;  // destroyed outside the lock
   Lease lease;
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
+    // The previous execution's Result has left, but it may still be freezing
+    // the session (Executor::RunSession): the broker sent this one on that
+    // Result. Wait for the release; longer is a real duplicate.
+    released_.wait_for(lock, kBusyWait, [&] {
+      auto it = sessions_.find(job.session_id);
+      return it == sessions_.end() || !it->second->busy;
+    });
     auto it = sessions_.find(job.session_id);
     if (it != sessions_.end()) {
       auto& s = it->second;
@@ -119,6 +126,7 @@ void SessionTable::Release(const std::shared_ptr<SessionSandbox>& session, bool 
       sessions_.erase(it);
     }
   }
+  released_.notify_all();
   // The SandboxProcess destructor kills and reaps the driver (not under the lock).
 }
 

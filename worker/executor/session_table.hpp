@@ -62,8 +62,10 @@ class SessionTable {
     bool state_lost = false;  // ran here before under this epoch, but its state is gone
   };
   // The session's sandbox, marked busy; started now if needed (a cold start).
-  // UNAVAILABLE if it is busy (the broker runs one execution per session at
-  // a time, so this means a duplicate).
+  // While it is busy, waits up to kBusyWait for the running execution to
+  // release it (it freezes the session after its Result has left, and the
+  // broker sends the next execution on that Result); UNAVAILABLE after that
+  // (the broker runs one execution per session at a time: a duplicate).
   common::StatusOr<Lease> Acquire(const common::protocol::Execute& job);
   // Marks it idle again, or destroys it (its state is unusable).
   void Release(const std::shared_ptr<SessionSandbox>& session, bool destroy);
@@ -89,7 +91,11 @@ class SessionTable {
   std::mutex spawn_mu_;
   std::condition_variable_any spawn_cv_;
   std::deque<SpawnRequest> spawn_queue_;
+  // Longer than a freeze may take (cgroups.hpp WaitUntil: 2 s).
+  static constexpr std::chrono::milliseconds kBusyWait{3000};
+
   mutable std::mutex mu_;
+  std::condition_variable released_;  // a Release(); with mu_
   std::map<std::string, std::shared_ptr<SessionSandbox>> sessions_;
   std::map<std::string, bool> closing_;  // Close() while busy
   // Epochs this worker has run, per session id (bounded): tells a lost state

@@ -45,9 +45,12 @@ void KillCgroupProcs(const std::string& dir) {
 }
 
 common::Status WaitUntil(const std::function<bool()>& done, const std::string& what) {
-  for (int i = 0; i < 2000; ++i) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  for (int i = 0; std::chrono::steady_clock::now() < until; ++i) {
     if (done()) return common::Status::Ok();
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    // Most waits end within a millisecond: poll finely at first.
+    std::this_thread::sleep_for(i < 20 ? std::chrono::microseconds(50)
+                                       : std::chrono::microseconds(1000));
   }
   return done() ? common::Status::Ok() : common::Internal(what);
 }

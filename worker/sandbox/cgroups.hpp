@@ -101,8 +101,8 @@ std::string FindCgroup2Mount();
 common::Status RemoveCgroupDir(const std::string& dir);
 // SIGKILLs every pid listed in <dir>/cgroup.procs.
 void KillCgroupProcs(const std::string& dir);
-// Polls `done` every millisecond for up to 2 s: OK once it holds, else
-// INTERNAL with `what`.
+// Polls `done` (every 50 us for the first millisecond, then every
+// millisecond) for up to 2 s: OK once it holds, else INTERNAL with `what`.
 common::Status WaitUntil(const std::function<bool()>& done, const std::string& what);
 // Names of the immediate sub-directories of dir.
 std::vector<std::string> ListSubdirs(const std::string& dir);

@@ -45,6 +45,10 @@ struct WorkerConfig {
   // A session execution past its timeout is interrupted; if it has not
   // stopped this much later, the session's sandbox is destroyed.
   uint32_t session_interrupt_grace_ms = 2000;
+  // Memory idle (frozen) sessions may hold on this worker, in all and per
+  // tenant; past it the least recently used are destroyed. 0: no bound.
+  uint64_t idle_session_memory_mb = 4096;
+  uint64_t idle_session_memory_per_tenant_mb = 2048;
   std::string metrics_endpoint;  // reported to brokers; empty when none
   std::string metrics_listen;    // host:port of GET /metrics; empty: off
   sandbox::SandboxConfig sandbox;

@@ -96,6 +96,8 @@ int main(int argc, char** argv) {
   run_options.max_output_bytes = cfg->max_output_bytes;
   run_options.max_collect_bytes = cfg->max_collect_bytes;
   run_options.interrupt_grace = std::chrono::milliseconds(cfg->session_interrupt_grace_ms);
+  run_options.idle_sessions = {.worker_bytes = cfg->idle_session_memory_mb << 20,
+                               .tenant_bytes = cfg->idle_session_memory_per_tenant_mb << 20};
   zmq::context_t ctx(1);
   {
     worker::Executor executor(run_options, cfg->slots, &pool, &events, metrics->get());

@@ -12,6 +12,7 @@
 #include <memory>
 #include <thread>
 
+#include "worker/executor/session_runner.hpp"
 #include "worker/executor/session_table.hpp"
 
 namespace kiln::worker {
@@ -177,6 +178,59 @@ TEST_F(WarmPoolTest, ASessionAcquiredWhileBusyWaitsForItsRelease) {
   table.Release(first->session, false);
   second.join();
   EXPECT_TRUE(second_status.ok()) << second_status.ToString();
+}
+
+// Idle sessions' memory is bounded per tenant and per worker: past a budget
+// the least recently used idle sessions are destroyed (their next execution
+// starts afresh). Each session here keeps a 24 MiB file on its tmpfs
+// workspace, charged to its cgroup.
+TEST_F(WarmPoolTest, IdleSessionsOverTheirMemoryBudgetAreReclaimedOldestFirst) {
+  WarmPool pool(sandbox_.get(), shell_, sandbox::SandboxLimits{}, 0, nullptr);
+  SessionTable table(&pool, {.worker_bytes = 110ull << 20, .tenant_bytes = 60ull << 20});
+  const runtimes::Runtime& shell = shell_.at(Language::kShell);
+  auto run = [&](const std::string& session, const std::string& tenant) {
+    common::protocol::Execute job;
+    job.job_id = "j-" + session;
+    job.language = "shell";
+    job.session_id = session;
+    job.session_epoch = 1;
+    job.tenant = tenant;
+    job.session_ttl_ms = 60000;
+    job.limits.timeout_ms = 10000;
+    job.limits.memory_mb = 256;
+    job.limits.max_pids = 16;
+    job.code = "head -c 25165824 /dev/zero > /workspace/ballast";
+    auto lease = table.Acquire(job);
+    EXPECT_TRUE(lease.ok()) << lease.status().ToString();
+    if (!lease.ok()) return size_t{0};
+    SessionRun r = RunSessionExecution(job, *lease->session, shell, RunOptions{}, -1, 2s);
+    EXPECT_EQ(r.result.reason, common::protocol::EndReason::kExit) << r.result.worker_error;
+    bool destroy = r.destroy || !FreezeBetweenExecutions(*lease->session);
+    return table.Release(lease->session, destroy);
+  };
+  EXPECT_EQ(run("a1", "a"), 0u);
+  EXPECT_GE(table.IdleBytes(), 24ull << 20) << "the ballast is not counted";
+  EXPECT_EQ(run("a2", "a"), 0u);  // a: ~50 of 60 MiB
+  EXPECT_EQ(table.size(), 2u);
+  EXPECT_EQ(run("a3", "a"), 1u) << "tenant a over its 60 MiB";
+  EXPECT_EQ(table.size(), 2u);
+  EXPECT_EQ(run("b1", "b"), 0u);
+  EXPECT_EQ(run("b2", "b"), 0u);  // ~100 of 110 MiB on the worker
+  EXPECT_EQ(run("c1", "c"), 1u) << "the worker over its 110 MiB";
+  EXPECT_EQ(table.size(), 4u);
+  // The oldest went first: a1 (tenant a), then a2 (the worker's oldest).
+  common::protocol::Execute again;
+  again.job_id = "again";
+  again.language = "shell";
+  again.session_epoch = 1;
+  again.tenant = "a";
+  for (const char* id : {"a1", "a2"}) {
+    again.session_id = id;
+    auto lease = table.Acquire(again);
+    ASSERT_TRUE(lease.ok());
+    EXPECT_TRUE(lease->state_lost) << id << " was not reclaimed";
+    table.Release(lease->session, true);
+  }
 }
 
 }  // namespace

@@ -27,7 +27,7 @@ Executor::Executor(RunOptions options, uint32_t slots, WarmPool* pool, EventQueu
       pool_(pool),
       events_(events),
       metrics_(metrics),
-      sessions_(pool) {}
+      sessions_(pool, options_.idle_sessions) {}
 
 Executor::~Executor() {
   CancelAll();
@@ -137,8 +137,12 @@ void Executor::RunSession(const protocol::Execute& job, const RunOptions& opts, 
                       "session sandbox destroyed after the execution ({})",
                       run.destroy ? reason : std::string("it could not be frozen"));
   }
-  sessions_.Release(lease->session, destroy);
-  if (metrics_) metrics_->SetSessions(sessions_.size());
+  size_t reclaimed = sessions_.Release(lease->session, destroy);
+  if (metrics_) {
+    metrics_->SetSessions(sessions_.size());
+    metrics_->SetIdleSessionMemory(sessions_.IdleBytes());
+    if (reclaimed > 0) metrics_->SessionsReclaimed(reclaimed);
+  }
 }
 
 void Executor::CloseSession(const std::string& session_id) {

@@ -16,6 +16,7 @@
 #include <functional>
 
 #include "common/protocol/messages.hpp"
+#include "worker/executor/session_table.hpp"
 #include "worker/executor/warm_pool.hpp"
 #include "worker/runtimes/runtime.hpp"
 
@@ -30,6 +31,8 @@ struct RunOptions {
   // Sessions: how long an interrupted execution may take to stop before its
   // sandbox is destroyed.
   std::chrono::milliseconds interrupt_grace{2000};
+  // Memory idle sessions may hold (session_table.hpp).
+  IdleSessionBudget idle_sessions;
   // Called with each piece of output as it is read (streaming), if set.
   std::function<void(common::protocol::OutputChunk)> on_chunk;
 };

@@ -21,8 +21,8 @@ bool Exited(const WarmSandbox& sb) {
 
 }  // namespace
 
-SessionTable::SessionTable(WarmPool* pool)
-    : pool_(pool), spawner_([this](std::stop_token st) { SpawnLoop(st); }) {}
+SessionTable::SessionTable(WarmPool* pool, IdleSessionBudget budget)
+    : pool_(pool), budget_(budget), spawner_([this](std::stop_token st) { SpawnLoop(st); }) {}
 
 common::StatusOr<WarmSandbox> SessionTable::Spawn(runtimes::Language language) {
   std::future<common::StatusOr<WarmSandbox>> done;
@@ -112,22 +112,69 @@ common::StatusOr<SessionTable::Lease> SessionTable::Acquire(const common::protoc
   return lease;
 }
 
-void SessionTable::Release(const std::shared_ptr<SessionSandbox>& session, bool destroy) {
+size_t SessionTable::Release(const std::shared_ptr<SessionSandbox>& session, bool destroy) {
   std::shared_ptr<SessionSandbox> doomed;
+  std::vector<std::shared_ptr<SessionSandbox>> reclaimed;
+  // Read before taking the lock (a file read); the session is frozen by now.
+  const uint64_t bytes = destroy ? 0 : session->sandbox.process->MemoryBytes().value_or(0);
   {
     std::lock_guard lock(mu_);
     session->busy = false;
     session->last_used = std::chrono::steady_clock::now();
+    session->idle_bytes = bytes;
     ++session->executions;
     auto it = sessions_.find(session->id);
     bool closing = closing_.erase(session->id) > 0;
     if ((destroy || closing) && it != sessions_.end() && it->second == session) {
       doomed = std::move(it->second);
       sessions_.erase(it);
+    } else if (it != sessions_.end() && it->second == session) {
+      ReclaimLocked(session->tenant, &reclaimed);
     }
   }
   released_.notify_all();
-  // The SandboxProcess destructor kills and reaps the driver (not under the lock).
+  for (const auto& s : reclaimed) {
+    kLog.Info({.session = s->id, .tenant = s->tenant},
+              "idle session reclaimed: idle sessions over their memory budget ({} MiB held)",
+              s->idle_bytes >> 20);
+  }
+  return reclaimed.size();
+  // The SandboxProcess destructors kill and reap the drivers (not under the lock).
+}
+
+void SessionTable::ReclaimLocked(const std::string& tenant,
+                                 std::vector<std::shared_ptr<SessionSandbox>>* doomed) {
+  auto over = [&](bool tenant_only) {
+    uint64_t budget = tenant_only ? budget_.tenant_bytes : budget_.worker_bytes;
+    if (budget == 0) return false;
+    uint64_t held = 0;
+    for (const auto& [id, s] : sessions_) {
+      if (!s->busy && (!tenant_only || s->tenant == tenant)) held += s->idle_bytes;
+    }
+    return held > budget;
+  };
+  for (bool tenant_only : {true, false}) {
+    while (over(tenant_only)) {
+      auto lru = sessions_.end();
+      for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
+        const auto& s = it->second;
+        if (s->busy || (tenant_only && s->tenant != tenant)) continue;
+        if (lru == sessions_.end() || s->last_used < lru->second->last_used) lru = it;
+      }
+      if (lru == sessions_.end()) break;
+      doomed->push_back(std::move(lru->second));
+      sessions_.erase(lru);
+    }
+  }
+}
+
+uint64_t SessionTable::IdleBytes() const {
+  std::lock_guard lock(mu_);
+  uint64_t held = 0;
+  for (const auto& [id, s] : sessions_) {
+    if (!s->busy) held += s->idle_bytes;
+  }
+  return held;
 }
 
 void SessionTable::Close(const std::string& id) {

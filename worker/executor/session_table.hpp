@@ -26,6 +26,7 @@
 #include <stop_token>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/protocol/messages.hpp"
 #include "common/status.hpp"
@@ -45,6 +46,13 @@ struct SessionSandbox {
   uint64_t ttl_ms = 0;
   std::chrono::steady_clock::time_point last_used;
   bool busy = false;
+  uint64_t idle_bytes = 0;  // memory it held when last released (frozen)
+};
+
+// How much memory idle (frozen) session sandboxes may hold; 0: no bound.
+struct IdleSessionBudget {
+  uint64_t worker_bytes = 0;  // all tenants together
+  uint64_t tenant_bytes = 0;  // each tenant
 };
 
 class SessionTable {
@@ -52,7 +60,7 @@ class SessionTable {
   // Idle sandboxes live this much longer than the broker's TTL for them.
   static constexpr std::chrono::seconds kTtlMargin{30};
 
-  explicit SessionTable(WarmPool* pool);
+  explicit SessionTable(WarmPool* pool, IdleSessionBudget budget = {});
   ~SessionTable();
   SessionTable(const SessionTable&) = delete;
   SessionTable& operator=(const SessionTable&) = delete;
@@ -67,8 +75,14 @@ class SessionTable {
   // broker sends the next execution on that Result); UNAVAILABLE after that
   // (the broker runs one execution per session at a time: a duplicate).
   common::StatusOr<Lease> Acquire(const common::protocol::Execute& job);
-  // Marks it idle again, or destroys it (its state is unusable).
-  void Release(const std::shared_ptr<SessionSandbox>& session, bool destroy);
+  // Marks it idle again, or destroys it (its state is unusable). An idle
+  // session's memory counts against the budget: past it, the least recently
+  // used idle sessions (of the tenant, for the tenant's budget) are destroyed
+  // like expired ones (their next execution starts a fresh interpreter,
+  // `session_reset`). Returns how many were reclaimed.
+  size_t Release(const std::shared_ptr<SessionSandbox>& session, bool destroy);
+  // Memory held by idle sessions now (as of their release).
+  uint64_t IdleBytes() const;
   // The session was deleted: destroy its sandbox (at once if idle, else when
   // the running execution releases it).
   void Close(const std::string& id);
@@ -84,6 +98,11 @@ class SessionTable {
   void SpawnLoop(std::stop_token stop);
 
   WarmPool* pool_;
+  IdleSessionBudget budget_;
+  // Moves the least recently used idle sessions over the budget to `doomed`;
+  // mu_ held.
+  void ReclaimLocked(const std::string& tenant,
+                     std::vector<std::shared_ptr<SessionSandbox>>* doomed);
   struct SpawnRequest {
     runtimes::Language language;
     std::promise<common::StatusOr<WarmSandbox>> done;

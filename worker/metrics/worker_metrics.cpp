@@ -100,6 +100,18 @@ WorkerMetrics::WorkerMetrics(uint32_t slots) : registry_(std::make_shared<promet
                              "too long")
                          .Register(r)
                          .Add({});
+  idle_session_bytes_ = &prometheus::BuildGauge()
+                             .Name("kiln_worker_idle_session_memory_bytes")
+                             .Help("Memory held by idle (frozen) session sandboxes")
+                             .Register(r)
+                             .Add({});
+  sessions_reclaimed_ = &prometheus::BuildCounter()
+                             .Name("kiln_worker_sessions_reclaimed_total")
+                             .Help(
+                                 "Idle sessions destroyed to keep idle session memory within "
+                                 "the worker's or a tenant's budget")
+                             .Register(r)
+                             .Add({});
   results_dropped_ = &prometheus::BuildCounter()
                           .Name("kiln_worker_results_dropped_total")
                           .Help("Results dropped unacknowledged past the worker's bound")
@@ -119,6 +131,14 @@ WorkerMetrics::~WorkerMetrics() = default;
 void WorkerMetrics::SetRunning(size_t jobs) { running_->Set(static_cast<double>(jobs)); }
 
 void WorkerMetrics::SetSessions(size_t sessions) { sessions_->Set(static_cast<double>(sessions)); }
+
+void WorkerMetrics::SetIdleSessionMemory(uint64_t bytes) {
+  idle_session_bytes_->Set(static_cast<double>(bytes));
+}
+
+void WorkerMetrics::SessionsReclaimed(size_t n) {
+  sessions_reclaimed_->Increment(static_cast<double>(n));
+}
 
 void WorkerMetrics::JobFinished(const std::string& language, const std::string& reason) {
   finished_->Add({{"language", language}, {"reason", reason}}).Increment();

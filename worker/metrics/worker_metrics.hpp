@@ -49,6 +49,10 @@ class WorkerMetrics {
   void SetRunning(size_t jobs);
   // Session sandboxes alive on this worker.
   void SetSessions(size_t sessions);
+  // Memory held by idle (frozen) sessions, and idle sessions destroyed to
+  // keep it within the budget (SessionTable).
+  void SetIdleSessionMemory(uint64_t bytes);
+  void SessionsReclaimed(size_t n);
   // `reason` is protocol::EndReasonName of the job's Result.
   void JobFinished(const std::string& language, const std::string& reason);
   void SandboxStarted(const std::string& language, double spawn_ms);
@@ -80,6 +84,8 @@ class WorkerMetrics {
   std::string endpoint_;
   prometheus::Gauge* running_;
   prometheus::Gauge* sessions_;
+  prometheus::Gauge* idle_session_bytes_;
+  prometheus::Counter* sessions_reclaimed_;
   prometheus::Family<prometheus::Counter>* finished_;
   prometheus::Family<prometheus::Histogram>* sandbox_start_;
   prometheus::Family<prometheus::Gauge>* warm_;

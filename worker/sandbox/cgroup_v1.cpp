@@ -72,6 +72,8 @@ class CgroupV1 final : public SandboxCgroup {
     }
     if (auto peak = ReadFileU64(memory_ + "/memory.max_usage_in_bytes"); peak.ok())
       s.peak_bytes = *peak;
+    if (auto now = ReadFileU64(memory_ + "/memory.usage_in_bytes"); now.ok())
+      s.current_bytes = *now;
     if (auto oom = ReadFileString(memory_ + "/memory.oom_control"); oom.ok()) {
       auto kills = ParseKeyedU64(*oom, "oom_kill");
       if (kills.has_value()) {

@@ -69,6 +69,7 @@ class CgroupV2 final : public SandboxCgroup {
       if (auto us = ParseKeyedU64(*st, "usage_usec")) s.cpu_ms = *us / 1e3;
     }
     if (auto peak = ReadFileU64(dir_ + "/memory.peak"); peak.ok()) s.peak_bytes = *peak;
+    if (auto now = ReadFileU64(dir_ + "/memory.current"); now.ok()) s.current_bytes = *now;
     if (auto ev = ReadFileString(dir_ + "/memory.events"); ev.ok()) {
       s.oom_killed = ParseKeyedU64(*ev, "oom_kill").value_or(0) > 0;
     }

@@ -27,9 +27,10 @@
 namespace kiln::worker::sandbox {
 
 struct CgroupStats {
-  std::optional<double> cpu_ms;        // user+system of every process that ran in it
-  std::optional<uint64_t> peak_bytes;  // high-water mark of charged memory
-  bool oom_killed = false;             // the kernel's OOM killer acted in it
+  std::optional<double> cpu_ms;           // user+system of every process that ran in it
+  std::optional<uint64_t> peak_bytes;     // high-water mark of charged memory
+  std::optional<uint64_t> current_bytes;  // charged now
+  bool oom_killed = false;                // the kernel's OOM killer acted in it
 };
 
 // Every sandbox under <prefix> together (warm, running and session ones),

@@ -231,6 +231,11 @@ class LinuxSandboxProcess final : public SandboxProcess {
     return st;
   }
 
+  std::optional<uint64_t> MemoryBytes() const override {
+    if (!cgroup_) return std::nullopt;
+    return cgroup_->Stats().current_bytes;
+  }
+
   void Interrupt() override {
     // Not yet reaped, so the pid (and the group it leads) cannot have been
     // reused.

@@ -113,6 +113,8 @@ class SandboxProcess {
   // read from the cgroup without reaping: lets a job end before the kernel
   // has torn the sandbox down.
   virtual ExitStatus Usage() const = 0;
+  // Memory charged to the sandbox now (cgroup), if the host reports it.
+  virtual std::optional<uint64_t> MemoryBytes() const = 0;
   // SIGINT to every process of the sandbox (its pid 1 leads their process
   // group): a session's running code is interrupted, its driver survives.
   virtual void Interrupt() = 0;

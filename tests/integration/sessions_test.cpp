@@ -229,3 +229,41 @@ TEST_F(SessionsTest, UploadOntoASpecialFileIsRefusedAndHarmsNothing) {
 
 }  // namespace
 }  // namespace kiln::testing
+
+namespace kiln::testing {
+namespace {
+
+// Idle sessions' memory is bounded per tenant (here 200 MiB): a third
+// session holding ~70 MiB pushes the tenant's least recently used idle
+// session out; it starts afresh (its variables are gone), the others keep
+// their state.
+TEST(IdleSessionBudget, TheTenantsOldestIdleSessionIsReclaimed) {
+  ClusterOptions o;
+  o.brokers = 1;
+  o.workers = 1;
+  o.slots = 2;
+  o.extra_worker_yaml = "  idle_session_memory_per_tenant_mb: 200\n";
+  auto cluster = TestCluster::Start(o);
+  ASSERT_TRUE(cluster->WaitForWorkers(1, seconds(20))) << cluster->DumpLogs();
+  auto run = [&](const std::string& session, const std::string& code) {
+    HttpReply r =
+        cluster->Submit({{"language", "python"}, {"code", code}, {"session_id", session}});
+    EXPECT_EQ(r.status, 200) << r.raw;
+    return r.body;
+  };
+  for (const char* s : {"m1", "m2", "m3"}) {
+    json r = run(s, "ballast = b'x' * (64 << 20)");
+    ASSERT_EQ(r["status"], "succeeded") << r.dump() << cluster->DumpLogs();
+  }
+  json first = run("m1", "result = len(ballast)");
+  EXPECT_EQ(first["status"], "failed") << first.dump();
+  EXPECT_EQ(first["error"]["type"], "NameError") << first.dump();
+  for (const char* s : {"m2", "m3"}) {
+    json r = run(s, "result = len(ballast)");
+    EXPECT_EQ(r["result"], 64 << 20) << s << ": " << r.dump();
+  }
+  if (HasFailure()) std::cerr << cluster->DumpLogs();
+}
+
+}  // namespace
+}  // namespace kiln::testing

@@ -2,10 +2,10 @@
 
 #include <sys/eventfd.h>
 
-#include <optional>
 #include <thread>
 
 #include "common/log/logging.hpp"
+#include "worker/executor/output_pump.hpp"
 #include "worker/executor/session_runner.hpp"
 #include "worker/metrics/worker_metrics.hpp"
 #include "worker/sandbox/cgroups.hpp"
@@ -90,12 +90,7 @@ void Executor::RunOne(protocol::Execute job, std::string broker, int cancel_fd) 
     // A one-shot sandbox lives until this block ends: after the Result left.
     auto sb = pool_->Take(*language);
     if (!sb.ok()) {
-      protocol::Result result;
-      result.job_id = job.job_id;
-      result.reason = protocol::EndReason::kError;
-      result.worker_error = sb.status().ToString();
-      result.worker_error_code = common::CodeName(sb.status().code());
-      deliver(std::move(result));
+      deliver(ErrorResult(job, sb.status()));
     } else {
       deliver(RunJob(job, *sb, pool_->runtimes().at(*language), opts, cancel_fd));
     }
@@ -113,11 +108,7 @@ void Executor::RunSession(const protocol::Execute& job, const RunOptions& opts, 
                           const std::function<void(protocol::Result)>& deliver) {
   auto lease = sessions_.Acquire(job);
   if (!lease.ok()) {
-    protocol::Result r;
-    r.job_id = job.job_id;
-    r.reason = protocol::EndReason::kError;
-    r.worker_error = lease.status().ToString();
-    r.worker_error_code = common::CodeName(lease.status().code());
+    protocol::Result r = ErrorResult(job, lease.status());
     r.session_epoch = job.session_epoch;
     deliver(std::move(r));
     return;

@@ -59,7 +59,9 @@ SessionRun RunSessionExecution(const protocol::Execute& job, SessionSandbox& s,
   // Nothing of a session runs between its executions: it was frozen after
   // the last one (whatever its code left running, or a control frame the
   // code forged to end early); from here on its CPU is this execution's.
-  if (!FreezeOk(sb.process->Freeze(false), "thaw")) return fail(common::Internal("thaw"), true);
+  if (auto st = sb.process->Freeze(false); !FreezeOk(st, "thaw")) {
+    return fail(st.WithContext("thawing the session"), true);
+  }
 
   sandbox::SandboxLimits limits;
   limits.memory_bytes = std::min(job.limits.memory_mb, options.max_memory_mb) << 20;

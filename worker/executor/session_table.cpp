@@ -138,8 +138,9 @@ size_t SessionTable::Release(const std::shared_ptr<SessionSandbox>& session, boo
               "idle session reclaimed: idle sessions over their memory budget ({} MiB held)",
               s->idle_bytes >> 20);
   }
+  // Leaving, the SandboxProcess destructors kill and reap the drivers of
+  // `doomed` and `reclaimed` (not under the lock).
   return reclaimed.size();
-  // The SandboxProcess destructors kill and reap the drivers (not under the lock).
 }
 
 void SessionTable::ReclaimLocked(const std::string& tenant,

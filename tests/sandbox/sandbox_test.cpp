@@ -28,6 +28,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -840,6 +841,40 @@ TEST_P(SandboxTest, FreezeStopsEveryProcessUntilThawed) {
     ASSERT_TRUE(plain.ok()) << plain.status().ToString();
     EXPECT_EQ((*plain)->Freeze(true).code(), common::Code::kUnavailable);
   }
+}
+
+// A frozen sandbox still dies with its worker: the parent-death SIGKILL (sent
+// when the thread that spawned it ends) must not wait for a thaw that never
+// comes. Before, v1-frozen sessions outlived a killed worker for good,
+// holding memory and a uid the host lock said was free.
+TEST_P(SandboxTest, AFrozenSandboxDiesWithItsWorker) {
+  std::unique_ptr<SandboxProcess> proc;
+  std::promise<void> spawned, may_exit;
+  std::thread spawner([&] {
+    SpawnSpec spec;
+    spec.argv = {kPython, "-c", "import os\nos.fork()\nwhile True: pass\n"};
+    spec.env = {"PATH=/usr/bin:/bin"};
+    spec.freezable = true;
+    auto p = sandbox_->Spawn(std::move(spec));
+    if (p.ok()) proc = std::move(*p);
+    spawned.set_value();
+    may_exit.get_future().wait();  // then this thread ends: the parent-death signal
+  });
+  spawned.get_future().wait();
+  if (!proc) {
+    may_exit.set_value();
+    spawner.join();
+    FAIL() << "spawn failed";
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_TRUE(proc->Freeze(true).ok());
+  may_exit.set_value();
+  spawner.join();
+  pollfd p{proc->exit_fd(), POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 5000), 1) << "the frozen sandbox outlived the thread that spawned it";
+  auto st = proc->Wait();
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->signal, std::optional<int>(SIGKILL));
 }
 
 TEST_P(SandboxTest, ConcurrentSpawnsFromManyThreads) {

@@ -1,6 +1,7 @@
 // cgroup v1 driver: one directory per hierarchy (memory, pids, cpu, cpuacct;
 // hierarchies that co-mount several controllers are joined once).
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -85,19 +86,33 @@ class CgroupV1 final : public SandboxCgroup {
     return s;
   }
 
+  // A task frozen by the v1 freezer does not die of SIGKILL until thawed: a
+  // sandbox left frozen by a worker that died (its parent-death SIGKILL
+  // pending) would live on, holding memory and a uid the host believes
+  // free. So the freezer only makes the stop atomic: frozen, every process
+  // gets SIGSTOP (none can fork meanwhile), then the cgroup is thawed and
+  // each stops before running another instruction of its own. Stopped
+  // processes die of SIGKILL. Resuming is SIGCONT to each.
   Status Freeze(bool frozen) override {
     if (freezer_.empty()) return common::Unavailable("cgroup v1: no freezer for this sandbox");
-    RETURN_IF_ERROR(WriteFileString(freezer_ + "/freezer.state", frozen ? "FROZEN" : "THAWED"));
-    if (!frozen) return Status::Ok();
-    return WaitUntil(
+    if (!frozen) {
+      SignalCgroupProcs(freezer_, SIGCONT);
+      return Status::Ok();
+    }
+    RETURN_IF_ERROR(WriteFileString(freezer_ + "/freezer.state", "FROZEN"));
+    Status st = WaitUntil(
         [&] {
           auto state = ReadFileString(freezer_ + "/freezer.state");
           return state.ok() && state->rfind("FROZEN", 0) == 0;
         },
         "cgroup v1: " + freezer_ + " did not freeze");
+    if (st.ok()) SignalCgroupProcs(freezer_, SIGSTOP);
+    RETURN_IF_ERROR(WriteFileString(freezer_ + "/freezer.state", "THAWED"));
+    RETURN_IF_ERROR(st);
+    return WaitUntil([&] { return AllStopped(freezer_); },
+                     "cgroup v1: the processes of " + freezer_ + " did not stop");
   }
 
-  // A v1-frozen task dies of SIGKILL only once thawed.
   void KillAll() override {
     KillCgroupProcs(pids_);
     if (!freezer_.empty()) (void)WriteFileString(freezer_ + "/freezer.state", "THAWED");

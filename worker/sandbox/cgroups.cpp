@@ -34,14 +34,32 @@ Status RemoveCgroupDir(const std::string& dir) {
   }
 }
 
-void KillCgroupProcs(const std::string& dir) {
+void KillCgroupProcs(const std::string& dir) { SignalCgroupProcs(dir, SIGKILL); }
+
+void SignalCgroupProcs(const std::string& dir, int sig) {
   auto text = ReadFileString(dir + "/cgroup.procs");
   if (!text.ok()) return;
   std::istringstream in(*text);
   long pid;
   while (in >> pid) {
-    if (pid > 0) ::kill(static_cast<pid_t>(pid), SIGKILL);
+    if (pid > 0) ::kill(static_cast<pid_t>(pid), sig);
   }
+}
+
+bool AllStopped(const std::string& dir) {
+  auto text = ReadFileString(dir + "/cgroup.procs");
+  if (!text.ok()) return false;
+  std::istringstream in(*text);
+  long pid;
+  while (in >> pid) {
+    auto stat = ReadFileString("/proc/" + std::to_string(pid) + "/stat");
+    if (!stat.ok()) continue;  // gone
+    size_t paren = stat->rfind(')');
+    if (paren == std::string::npos || paren + 2 >= stat->size()) return false;
+    char state = (*stat)[paren + 2];
+    if (state != 'T' && state != 't' && state != 'Z' && state != 'X') return false;
+  }
+  return true;
 }
 
 common::Status WaitUntil(const std::function<bool()>& done, const std::string& what) {

@@ -92,7 +92,7 @@ class CgroupV1 final : public SandboxCgroup {
   // free. So the freezer only makes the stop atomic: frozen, every process
   // gets SIGSTOP (none can fork meanwhile), then the cgroup is thawed and
   // each stops before running another instruction of its own. Stopped
-  // processes die of SIGKILL. Resuming is SIGCONT to each.
+  // processes die of SIGKILL. Resuming is SIGCONT to each (none forked).
   Status Freeze(bool frozen) override {
     if (freezer_.empty()) return common::Unavailable("cgroup v1: no freezer for this sandbox");
     if (!frozen) {
@@ -107,10 +107,11 @@ class CgroupV1 final : public SandboxCgroup {
         },
         "cgroup v1: " + freezer_ + " did not freeze");
     if (st.ok()) SignalCgroupProcs(freezer_, SIGSTOP);
+    // Thawed, each task returns into the kernel's signal path it was frozen
+    // in (or from a syscall that now sees the pending signal) and stops
+    // there: no waiting for it, and SIGKILL works on it from here on.
     RETURN_IF_ERROR(WriteFileString(freezer_ + "/freezer.state", "THAWED"));
-    RETURN_IF_ERROR(st);
-    return WaitUntil([&] { return AllStopped(freezer_); },
-                     "cgroup v1: the processes of " + freezer_ + " did not stop");
+    return st;
   }
 
   void KillAll() override {

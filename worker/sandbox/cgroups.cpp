@@ -46,22 +46,6 @@ void SignalCgroupProcs(const std::string& dir, int sig) {
   }
 }
 
-bool AllStopped(const std::string& dir) {
-  auto text = ReadFileString(dir + "/cgroup.procs");
-  if (!text.ok()) return false;
-  std::istringstream in(*text);
-  long pid;
-  while (in >> pid) {
-    auto stat = ReadFileString("/proc/" + std::to_string(pid) + "/stat");
-    if (!stat.ok()) continue;  // gone
-    size_t paren = stat->rfind(')');
-    if (paren == std::string::npos || paren + 2 >= stat->size()) return false;
-    char state = (*stat)[paren + 2];
-    if (state != 'T' && state != 't' && state != 'Z' && state != 'X') return false;
-  }
-  return true;
-}
-
 common::Status WaitUntil(const std::function<bool()>& done, const std::string& what) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   for (int i = 0; std::chrono::steady_clock::now() < until; ++i) {

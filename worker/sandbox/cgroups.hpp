@@ -104,9 +104,6 @@ common::Status RemoveCgroupDir(const std::string& dir);
 void KillCgroupProcs(const std::string& dir);
 // Sends `sig` to every pid listed in <dir>/cgroup.procs.
 void SignalCgroupProcs(const std::string& dir, int sig);
-// Whether every process listed in <dir>/cgroup.procs is stopped (state T in
-// /proc/<pid>/stat) or gone.
-bool AllStopped(const std::string& dir);
 // Polls `done` (every 50 us for the first millisecond, then every
 // millisecond) for up to 2 s: OK once it holds, else INTERNAL with `what`.
 common::Status WaitUntil(const std::function<bool()>& done, const std::string& what);

@@ -1223,5 +1223,47 @@ TEST(CgroupV2, JoinKillAndRemoveOnThisHost) {
   EXPECT_GE((*manager)->Usage().cpu_seconds.value_or(0), *usage.cpu_seconds);
 }
 
+// The v2 freezer on this host's hierarchy (cgroup.freeze needs no
+// controller): a frozen spinner uses no CPU, and SIGKILL still ends it while
+// frozen (unlike v1's freezer: see CgroupV1::Freeze), so a v2 session left
+// frozen by a dead worker dies of its parent-death signal.
+TEST(CgroupV2, FreezeStopsAndAFrozenTaskStillDiesOfSigkill) {
+  if (FindCgroup2Mount().empty()) GTEST_SKIP() << "no cgroup2 mount on this host";
+  auto manager = CreateCgroupV2(
+      CgroupOptions{.mode = "v2", .prefix = "kiln-test-v2freeze", .require_controllers = false});
+  ASSERT_TRUE(manager.ok()) << manager.status().ToString();
+  auto cg = (*manager)->CreateFor("1-1", SandboxLimits{}, true);
+  ASSERT_TRUE(cg.ok()) << cg.status().ToString();
+  int join = (*cg)->join_fds().at(0).get();
+  pid_t child = ::fork();
+  if (child == 0) {
+    if (::write(join, "0", 1) != 1) _exit(3);
+    volatile long sink = 0;
+    for (long i = 0;; ++i) sink = sink + i;
+  }
+  auto cpu_over = [&](std::chrono::milliseconds window) {
+    double before = (*cg)->Stats().cpu_ms.value_or(0);
+    std::this_thread::sleep_for(window);
+    return (*cg)->Stats().cpu_ms.value_or(0) - before;
+  };
+  EXPECT_GT(cpu_over(std::chrono::milliseconds(300)), 50) << "not spinning in the cgroup";
+  ASSERT_TRUE((*cg)->Freeze(true).ok());
+  EXPECT_LT(cpu_over(std::chrono::milliseconds(300)), 5) << "ran while frozen";
+  ASSERT_EQ(::kill(child, SIGKILL), 0);
+  int status = 0;
+  bool reaped = false;
+  for (int i = 0; i < 500 && !reaped; ++i) {
+    reaped = ::waitpid(child, &status, WNOHANG) == child;
+    if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!reaped) {  // do not leave it behind
+    (void)(*cg)->Freeze(false);
+    ::waitpid(child, &status, 0);
+  }
+  EXPECT_TRUE(reaped) << "a v2-frozen task did not die of SIGKILL";
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  EXPECT_TRUE((*cg)->Destroy().ok());
+}
+
 }  // namespace
 }  // namespace kiln::worker::sandbox

@@ -5,6 +5,7 @@
 
 #include <thread>
 
+#include "common/base64.hpp"
 #include "tests/support/cluster.hpp"
 
 namespace kiln::testing {
@@ -166,6 +167,17 @@ TEST(SecretsTest, RegisteredSecretsAndCredentialsAreMaskedEverywhere) {
   EXPECT_EQ(r.body["result"]["token"], "***");
   EXPECT_EQ(r.body["error"]["message"], "leaked ***");
   EXPECT_GE(r.body["redactions"].get<int>(), 4);
+
+  // Collected files leave too: the secret is masked in their contents.
+  auto f = cluster->Submit({{"language", "python"},
+                            {"code", "open('out.txt', 'w').write('a ' + 'hunter2-' + 'Zq9xK7 b')"},
+                            {"collect", json::array({"out.txt"})}});
+  ASSERT_EQ(f.status, 200) << f.raw;
+  ASSERT_EQ(f.body["files"].size(), 1u) << f.raw;
+  auto content = common::Base64Decode(f.body["files"][0]["content_base64"].get<std::string>());
+  ASSERT_TRUE(content.ok());
+  EXPECT_EQ(*content, "a *** b");
+  EXPECT_EQ(f.body["redactions"], 1) << f.raw;
 
   // Another tenant registered no secret: its output is untouched.
   auto other = cluster->Submit({{"language", "python"}, {"code", "print('hunter2-' + 'Zq9xK7')"}},

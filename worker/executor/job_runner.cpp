@@ -210,7 +210,7 @@ protocol::Result RunJob(const protocol::Execute& job, WarmSandbox& sb,
   }
 
   if (!job.collect.empty()) {
-    ApplyCollected(sb.process->CollectFiles(job.collect, options.max_collect_bytes), &result);
+    ApplyCollected(sb.process->CollectFiles(job.collect, options.max_collect_bytes), job, &result);
   }
   FitToWire(&result);
   return result;

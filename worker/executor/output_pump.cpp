@@ -76,11 +76,25 @@ void FitToWire(protocol::Result* r) {
   }
 }
 
-void ApplyCollected(common::StatusOr<sandbox::CollectedFiles> collected, protocol::Result* r) {
+void ApplyCollected(common::StatusOr<sandbox::CollectedFiles> collected,
+                    const protocol::Execute& job, protocol::Result* r) {
   if (!collected.ok()) {
     r->files_truncated = true;
     r->stderr_data += "\n[kiln] collecting output files failed: " + collected.status().message();
     return;
+  }
+  if (!job.secrets.empty() && !collected->files.empty()) {
+    auto secrets =
+        common::SecretsPolicy::Create(job.secrets, common::SecretsPolicy::Patterns::kNone);
+    for (auto& f : collected->files) {
+      // PolicyFor accepted the same secrets, so this cannot fail; if it
+      // did, no file may leave unmasked.
+      if (!secrets.ok()) {
+        f.content.clear();
+        continue;
+      }
+      f.content = (*secrets)->Mask(f.content, &r->redactions);
+    }
   }
   r->files = std::move(collected->files);
   r->files_omitted = collected->omitted;

@@ -197,7 +197,10 @@ void FitToWire(protocol::Result* r);
 
 // Puts what `collect` found into the Result: the files, how many were left
 // out and whether the list is incomplete (a failure is noted on stderr and
-// marks the list incomplete).
-void ApplyCollected(common::StatusOr<sandbox::CollectedFiles> collected, protocol::Result* r);
+// marks the list incomplete). The job's registered secrets are masked in
+// the files' contents too (counted in r->redactions); the built-in
+// credential patterns are not, as they could corrupt binary files.
+void ApplyCollected(common::StatusOr<sandbox::CollectedFiles> collected,
+                    const protocol::Execute& job, protocol::Result* r);
 
 }  // namespace kiln::worker

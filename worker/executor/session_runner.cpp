@@ -240,7 +240,8 @@ SessionRun RunSessionExecution(const protocol::Execute& job, SessionSandbox& s,
     if (run.destroy) {
       result.files_truncated = true;  // the sandbox goes: nothing was collected
     } else {
-      ApplyCollected(sb.process->CollectFiles(job.collect, options.max_collect_bytes), &result);
+      ApplyCollected(sb.process->CollectFiles(job.collect, options.max_collect_bytes), job,
+                     &result);
     }
   }
   kLog.Debug({.job = job.job_id, .session = s.id, .tenant = job.tenant},

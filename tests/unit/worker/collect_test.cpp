@@ -88,24 +88,44 @@ TEST_F(Workspace, CollectSaysWhenTheSearchStoppedEarly) {
 }
 
 TEST(Collect, ResultCarriesWhatWasLeftOut) {
+  const protocol::Execute job;
   protocol::Result r;
   sandbox::CollectedFiles c;
   c.files = {{"a", "1"}};
   c.omitted = 3;
-  ApplyCollected(c, &r);
+  ApplyCollected(c, job, &r);
   EXPECT_EQ(r.files.size(), 1u);
   EXPECT_TRUE(r.files_truncated);
   EXPECT_EQ(r.files_omitted, 3u);
 
   protocol::Result whole;
-  ApplyCollected(sandbox::CollectedFiles{.files = {{"a", "1"}}}, &whole);
+  ApplyCollected(sandbox::CollectedFiles{.files = {{"a", "1"}}}, job, &whole);
   EXPECT_FALSE(whole.files_truncated);
   EXPECT_EQ(whole.files_omitted, 0u);
 
   protocol::Result failed;
-  ApplyCollected(common::Internal("boom"), &failed);
+  ApplyCollected(common::Internal("boom"), job, &failed);
   EXPECT_TRUE(failed.files_truncated);
   EXPECT_THAT(failed.stderr_data, HasSubstr("collecting output files failed: boom"));
+}
+
+// The job's registered secrets are masked in collected files (binary ones
+// too); the built-in credential patterns are not applied to files.
+TEST(Collect, RegisteredSecretsAreMaskedInFiles) {
+  protocol::Execute job;
+  job.secrets = {"hunter2-Zq9xK7"};
+  protocol::Result r;
+  r.redactions = 2;  // from the streams
+  sandbox::CollectedFiles c;
+  c.files = {{"a.txt", "x hunter2-Zq9xK7 y"},
+             {"b.bin", std::string("\x89PNG\0hunter2-Zq9xK7\0", 20)},
+             {"c.txt", "AKIAABCDEFGHIJKLMNOP"}};
+  ApplyCollected(c, job, &r);
+  ASSERT_EQ(r.files.size(), 3u);
+  EXPECT_EQ(r.files[0].content, "x *** y");
+  EXPECT_EQ(r.files[1].content, std::string("\x89PNG\0***\0", 9));
+  EXPECT_EQ(r.files[2].content, "AKIAABCDEFGHIJKLMNOP");
+  EXPECT_EQ(r.redactions, 4u);
 }
 
 TEST(Collect, FitToWireCountsTheFilesItDrops) {

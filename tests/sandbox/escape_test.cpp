@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <sys/vfs.h>
 
+#include <fstream>
 #include <future>
 #include <map>
 #include <random>
@@ -42,8 +43,8 @@ constexpr int kWorkers = 2;
 constexpr uid_t kUidLo = TestCluster::kUidBase;
 constexpr uid_t kUidHi = TestCluster::kUidBase + 19999;
 constexpr int kEPERM = 1, kENOENT = 2, kESRCH = 3, kEAGAIN = 11, kEACCES = 13, kENOSPC = 28,
-              kEROFS = 30, kENOSYS = 38, kEAFNOSUPPORT = 97, kENETUNREACH = 101,
-              kECONNREFUSED = 111;
+              kEROFS = 30, kENOSYS = 38, kEPROTONOSUPPORT = 93, kEAFNOSUPPORT = 97,
+              kENETUNREACH = 101, kECONNREFUSED = 111;
 constexpr int kSIGXCPU = 24, kSIGSYS = 31;
 constexpr long kTmpfsMagic = 0x01021994;
 
@@ -336,6 +337,39 @@ print(json.dumps(res))
   EXPECT_EQ(rep["cwd"], "/workspace");
   EXPECT_THAT(rep["own"], Not(Contains("kiln-escape-secret.txt"))) << rep.dump();
   EXPECT_EQ(rep["found"], json::array()) << rep.dump();
+}
+
+// What identifies the host or its other tenants is not in the job's /proc:
+// boot id, kernel command line, interrupt counts, key quotas, pressure
+// figures read as empty, and uptime counts from the sandbox's start.
+TEST_P(EscapeTest, HostIdentityIsNotInProc) {
+  std::string host_boot_id;
+  std::getline(std::ifstream("/proc/sys/kernel/random/boot_id"), host_boot_id);
+  ASSERT_FALSE(host_boot_id.empty());
+  auto r = Run("python", R"PY(
+import json, os, time
+def read(p):
+    try: return open(p).read()
+    except OSError as e: return 'error %d' % e.errno
+rep = {p: read(p) for p in ['/proc/sys/kernel/random/boot_id', '/proc/cmdline',
+                            '/proc/interrupts', '/proc/key-users']}
+rep['pressure'] = os.listdir('/proc/pressure') if os.path.isdir('/proc/pressure') else []
+rep['uptime'] = float(open('/proc/uptime').read().split()[0])
+rep['btime_age'] = time.time() - [int(l.split()[1]) for l in open('/proc/stat') if l.startswith('btime')][0]
+print(json.dumps(rep))
+)PY");
+  ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
+  json rep = Report(r);
+  ASSERT_TRUE(rep.is_object()) << r.dump();
+  for (const char* p : {"/proc/sys/kernel/random/boot_id", "/proc/cmdline", "/proc/interrupts",
+                        "/proc/key-users"}) {
+    EXPECT_EQ(rep[p], "") << p;
+  }
+  EXPECT_THAT(r.value("stdout", ""), Not(HasSubstr(host_boot_id)));
+  EXPECT_EQ(rep["pressure"], json::array());
+  // Warm sandboxes may wait in stock a while before the job; not hours.
+  EXPECT_LT(rep["uptime"].get<double>(), 600.0) << rep.dump();
+  EXPECT_LT(rep["btime_age"].get<double>(), 600.0) << rep.dump();
 }
 
 TEST_P(EscapeTest, RootListingShowsOnlyTheSandboxView) {
@@ -743,11 +777,38 @@ res['io_uring_setup'] = sc(425, 1, 0)
 res['userfaultfd'] = sc(323, 1)                                      # UFFD_USER_MODE_ONLY
 res['clone3'] = sc(435, 0, 0)
 res['clone_newuser'] = sc(56, 0x10000000 | 17, 0, 0, 0, 0)           # clone(CLONE_NEWUSER|SIGCHLD)
-try:
-    socket.socket(40, socket.SOCK_STREAM)                            # AF_VSOCK
-    res['vsock'] = [0, 0]
-except OSError as e:
-    res['vsock'] = [-1, e.errno]
+def sock(*args):
+    try:
+        socket.socket(*args).close()
+        return [0, 0]
+    except OSError as e:
+        return [-1, e.errno]
+res['vsock'] = sock(40, socket.SOCK_STREAM)
+# The allowlist (issue 13): families outside unix/inet/inet6/netlink-route,
+# including those whose modules the kernel would autoload.
+res['alg'] = sock(38, socket.SOCK_SEQPACKET)
+res['tipc'] = sock(30, socket.SOCK_RDM)
+res['rds'] = sock(21, socket.SOCK_SEQPACKET)
+res['packet'] = sock(17, socket.SOCK_DGRAM)
+res['alg_high_bits'] = sc(41, 0x100000026, 5, 0)                     # socket(AF_ALG | 1<<32)
+res['netlink_uevent'] = sock(16, socket.SOCK_DGRAM, 15)            # NETLINK_KOBJECT_UEVENT
+res['netlink_audit'] = sock(16, socket.SOCK_RAW, 9)
+res['netlink_route'] = sock(16, socket.SOCK_RAW, 0)                 # allowed: positive control
+res['inet6_udp'] = sock(10, socket.SOCK_DGRAM)
+t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+res['tcp_ulp'] = sc(54, t.fileno(), 6, 31, S(b'tls'), 4)             # setsockopt(SOL_TCP, TCP_ULP)
+res['tcp_ulp_high_bits'] = sc(54, t.fileno(), 0x100000006, 0x10000001f, S(b'tls'), 4)
+res['tcp_nodelay'] = sc(54, t.fileno(), 6, 1, S(b'\x01\x00\x00\x00'), 4)  # allowed
+t.close()
+res['modify_ldt'] = sc(154, 0, 0, 0)
+r, w = os.pipe()
+buf = ctypes.create_string_buffer(b'x' * 8)
+iov = (ctypes.c_void_p * 2)(ctypes.cast(buf, ctypes.c_void_p), 8)
+res['vmsplice'] = sc(278, w, ctypes.addressof(iov), 1, 0)
+res['io_setup'] = sc(206, 8, ctypes.addressof(ctypes.c_ulong(0)))   # legacy AIO
+res['get_mempolicy'] = sc(239, 0, 0, 0, 0, 0)                        # not named: ENOSYS
+res['future_syscall'] = sc(1000)
+res['sync'] = sc(162)                                                # returns 0, flushes nothing
 after = {'ns': {n: os.readlink('/proc/self/ns/' + n) for n in NS}, 'ids': list(os.getresuid()) + list(os.getresgid())}
 res['same_after'] = before == after
 res['ids'] = after['ids']
@@ -756,14 +817,39 @@ print(json.dumps(res))
   ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
   json rep = Report(r);
   ASSERT_TRUE(rep.is_object()) << r.dump();
-  const std::map<std::string, int> expected = {
-      {"ptrace", kEPERM},          {"mount", kEPERM},   {"unshare", kEPERM},
-      {"unshare_net", kEPERM},     {"setns", kEPERM},   {"bpf", kEPERM},
-      {"perf_event_open", kEPERM}, {"keyctl", kEPERM},  {"io_uring_setup", kENOSYS},
-      {"userfaultfd", kEPERM},     {"clone3", kENOSYS}, {"clone_newuser", kEPERM},
-      {"vsock", kEAFNOSUPPORT}};
+  const std::map<std::string, int> expected = {{"ptrace", kEPERM},
+                                               {"mount", kEPERM},
+                                               {"unshare", kEPERM},
+                                               {"unshare_net", kEPERM},
+                                               {"setns", kEPERM},
+                                               {"bpf", kEPERM},
+                                               {"perf_event_open", kEPERM},
+                                               {"keyctl", kEPERM},
+                                               {"io_uring_setup", kENOSYS},
+                                               {"userfaultfd", kEPERM},
+                                               {"clone3", kENOSYS},
+                                               {"clone_newuser", kEPERM},
+                                               {"vsock", kEAFNOSUPPORT},
+                                               {"alg", kEAFNOSUPPORT},
+                                               {"tipc", kEAFNOSUPPORT},
+                                               {"rds", kEAFNOSUPPORT},
+                                               {"packet", kEAFNOSUPPORT},
+                                               {"alg_high_bits", kEAFNOSUPPORT},
+                                               {"netlink_uevent", kEPROTONOSUPPORT},
+                                               {"netlink_audit", kEPROTONOSUPPORT},
+                                               {"tcp_ulp", kEPERM},
+                                               {"tcp_ulp_high_bits", kEPERM},
+                                               {"modify_ldt", kEPERM},
+                                               {"vmsplice", kEPERM},
+                                               {"io_setup", kENOSYS},
+                                               {"get_mempolicy", kENOSYS},
+                                               {"future_syscall", kENOSYS}};
   for (const auto& [name, err] : expected) {
     EXPECT_EQ(rep[name], json::array({-1, err})) << name << " " << rep.dump();
+  }
+  // Positive controls: the probes work where the policy allows.
+  for (const char* name : {"netlink_route", "inet6_udp", "tcp_nodelay", "sync"}) {
+    EXPECT_EQ(rep[name], json::array({0, 0})) << name << " " << rep.dump();
   }
   EXPECT_TRUE(rep["same_after"].get<bool>()) << "namespaces or ids changed: " << rep.dump();
   for (const auto& id : rep["ids"]) {
@@ -783,6 +869,83 @@ print('after', rv, ctypes.get_errno(), flush=True)
   EXPECT_EQ(k["error"].value("code", ""), "SECURITY_BLOCKED") << k.dump();
   EXPECT_EQ(k.value("signal", json(nullptr)), kSIGSYS) << k.dump();
   EXPECT_EQ(k.value("stdout", ""), "before\n") << k.dump();
+}
+
+// The other side of the allowlist: what ordinary programs do still works —
+// processes and pools, threads, asyncio, unix-socket servers (TCP is
+// Landlock's: NetworkReachesNothing), sqlite on disk,
+// TLS contexts, fork, worker threads, file watching, and the shell's usual
+// tools (ps and top probe NUMA calls the policy answers ENOSYS).
+TEST_P(EscapeTest, OrdinaryProgramsStillWorkUnderTheAllowlist) {
+  auto py = Run("python", R"PY(
+import multiprocessing as mp, concurrent.futures as cf, asyncio, ssl, sqlite3, subprocess, socket
+import threading, tempfile, shutil, mmap, os, secrets, uuid, resource, signal, time
+def sq(x): return x * x
+if __name__ == '__main__':
+    with mp.Pool(2) as p: assert p.map(sq, range(4)) == [0, 1, 4, 9]
+    with cf.ProcessPoolExecutor(2) as ex: assert list(ex.map(sq, range(3))) == [0, 1, 4]
+    with cf.ThreadPoolExecutor(2) as ex: assert list(ex.map(sq, range(3))) == [0, 1, 4]
+    async def main():
+        p = await asyncio.create_subprocess_exec('echo', 'hi', stdout=asyncio.subprocess.PIPE)
+        assert (await p.communicate())[0] == b'hi\n'
+        srv = await asyncio.start_unix_server(lambda r, w: w.write(b'pong'), 'srv.sock')
+        r, w = await asyncio.open_unix_connection('srv.sock')
+        assert await r.read(4) == b'pong'
+        w.close(); srv.close()
+    asyncio.run(main())
+    ssl.create_default_context()
+    db = sqlite3.connect('data.db'); db.execute('create table t(x)'); db.execute('insert into t values (1)'); db.commit()
+    assert subprocess.run(['ls', '-la'], capture_output=True).returncode == 0
+    a, b = socket.socketpair(); a.send(b'x'); assert b.recv(1) == b'x'
+    socket.getaddrinfo('localhost', 80)
+    with tempfile.TemporaryDirectory() as d: shutil.copy('/etc/hostname', d)
+    m = mmap.mmap(-1, 4096); m[0] = 1
+    secrets.token_bytes(8); uuid.uuid4(); resource.getrusage(resource.RUSAGE_SELF); os.sched_getaffinity(0)
+    signal.setitimer(signal.ITIMER_REAL, 0); time.sleep(0.01)
+    pid = os.fork()
+    if pid == 0: os._exit(7)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 7
+    print('python ok')
+)PY",
+                {{"timeout_ms", 30000}});
+  EXPECT_EQ(py.value("status", ""), "succeeded") << py.dump();
+  EXPECT_THAT(py.value("stdout", ""), HasSubstr("python ok")) << py.dump();
+
+  auto js = Run("javascript", R"JS(
+const fs = require('fs'), cp = require('child_process'), http = require('http');
+const crypto = require('crypto'), zlib = require('zlib'), os = require('os');
+const { Worker } = require('worker_threads');
+fs.writeFileSync('a.txt', 'x'); fs.readdirSync('.'); fs.watch('.').close();
+if (cp.execSync('echo hi').toString() !== 'hi\n') throw new Error('exec');
+crypto.randomUUID(); crypto.createHash('sha256').update('x').digest('hex'); zlib.gzipSync('xxxx');
+os.cpus(); os.networkInterfaces();
+const w = new Worker('require("worker_threads").parentPort.postMessage(6*7)', { eval: true });
+w.on('message', (v) => {
+  const srv = http.createServer((q, r) => r.end('pong')).listen('srv.sock', () => {
+    http.get({ socketPath: 'srv.sock', path: '/' }, (r) => {
+      let body = ''; r.on('data', (d) => body += d);
+      r.on('end', () => { srv.close(); console.log('javascript ok', v, body); });
+    });
+  });
+});
+)JS",
+                {{"timeout_ms", 30000}});
+  EXPECT_EQ(js.value("status", ""), "succeeded") << js.dump();
+  EXPECT_THAT(js.value("stdout", ""), HasSubstr("javascript ok 42 pong")) << js.dump();
+
+  auto sh = Run("shell", R"SH(
+set -e
+ps aux > /dev/null; top -bn1 > /dev/null
+echo 'b a' | awk '{print $2}' > f.txt; sort f.txt | uniq > /dev/null; find . -name '*.txt' | xargs cat > /dev/null
+tar czf t.tgz f.txt; gzip -c f.txt > /dev/null; date > /dev/null; timeout 2 sleep 0.05
+d=$(mktemp -d); cp f.txt "$d"; mv "$d/f.txt" "$d/g.txt"; ln -s g.txt "$d/l"; readlink "$d/l" > /dev/null
+sha256sum f.txt > /dev/null; stat f.txt > /dev/null; df -h . > /dev/null; id > /dev/null
+(sleep 0.05 &); wait
+echo shell ok
+)SH",
+                {{"timeout_ms", 30000}});
+  EXPECT_EQ(sh.value("status", ""), "succeeded") << sh.dump();
+  EXPECT_THAT(sh.value("stdout", ""), HasSubstr("shell ok")) << sh.dump();
 }
 
 TEST_P(EscapeTest, KillMinusOneTouchesNothingOutsideTheJob) {

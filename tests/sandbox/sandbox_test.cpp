@@ -309,6 +309,42 @@ TEST_P(SandboxTest, FilesystemViewIsMinimal) {
   EXPECT_THAT(r.out, HasSubstr("passwd 3\n"));
 }
 
+// Host facts in /proc: masked (empty) where a job has no use for them, and
+// the clocks that count from boot start at the sandbox's birth (a time
+// namespace), so neither /proc/uptime nor /proc/stat's btime shows how long
+// the host has been up. Controls: /proc/meminfo and /proc/self still read.
+TEST_P(SandboxTest, HostFactsInProcAreHidden) {
+  RunResult r =
+      Py("import os, time\n"
+         "for p in ['/proc/key-users', '/proc/cmdline', '/proc/interrupts', "
+         "'/proc/sys/kernel/random/boot_id', '/proc/keys', '/proc/timer_list']:\n"
+         "  print(p, repr(open(p).read()))\n"
+         "print('pressure', os.listdir('/proc/pressure') if os.path.exists('/proc/pressure') "
+         "else [])\n"
+         "print('uptime', float(open('/proc/uptime').read().split()[0]))\n"
+         "btime = [int(l.split()[1]) for l in open('/proc/stat') if l.startswith('btime')][0]\n"
+         "print('boot_age', time.time() - btime)\n"
+         "print('monotonic', time.monotonic())\n"
+         "print('meminfo', open('/proc/meminfo').read().startswith('MemTotal'))\n"
+         "print('self', os.readlink('/proc/self') == str(os.getpid()))\n");
+  EXPECT_EXIT0(r);
+  for (const char* p : {"/proc/key-users", "/proc/cmdline", "/proc/interrupts",
+                        "/proc/sys/kernel/random/boot_id", "/proc/keys", "/proc/timer_list"}) {
+    EXPECT_THAT(r.out, HasSubstr(std::string(p) + " ''\n")) << r.out;
+  }
+  EXPECT_THAT(r.out, HasSubstr("pressure []\n"));
+  auto number_after = [&](const std::string& key) {
+    size_t at = r.out.find(key + " ");
+    return at == std::string::npos ? -1.0 : std::stod(r.out.substr(at + key.size() + 1));
+  };
+  // The sandbox is seconds old; the host (booted before this test built) is not.
+  EXPECT_GE(number_after("uptime"), 0.0) << r.out;
+  EXPECT_LT(number_after("uptime"), 30.0) << r.out;
+  EXPECT_LT(number_after("boot_age"), 30.0) << r.out;
+  EXPECT_LT(number_after("monotonic"), 30.0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("meminfo True\nself True\n"));
+}
+
 TEST_P(SandboxTest, WritesOnlyInWorkspaceAndTmp) {
   RunResult r =
       Py("import os\n"

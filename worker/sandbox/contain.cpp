@@ -69,6 +69,8 @@ int Hostname(ChildPlan& p, const char**) { return p.uts_ns ? SetHostname(p.hostn
 
 int Loopback(ChildPlan& p, const char**) { return p.net_ns && p.loopback ? BringUpLoopback() : 0; }
 
+int TimeNs(ChildPlan& p, const char**) { return p.time_ns ? EnterTimeNamespaceFromZero() : 0; }
+
 int Rlimits(ChildPlan& p, const char**) { return ApplyRlimits(p.rlimits); }
 
 int Descriptors(ChildPlan& p, const char** detail) {
@@ -126,7 +128,11 @@ int NewSession(ChildPlan&, const char**) { return ::setsid() < 0 ? errno : 0; }
 int Landlock(ChildPlan& p, const char**) { return p.landlock ? ApplyLandlock(p.landlock_abi) : 0; }
 
 int Seccomp(ChildPlan& p, const char**) {
-  return p.seccomp ? LoadSeccompFilter(p.seccomp_filter, p.seccomp_len) : 0;
+  if (!p.seccomp) return 0;
+  for (int i = 0; i < 2; ++i) {
+    if (int err = LoadSeccompFilter(p.seccomp_filters[i], p.seccomp_lens[i]); err != 0) return err;
+  }
+  return 0;
 }
 
 struct Step {
@@ -143,6 +149,7 @@ constexpr Step kSteps[] = {
     {"mount tree", "filesystem", MountTree},
     {"hostname", "uts_ns", Hostname},
     {"loopback", "net_ns", Loopback},
+    {"time namespace", "time_ns", TimeNs},
     {"descriptors", "", Descriptors},
     {"rlimits", "rlimits", Rlimits},
     {"uid/gid and capabilities", "user_ids", Credentials},

@@ -6,8 +6,9 @@
 // exits with 127; the parent reads them once clone() returns.
 //
 //   inherited descriptors → signals → join cgroups → cgroup namespace →
-//   mount tree + pivot_root → hostname → loopback → descriptors → rlimits →
-//   uid/gid + capabilities → no_new_privs → Landlock → seccomp → execve
+//   mount tree + pivot_root → hostname → loopback → time namespace →
+//   descriptors → rlimits → uid/gid + capabilities → no_new_privs →
+//   Landlock → seccomp → execve
 //
 // The child starts on the worker's descriptor table (CloneVforked shares it).
 // Its first step takes a private copy and at once closes everything in it
@@ -30,7 +31,7 @@ namespace kiln::worker::sandbox {
 struct ChildPlan {
   // Layers in force (a relaxed, missing layer is skipped).
   bool join_cgroups = true, cgroup_ns = true, filesystem = true, uts_ns = true, net_ns = true,
-       landlock = true, seccomp = true;
+       time_ns = true, landlock = true, seccomp = true;
   // Bring up `lo` in the new network namespace (false: the namespace stays,
   // with no interface up at all).
   bool loopback = true;
@@ -45,8 +46,9 @@ struct ChildPlan {
   uid_t uid = 0;
   gid_t gid = 0;
   int landlock_abi = 0;
-  const sock_filter* seccomp_filter = nullptr;
-  unsigned short seccomp_len = 0;
+  // The two seccomp filters, loaded in this order (seccomp_policy.hpp).
+  const sock_filter* seccomp_filters[2] = {nullptr, nullptr};
+  unsigned short seccomp_lens[2] = {0, 0};
   const char* const* argv = nullptr;
   const char* const* envp = nullptr;
 

@@ -20,8 +20,8 @@ bool IsKnownLayer(const std::string& layer) {
 }
 
 bool IsRelaxableLayer(const std::string& layer) {
-  static const char* const kRelaxable[] = {"net_ns",   "ipc_ns",  "uts_ns", "cgroup_ns",
-                                           "landlock", "seccomp", "cgroups"};
+  static const char* const kRelaxable[] = {"net_ns",  "ipc_ns",   "uts_ns",  "cgroup_ns",
+                                           "time_ns", "landlock", "seccomp", "cgroups"};
   for (const char* n : kRelaxable) {
     if (layer == n) return true;
   }
@@ -68,6 +68,11 @@ std::vector<std::pair<std::string, std::string>> ProbeNamespaces() {
         ns.layer,
         err == 0 ? "" : std::string("cannot create the namespace: ") + std::strerror(err));
   }
+  int err = ProbeTimeNamespace();
+  out.emplace_back("time_ns", err == 0 ? ""
+                                       : std::string("cannot create a time namespace (Linux 5.6+, "
+                                                     "CONFIG_TIME_NS): ") +
+                                             std::strerror(err));
   return out;
 }
 

@@ -98,7 +98,7 @@ struct Shared {
   SandboxConfig config;
   std::set<std::string> layers;
   std::unique_ptr<CgroupManager> cgroups;  // null when the layer is relaxed away
-  std::vector<sock_filter> seccomp;
+  SeccompFilters seccomp;
   FilesystemLayout layout;
   int landlock_abi = 0;
   UidPool uids;
@@ -155,6 +155,7 @@ class LinuxSandboxProcess final : public SandboxProcess {
     plan.cgroup_ns = shared_->Has("cgroup_ns");
     plan.uts_ns = shared_->Has("uts_ns");
     plan.net_ns = shared_->Has("net_ns");
+    plan.time_ns = shared_->Has("time_ns");
     plan.loopback = shared_->loopback;
     plan.landlock = shared_->Has("landlock");
     plan.seccomp = shared_->Has("seccomp");
@@ -171,8 +172,12 @@ class LinuxSandboxProcess final : public SandboxProcess {
     plan.uid = uid_;
     plan.gid = uid_;
     plan.landlock_abi = shared_->landlock_abi;
-    plan.seccomp_filter = shared_->seccomp.data();
-    plan.seccomp_len = static_cast<unsigned short>(shared_->seccomp.size());
+    for (int i = 0; i < 2; ++i) {
+      const std::vector<sock_filter>& f =
+          i == 0 ? shared_->seccomp.syscalls : shared_->seccomp.arguments;
+      plan.seccomp_filters[i] = f.data();
+      plan.seccomp_lens[i] = static_cast<unsigned short>(f.size());
+    }
     plan.argv = argv.data();
     plan.envp = envp.data();
 
@@ -429,7 +434,7 @@ StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxConfig& config) 
   if (Status st = ProbeSeccomp(); !st.ok()) {
     RETURN_IF_ERROR(missing("seccomp", st.message()));
   } else {
-    auto prog = CompileSeccompFilter();
+    auto prog = CompileSeccompFilters();
     if (!prog.ok())
       RETURN_IF_ERROR(missing("seccomp", prog.status().message()));
     else

@@ -34,8 +34,15 @@ const char* const kEtcPaths[] = {
     "/etc/os-release",    "/etc/inputrc",         "/etc/bash.bashrc",
     "/etc/profile",
 };
-const char* const kProcMaskedFiles[] = {"/proc/kcore", "/proc/keys", "/proc/timer_list",
-                                        "/proc/sched_debug", "/proc/latency_stats"};
+// Host facts a job has no use for: kernel memory and timers, other users'
+// key quotas, the kernel command line, device interrupt counts (a side
+// channel on co-tenants' activity), the boot id (identifies the host).
+const char* const kProcMaskedFiles[] = {
+    "/proc/kcore",       "/proc/keys",          "/proc/timer_list",
+    "/proc/sched_debug", "/proc/latency_stats", "/proc/key-users",
+    "/proc/cmdline",     "/proc/interrupts",    "/proc/sys/kernel/random/boot_id"};
+// Host-wide pressure stall figures (the host's load, not the job's).
+const char* const kProcMaskedDirs[] = {"/proc/pressure"};
 const char* const kProcReadOnly[] = {"/proc/sys", "/proc/irq", "/proc/bus", "/proc/fs",
                                      "/proc/sysrq-trigger"};
 
@@ -198,6 +205,14 @@ MountPlan BuildMountPlan(const FilesystemLayout& layout, const SpawnMounts& spaw
        .flags = MS_NOSUID | MS_NODEV | MS_NOEXEC});
   for (const char* p : kProcMaskedFiles) {
     add({.kind = MountOpKind::kBind, .source = "/dev/null", .target = at(p), .optional = true});
+  }
+  for (const char* p : kProcMaskedDirs) {
+    add({.kind = MountOpKind::kTmpfs,
+         .source = "tmpfs",
+         .target = at(p),
+         .data = "size=4k,nr_inodes=1,mode=0555",
+         .flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+         .optional = true});
   }
   for (const char* p : kProcReadOnly) {
     const char* t = at(p);

@@ -10,8 +10,10 @@
 //   <ro_binds>                            read-only binds from the config
 //   /workspace                            the host's per-sandbox tmpfs (rw, exec allowed)
 //   /tmp                                  a private size-capped tmpfs (rw, mode 1777)
-//   /proc                                 a private proc (this pid namespace),
-//                                         kcore/keys/timer_list masked, sys/irq/bus read-only
+//   /proc                                 a private proc (this pid namespace), host
+//                                         facts masked (kcore, keys, key-users, cmdline,
+//                                         interrupts, boot_id, pressure/...), sys/irq/bus
+//                                         read-only
 //   /dev                                  tmpfs with null zero random urandom,
 //                                         fd/stdin/stdout/stderr links, shm -> /tmp
 // Everything nosuid, everything but /workspace, /tmp and /usr-like binds noexec

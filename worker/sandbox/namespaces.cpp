@@ -1,5 +1,6 @@
 #include "worker/sandbox/namespaces.hpp"
 
+#include <fcntl.h>
 #include <net/if.h>
 #include <pthread.h>
 #include <sched.h>
@@ -9,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -16,6 +18,9 @@
 
 #ifndef CLONE_PIDFD
 #define CLONE_PIDFD 0x00001000
+#endif
+#ifndef CLONE_NEWTIME
+#define CLONE_NEWTIME 0x00000080
 #endif
 
 namespace kiln::worker::sandbox {
@@ -51,7 +56,52 @@ pid_t CloneVforked(unsigned long flags, int (*fn)(void*), void* arg, int* pidfd)
 
 namespace {
 int ExitAtOnce(void*) { _exit(0); }
+int UnshareTimeAndExit(void*) { _exit(::unshare(CLONE_NEWTIME) == 0 ? 0 : errno); }
+
+// Appends the decimal of v to buf at *at (no allocation, no locale).
+void AppendDecimal(char* buf, size_t* at, long v) {
+  char digits[24];
+  int n = 0;
+  unsigned long u = v < 0 ? -static_cast<unsigned long>(v) : static_cast<unsigned long>(v);
+  do {
+    digits[n++] = static_cast<char>('0' + u % 10);
+    u /= 10;
+  } while (u != 0);
+  if (v < 0) buf[(*at)++] = '-';
+  while (n > 0) buf[(*at)++] = digits[--n];
+}
 }  // namespace
+
+int ProbeTimeNamespace() {
+  int pidfd = -1;
+  pid_t pid = CloneVforked(0, UnshareTimeAndExit, nullptr, &pidfd);
+  if (pid < 0) return -pid;
+  siginfo_t info{};
+  ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED);
+  if (pidfd >= 0) ::close(pidfd);
+  return info.si_code == CLD_EXITED ? info.si_status : EINVAL;
+}
+
+int EnterTimeNamespaceFromZero() {
+  struct timespec mono, boot;
+  if (::clock_gettime(CLOCK_MONOTONIC, &mono) != 0 || ::clock_gettime(CLOCK_BOOTTIME, &boot) != 0)
+    return errno;
+  if (::unshare(CLONE_NEWTIME) != 0) return errno;
+  // Whole seconds only: the clocks start between 0 and 1 s, never negative.
+  char buf[96];
+  size_t n = 0;
+  for (const char* c = "monotonic "; *c != '\0'; ++c) buf[n++] = *c;
+  AppendDecimal(buf, &n, -static_cast<long>(mono.tv_sec));
+  for (const char* c = " 0\nboottime "; *c != '\0'; ++c) buf[n++] = *c;
+  AppendDecimal(buf, &n, -static_cast<long>(boot.tv_sec));
+  for (const char* c = " 0\n"; *c != '\0'; ++c) buf[n++] = *c;
+  int fd = ::open("/proc/self/timens_offsets", O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  ssize_t w = ::write(fd, buf, n);
+  int err = w == static_cast<ssize_t>(n) ? 0 : (w < 0 ? errno : EIO);
+  ::close(fd);
+  return err;
+}
 
 int ProbeNamespace(unsigned long clone_flag) {
   int pidfd = -1;

@@ -36,11 +36,19 @@ pid_t CloneVforked(unsigned long flags, int (*fn)(void*), void* arg, int* pidfd)
 // Checks that a namespace of this kind can be created: clones a child with
 // just that flag, which exits at once. 0 or the errno.
 int ProbeNamespace(unsigned long clone_flag);
+// The same for a time namespace, which clone() cannot create (its flag is
+// one of clone's signal bits): a child unshares one. 0 or the errno.
+int ProbeTimeNamespace();
 
 // Child side (no allocation, no locks) --------------------------------------
 
 int SetHostname(const char* name);  // in the new UTS namespace
 int BringUpLoopback();              // `lo` up in the new network namespace
 int EnterCgroupNamespace();         // unshare(CLONE_NEWCGROUP)
+// A new time namespace whose CLOCK_MONOTONIC and CLOCK_BOOTTIME start near
+// zero, entered at execve (so /proc/uptime and /proc/stat's btime show the
+// sandbox's age, not the host's). Needs /proc of the new pid namespace
+// mounted and CAP_SYS_ADMIN (before the uid change).
+int EnterTimeNamespaceFromZero();
 
 }  // namespace kiln::worker::sandbox

@@ -38,8 +38,9 @@ namespace kiln::worker::sandbox {
 // Names of the layers, as reported by ActiveLayers() and accepted in
 // SandboxConfig::relaxed_layers.
 inline constexpr const char* kLayerNames[] = {
-    "user_ids",   "pid_ns",       "mount_ns",     "net_ns",   "ipc_ns",  "uts_ns",  "cgroup_ns",
-    "filesystem", "no_new_privs", "capabilities", "landlock", "seccomp", "cgroups", "rlimits"};
+    "user_ids",     "pid_ns",    "mount_ns", "net_ns",     "ipc_ns",
+    "uts_ns",       "cgroup_ns", "time_ns",  "filesystem", "no_new_privs",
+    "capabilities", "landlock",  "seccomp",  "cgroups",    "rlimits"};
 
 struct SandboxConfig {
   std::string state_dir = "/run/kiln";  // host folder for workspaces

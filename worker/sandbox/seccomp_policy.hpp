@@ -1,22 +1,26 @@
-// seccomp: a deny list over what untrusted code never needs, compiled once
-// with libseccomp in Sandbox::Create() and loaded in the child as raw BPF
-// (the child must not allocate).
+// seccomp: an allowlist of system calls, compiled once with libseccomp in
+// Sandbox::Create() and loaded in the child as raw BPF (the child must not
+// allocate). The tables and the reasons for each entry are in
+// seccomp_policy.cpp and docs/security.md ("seccomp policy"); callers: the
+// sandbox (compile, load) and the policy's unit test.
 //
-// Actions:
-//   SIGSYS (SECCOMP_RET_KILL_PROCESS) for calls no program has a reason to
-//     make: kexec_load, kexec_file_load, reboot, init/finit/delete_module,
-//     swapon/swapoff, and any foreign architecture (i386 int 0x80, x32). The
-//     kernel logs these (audit type 1326 with the syscall number) and the
-//     worker reports ExitStatus::seccomp_killed: that is the record of which
-//     call was refused.
-//   ENOSYS for io_uring_* (runtimes fall back to epoll/threads) and clone3
-//     (glibc falls back to clone, whose flags are checked).
-//   EPERM for the rest: mount family, pivot_root, chroot, ptrace and
-//     process_vm_*, bpf, perf_event_open, keyrings, userfaultfd,
-//     unshare/setns and clone with CLONE_NEW* flags, personality changes that
-//     weaken ASLR, open_by_handle_at, syslog, acct, quotactl, clock setting,
-//     hostname setting, TIOCSTI, fanotify.
-//   EAFNOSUPPORT for AF_VSOCK sockets (not isolated by network namespaces).
+// Two stacked filters, because libseccomp cannot say "allow this call except
+// for these argument values" in one (an unconditional allow swallows every
+// conditional refusal of the same call):
+//   1. syscalls: which calls exist at all. Allowed, EPERM (privileged
+//      operations, named so programs get an ordinary error), SIGSYS (calls
+//      with no legitimate use: kexec, modules, reboot, swap, any foreign
+//      architecture), and ENOSYS for every call not named — what a kernel
+//      without the call answers, which every library already falls back from.
+//   2. arguments: refusals by argument value on calls the first filter
+//      allows (socket families, netlink protocols, clone's namespace flags,
+//      personality bits, TCP_ULP, TIOCSTI). Default allow.
+// The kernel runs both on every call and the stricter verdict wins (an errno
+// beats allow; with equal actions the later filter's errno).
+//
+// Argument comparisons are on the low 32 bits where the kernel reads an
+// `int` (it truncates the register): a refused value with high bits set is
+// refused all the same.
 #pragma once
 
 #include <linux/filter.h>
@@ -27,11 +31,24 @@
 
 namespace kiln::worker::sandbox {
 
-// Parent side: the filter as BPF instructions.
-common::StatusOr<std::vector<sock_filter>> CompileSeccompFilter();
+// Filter 1 as a table: every named call and its action (for tests and docs).
+enum class SyscallAction { kAllow, kPerm, kNoSys, kKill, kSucceedWithoutEffect };
+struct SyscallRule {
+  const char* name;
+  SyscallAction action;
+};
+std::vector<SyscallRule> SyscallTable();
+
+struct SeccompFilters {
+  std::vector<sock_filter> syscalls;
+  std::vector<sock_filter> arguments;
+};
+
+// Parent side: both filters as BPF instructions.
+common::StatusOr<SeccompFilters> CompileSeccompFilters();
 // Whether the kernel supports seccomp filters with SECCOMP_RET_KILL_PROCESS.
 common::Status ProbeSeccomp();
-// Child side: installs the filter (needs no_new_privs).
+// Child side: installs one filter (needs no_new_privs). 0 or an errno.
 int LoadSeccompFilter(const sock_filter* filter, unsigned short count);
 
 }  // namespace kiln::worker::sandbox

@@ -67,6 +67,20 @@ std::optional<T> OptFrom(const json& j, const char* key) {
   return it->get<T>();
 }
 
+// ": <call>" for a violation's message. The worker is not trusted with the
+// tenant's error text: only a short call name or the foreign-ABI phrase
+// (letters, digits, spaces and "_(),") passes; anything else is dropped.
+std::string ViolationDetail(const std::string& call) {
+  constexpr size_t kMaxDetail = 96;
+  if (call.empty() || call.size() > kMaxDetail) return "";
+  for (char c : call) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == ' ' || c == '(' || c == ')' || c == ',';
+    if (!ok) return "";
+  }
+  return ": " + call;
+}
+
 }  // namespace
 
 const char* JobStatusName(JobStatus s) {
@@ -270,7 +284,8 @@ void JobRecord::ApplyResult(const protocol::Result& res, int64_t now_ms) {
       break;
     case protocol::EndReason::kSandboxViolation:
       fail(JobStatus::kFailed, Code::kSecurityBlocked,
-           "the sandbox killed the program for a forbidden system call");
+           "the sandbox killed the program for a forbidden system call" +
+               ViolationDetail(res.worker_error));
       break;
     case protocol::EndReason::kRefused:  // requeued by the dispatcher; here only if misused
     case protocol::EndReason::kError:

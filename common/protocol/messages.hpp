@@ -181,7 +181,9 @@ struct Result {
   // after this execution (hung, crashed, killed). The broker gives the
   // session a new epoch.
   bool session_reset = false;
-  std::string worker_error;  // set with kError: why the worker could not run it
+  // Set with kError: why the worker could not run it. With
+  // kSandboxViolation: the system call the sandbox was killed for.
+  std::string worker_error;
   // Set with kError: the failure's API code name (e.g. "INVALID_REQUEST").
   // The broker passes on only the codes that blame the job's own input.
   std::string worker_error_code;

@@ -194,6 +194,7 @@ protocol::Result RunJob(const protocol::Execute& job, WarmSandbox& sb,
     result.reason = protocol::EndReason::kMemoryExceeded;
   } else if (exit->seccomp_killed) {
     result.reason = protocol::EndReason::kSandboxViolation;
+    result.worker_error = exit->violation;
   } else if (exit->signal && (*exit->signal == SIGXCPU ||
                               (*exit->signal == SIGKILL && exit->cpu_ms >= cpu_budget_ms))) {
     // The per-process cpu rlimit (SIGXCPU, or its hard-limit SIGKILL for pid 1).

@@ -206,6 +206,7 @@ SessionRun RunSessionExecution(const protocol::Execute& job, SessionSandbox& s,
         result.reason = protocol::EndReason::kMemoryExceeded;
       if (exit->seccomp_killed && stop == Stop::kNone) {
         result.reason = protocol::EndReason::kSandboxViolation;
+        result.worker_error = exit->violation;
       }
     }
   }

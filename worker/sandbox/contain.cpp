@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -36,6 +37,8 @@ int CloseInherited(ChildPlan& p, const char**) {
     if (n == kMaxKeptFds) return EMFILE;
     keep[n++] = p.cgroup_fds[i];
   }
+  if (n == kMaxKeptFds) return EMFILE;
+  keep[n++] = p.notify_sock;
   return CloseAllFdsExcept(keep, n);
 }
 
@@ -73,6 +76,8 @@ int TimeNs(ChildPlan& p, const char**) { return p.time_ns ? EnterTimeNamespaceFr
 
 int Rlimits(ChildPlan& p, const char**) { return ApplyRlimits(p.rlimits); }
 
+// fds 0-3 from the plan, the listener socket (close-on-exec) as fd 4, and
+// nothing else.
 int Descriptors(ChildPlan& p, const char** detail) {
   int tmp[4];
   for (int i = 0; i < 4; ++i) {
@@ -80,6 +85,11 @@ int Descriptors(ChildPlan& p, const char** detail) {
     if (p.fds[i] < 0) continue;
     tmp[i] = ::fcntl(p.fds[i], F_DUPFD_CLOEXEC, 16);
     if (tmp[i] < 0) return errno;
+  }
+  int notify = -1;
+  if (p.notify_sock >= 0) {
+    notify = ::fcntl(p.notify_sock, F_DUPFD_CLOEXEC, 16);
+    if (notify < 0) return errno;
   }
   for (int i = 0; i < 4; ++i) {
     if (tmp[i] >= 0) {
@@ -104,7 +114,14 @@ int Descriptors(ChildPlan& p, const char** detail) {
       ::close(i);
     }
   }
-  return ::syscall(SYS_close_range, 4, ~0u, 0) == 0 ? 0 : errno;
+  int first_closed = 4;
+  if (notify >= 0) {
+    *detail = "listener socket";
+    if (::dup3(notify, 4, O_CLOEXEC) < 0) return errno;
+    p.notify_sock = 4;
+    first_closed = 5;
+  }
+  return ::syscall(SYS_close_range, first_closed, ~0u, 0) == 0 ? 0 : errno;
 }
 
 int Credentials(ChildPlan& p, const char**) { return DropToUser(p.uid, p.gid); }
@@ -127,12 +144,40 @@ int NewSession(ChildPlan&, const char**) { return ::setsid() < 0 ? errno : 0; }
 
 int Landlock(ChildPlan& p, const char**) { return p.landlock ? ApplyLandlock(p.landlock_abi) : 0; }
 
-int Seccomp(ChildPlan& p, const char**) {
+// Sends `fd` over the unix socket `sock` (SCM_RIGHTS), from the stack.
+int SendFd(int sock, int fd) {
+  char byte = 'L';
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  std::memset(control, 0, sizeof control);
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  return ::sendmsg(sock, &msg, MSG_NOSIGNAL) == 1 ? 0 : errno;
+}
+
+// Filter 1 with its listener, which goes to the worker (this process keeps
+// no copy), then filter 2.
+int Seccomp(ChildPlan& p, const char** detail) {
   if (!p.seccomp) return 0;
-  for (int i = 0; i < 2; ++i) {
-    if (int err = LoadSeccompFilter(p.seccomp_filters[i], p.seccomp_lens[i]); err != 0) return err;
-  }
-  return 0;
+  if (p.notify_sock < 0) return EBADF;
+  int listener = -1;
+  if (int err = LoadSeccompFilter(p.seccomp_filters[0], p.seccomp_lens[0], &listener); err != 0)
+    return err;
+  *detail = "sending the listener";
+  int err = SendFd(p.notify_sock, listener);
+  ::close(listener);
+  ::close(p.notify_sock);
+  if (err != 0) return err;
+  *detail = nullptr;
+  return LoadSeccompFilter(p.seccomp_filters[1], p.seccomp_lens[1]);
 }
 
 struct Step {

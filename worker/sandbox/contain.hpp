@@ -46,7 +46,10 @@ struct ChildPlan {
   uid_t uid = 0;
   gid_t gid = 0;
   int landlock_abi = 0;
-  // The two seccomp filters, loaded in this order (seccomp_policy.hpp).
+  // The two seccomp filters, loaded in this order (seccomp_policy.hpp). The
+  // first one's user-notification listener is sent to the worker over
+  // notify_sock (a unix datagram socket), then closed in the child.
+  int notify_sock = -1;
   const sock_filter* seccomp_filters[2] = {nullptr, nullptr};
   unsigned short seccomp_lens[2] = {0, 0};
   const char* const* argv = nullptr;

@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -30,6 +31,7 @@
 #include "worker/sandbox/rlimits.hpp"
 #include "worker/sandbox/sandbox.hpp"
 #include "worker/sandbox/seccomp_policy.hpp"
+#include "worker/sandbox/violation_watcher.hpp"
 #include "worker/sandbox/workspace.hpp"
 
 namespace kiln::worker::sandbox {
@@ -99,6 +101,9 @@ struct Shared {
   std::set<std::string> layers;
   std::unique_ptr<CgroupManager> cgroups;  // null when the layer is relaxed away
   SeccompFilters seccomp;
+  // Set when the seccomp layer is on: kills a sandbox that calls from the
+  // kill list and says which call it was.
+  std::unique_ptr<ViolationWatcher> violations;
   FilesystemLayout layout;
   int landlock_abi = 0;
   UidPool uids;
@@ -109,6 +114,29 @@ struct Shared {
   Shared(const SandboxConfig& c) : config(c), uids(c.uid_base, c.uid_count, c.uid_lock_dir) {}
   bool Has(const char* layer) const { return layers.count(layer) != 0; }
 };
+
+// One descriptor sent with SCM_RIGHTS, without waiting.
+StatusOr<UniqueFd> ReceiveFd(int sock) {
+  char byte;
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  if (::recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC) != 1) {
+    return common::ErrnoStatus("receiving the sandbox's seccomp listener", errno);
+  }
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  if (c == nullptr || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
+      c->cmsg_len != CMSG_LEN(sizeof(int))) {
+    return common::Internal("the sandbox sent no seccomp listener");
+  }
+  int fd;
+  std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
+  return UniqueFd(fd);
+}
 
 int PidfdSendSignal(int pidfd, int sig) {
   return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
@@ -181,11 +209,23 @@ class LinuxSandboxProcess final : public SandboxProcess {
     plan.argv = argv.data();
     plan.envp = envp.data();
 
+    UniqueFd listener_ours, listener_theirs;
+    if (plan.seccomp) {
+      int sv[2];
+      if (::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        return common::ErrnoStatus("socketpair for the seccomp listener", errno);
+      }
+      listener_ours.Reset(sv[0]);
+      listener_theirs.Reset(sv[1]);
+      plan.notify_sock = sv[1];
+    }
+
     int pidfd = -1;
     pid_t pid = CloneVforked(NamespaceCloneFlags(shared_->layers), ContainAndExec, &plan, &pidfd);
     if (pid < 0) return common::ErrnoStatus("clone into new namespaces", -pid);
     pid_ = pid;
     pidfd_.Reset(pidfd);
+    listener_theirs.Reset();
     if (plan.failed_step != nullptr) {
       (void)Wait();
       std::string what = std::string("sandbox setup failed at step '") + plan.failed_step + "'";
@@ -200,6 +240,22 @@ class LinuxSandboxProcess final : public SandboxProcess {
       return Status(missing_program ? common::Code::kRuntimeUnavailable : common::Code::kInternal,
                     what);
     }
+    if (plan.seccomp) {
+      // The child sent its listener before exec (clone returned after it).
+      Status st = WatchForViolations(listener_ours.get());
+      if (!st.ok()) {
+        Kill();
+        (void)Wait();
+        return st;
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status WatchForViolations(int sock) {
+    ASSIGN_OR_RETURN(UniqueFd listener, ReceiveFd(sock));
+    if (!shared_->violations) return common::Internal("no violation watcher");
+    ASSIGN_OR_RETURN(violation_, shared_->violations->Add(std::move(listener), pidfd_.get()));
     return Status::Ok();
   }
 
@@ -296,7 +352,10 @@ class LinuxSandboxProcess final : public SandboxProcess {
       if (cs.peak_bytes) st.max_rss_kb = std::max<uint64_t>(st.max_rss_kb, *cs.peak_bytes / 1024);
       st.oom_killed = cs.oom_killed;
     }
-    st.seccomp_killed = st.signal == SIGSYS;
+    if (violation_ && violation_->fired()) {
+      st.seccomp_killed = true;
+      st.violation = violation_->Describe();
+    }
     return st;
   }
 
@@ -313,7 +372,8 @@ class LinuxSandboxProcess final : public SandboxProcess {
   bool reaped_ = false;
   std::string failed_layer_;
   std::string failed_step_;
-  std::atomic<bool> frozen_{false};  // Kill() may come from another thread
+  std::atomic<bool> frozen_{false};                     // Kill() may come from another thread
+  std::unique_ptr<ViolationWatcher::Watch> violation_;  // dropped before shared_
 };
 
 class LinuxSandbox final : public Sandbox {
@@ -435,10 +495,14 @@ StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxConfig& config) 
     RETURN_IF_ERROR(missing("seccomp", st.message()));
   } else {
     auto prog = CompileSeccompFilters();
-    if (!prog.ok())
+    if (!prog.ok()) {
       RETURN_IF_ERROR(missing("seccomp", prog.status().message()));
-    else
+    } else if (auto watcher = ViolationWatcher::Start(); !watcher.ok()) {
+      RETURN_IF_ERROR(missing("seccomp", watcher.status().message()));
+    } else {
       shared->seccomp = std::move(*prog);
+      shared->violations = std::move(*watcher);
+    }
   }
   CgroupOptions cg{config.cgroup_mode, config.cgroup_prefix, config.cpu_millicores};
   auto manager = CgroupManager::Create(cg);

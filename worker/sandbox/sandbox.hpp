@@ -87,7 +87,10 @@ struct ExitStatus {
   double cpu_ms = 0;             // user + system, the whole sandbox
   uint64_t max_rss_kb = 0;       // peak memory of the whole sandbox
   bool oom_killed = false;       // the memory limit was hit
-  bool seccomp_killed = false;   // ended by SIGSYS from the filter
+  // A process of the sandbox made a call from the seccomp kill list and the
+  // worker killed the sandbox; `violation` names the call.
+  bool seccomp_killed = false;
+  std::string violation;
 };
 
 class SandboxProcess {

@@ -106,7 +106,8 @@ const char* const kNoSys[] = {"io_uring_setup", "io_uring_enter", "io_uring_regi
                               "io_submit",      "io_cancel",      "io_getevents",
                               "io_pgetevents",  "memfd_secret",   "remap_file_pages"};
 
-// No legitimate use: the process dies of SIGSYS and the result says so.
+// No legitimate use: the worker kills the whole sandbox and the result names
+// the call (violation_watcher.hpp).
 const char* const kKill[] = {"kexec_load",    "kexec_file_load", "reboot",
                              "init_module",   "finit_module",    "delete_module",
                              "create_module", "swapon",          "swapoff"};
@@ -150,11 +151,10 @@ Status Add(scmp_filter_ctx ctx, uint32_t action, const char* name,
   return Status::Ok();
 }
 
-StatusOr<Ctx> NewContext(uint32_t default_action) {
+StatusOr<Ctx> NewContext(uint32_t default_action, uint32_t bad_arch_action) {
   Ctx ctx(seccomp_init(default_action));
   if (!ctx) return common::Internal("seccomp_init failed");
-  // Foreign architectures (i386 via int 0x80, x32) end the process.
-  if (seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS) != 0 ||
+  if (seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, bad_arch_action) != 0 ||
       seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_NNP, 0) != 0) {
     return common::Internal("seccomp_attr_set failed");
   }
@@ -170,7 +170,7 @@ uint32_t LibseccompAction(SyscallAction a) {
     case SyscallAction::kNoSys:
       return SCMP_ACT_ERRNO(ENOSYS);
     case SyscallAction::kKill:
-      return SCMP_ACT_KILL_PROCESS;
+      return SCMP_ACT_NOTIFY;  // the worker kills the sandbox (violation_watcher.hpp)
     case SyscallAction::kSucceedWithoutEffect:
       return SCMP_ACT_ERRNO(0);
   }
@@ -178,7 +178,8 @@ uint32_t LibseccompAction(SyscallAction a) {
 }
 
 StatusOr<Ctx> SyscallFilter() {
-  ASSIGN_OR_RETURN(Ctx ctx, NewContext(SCMP_ACT_ERRNO(ENOSYS)));
+  // Foreign architectures (i386 via int 0x80, x32) go to the kill list.
+  ASSIGN_OR_RETURN(Ctx ctx, NewContext(SCMP_ACT_ERRNO(ENOSYS), SCMP_ACT_NOTIFY));
   for (const SyscallRule& r : SyscallTable()) {
     if (r.action == SyscallAction::kNoSys) continue;  // the default (libseccomp refuses a rule)
     RETURN_IF_ERROR(Add(ctx.get(), LibseccompAction(r.action), r.name));
@@ -200,7 +201,8 @@ Status RefuseFamilies(scmp_filter_ctx c, const char* call) {
 }
 
 StatusOr<Ctx> ArgumentFilter() {
-  ASSIGN_OR_RETURN(Ctx ctx, NewContext(SCMP_ACT_ALLOW));
+  // A foreign architecture is filter 1's to report (a kill here would win).
+  ASSIGN_OR_RETURN(Ctx ctx, NewContext(SCMP_ACT_ALLOW, SCMP_ACT_ALLOW));
   scmp_filter_ctx c = ctx.get();
   RETURN_IF_ERROR(RefuseFamilies(c, "socket"));
   RETURN_IF_ERROR(RefuseFamilies(c, "socketpair"));
@@ -277,16 +279,20 @@ StatusOr<SeccompFilters> CompileSeccompFilters() {
 }
 
 Status ProbeSeccomp() {
-  uint32_t action = SECCOMP_RET_KILL_PROCESS;
+  uint32_t action = SECCOMP_RET_USER_NOTIF;
   if (::syscall(SYS_seccomp, SECCOMP_GET_ACTION_AVAIL, 0, &action) != 0) {
-    return common::ErrnoStatus("seccomp(SECCOMP_GET_ACTION_AVAIL, KILL_PROCESS)", errno);
+    return common::ErrnoStatus("seccomp(SECCOMP_GET_ACTION_AVAIL, USER_NOTIF) (Linux 5.0+)", errno);
   }
   return Status::Ok();
 }
 
-int LoadSeccompFilter(const sock_filter* filter, unsigned short count) {
+int LoadSeccompFilter(const sock_filter* filter, unsigned short count, int* listener) {
   struct sock_fprog prog = {count, const_cast<sock_filter*>(filter)};
-  return ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) == 0 ? 0 : errno;
+  unsigned flags = listener != nullptr ? SECCOMP_FILTER_FLAG_NEW_LISTENER : 0;
+  long rc = ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog);
+  if (rc < 0) return errno;
+  if (listener != nullptr) *listener = static_cast<int>(rc);
+  return 0;
 }
 
 }  // namespace kiln::worker::sandbox

@@ -8,10 +8,12 @@
 // for these argument values" in one (an unconditional allow swallows every
 // conditional refusal of the same call):
 //   1. syscalls: which calls exist at all. Allowed, EPERM (privileged
-//      operations, named so programs get an ordinary error), SIGSYS (calls
-//      with no legitimate use: kexec, modules, reboot, swap, any foreign
-//      architecture), and ENOSYS for every call not named — what a kernel
-//      without the call answers, which every library already falls back from.
+//      operations, named so programs get an ordinary error), the kill list
+//      (calls with no legitimate use: kexec, modules, reboot, swap, any
+//      foreign architecture), handed to the worker's listener, which kills
+//      the whole sandbox (violation_watcher.hpp), and ENOSYS for every call
+//      not named — what a kernel without the call answers, which every
+//      library already falls back from.
 //   2. arguments: refusals by argument value on calls the first filter
 //      allows (socket families, netlink protocols, clone's namespace flags,
 //      personality bits, TCP_ULP, TIOCSTI). Default allow.
@@ -46,9 +48,11 @@ struct SeccompFilters {
 
 // Parent side: both filters as BPF instructions.
 common::StatusOr<SeccompFilters> CompileSeccompFilters();
-// Whether the kernel supports seccomp filters with SECCOMP_RET_KILL_PROCESS.
+// Whether the kernel supports seccomp user notification (the kill list).
 common::Status ProbeSeccomp();
-// Child side: installs one filter (needs no_new_privs). 0 or an errno.
-int LoadSeccompFilter(const sock_filter* filter, unsigned short count);
+// Child side: installs one filter (needs no_new_privs). With `listener`, the
+// filter gets a user-notification listener, stored there (close-on-exec).
+// 0 or an errno.
+int LoadSeccompFilter(const sock_filter* filter, unsigned short count, int* listener = nullptr);
 
 }  // namespace kiln::worker::sandbox

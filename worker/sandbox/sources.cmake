@@ -13,5 +13,6 @@ set(KILN_SANDBOX_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/namespaces.cpp
   ${CMAKE_CURRENT_LIST_DIR}/rlimits.cpp
   ${CMAKE_CURRENT_LIST_DIR}/seccomp_policy.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/violation_watcher.cpp
   ${CMAKE_CURRENT_LIST_DIR}/workspace.cpp
 )

@@ -137,6 +137,32 @@ TEST(Job, WorkerErrorCodesArePassedOnOnlyForTheJobsOwnInput) {
   }
 }
 
+// A violation names the call the worker saw; anything that is not a short
+// call name (a hostile worker's text) is left out of the tenant's message.
+TEST(Job, ViolationsNameTheCallOnlyWhenItLooksLikeOne) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"kexec_load", "the sandbox killed the program for a forbidden system call: kexec_load"},
+      {"a system call of a foreign ABI (arch 0xc000003e, nr 1073741989)",
+       "the sandbox killed the program for a forbidden system call: a system call of a foreign "
+       "ABI (arch 0xc000003e, nr 1073741989)"},
+      {"", "the sandbox killed the program for a forbidden system call"},
+      {"see https://evil.example/", "the sandbox killed the program for a forbidden system call"},
+      {"x\nINTERNAL", "the sandbox killed the program for a forbidden system call"},
+      {std::string(200, 'a'), "the sandbox killed the program for a forbidden system call"},
+  };
+  for (const auto& [sent, message] : cases) {
+    JobRecord r = JobRecord::Queued(Spec());
+    protocol::Result res;
+    res.reason = protocol::EndReason::kSandboxViolation;
+    res.worker_error = sent;
+    r.ApplyResult(res, 5);
+    EXPECT_EQ(r.status, JobStatus::kFailed);
+    ASSERT_TRUE(r.error.has_value());
+    EXPECT_EQ(r.error->code, "SECURITY_BLOCKED");
+    EXPECT_EQ(r.error->message, message) << sent;
+  }
+}
+
 TEST(Job, RecordRoundTripsThroughJson) {
   JobRecord r = JobRecord::Queued(Spec());
   protocol::Result res;

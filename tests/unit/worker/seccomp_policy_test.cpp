@@ -26,7 +26,8 @@ namespace {
 
 constexpr uint32_t kArchX86_64 = AUDIT_ARCH_X86_64;
 constexpr uint32_t kAllow = SECCOMP_RET_ALLOW;
-constexpr uint32_t kKillProcess = SECCOMP_RET_KILL_PROCESS;
+// The kill list goes to the worker's listener, which kills the sandbox.
+constexpr uint32_t kToTheWorker = SECCOMP_RET_USER_NOTIF;
 constexpr uint32_t Errno(int e) { return SECCOMP_RET_ERRNO | static_cast<uint32_t>(e); }
 
 // Classic BPF as libseccomp emits it. An instruction outside this subset
@@ -165,7 +166,7 @@ TEST_F(SeccompPolicy, EverySyscallNumberGetsItsTablesVerdictAndTheRestEnosys) {
           want = Errno(ENOSYS);
           break;
         case SyscallAction::kKill:
-          want = kKillProcess;
+          want = kToTheWorker;
           break;
         case SyscallAction::kSucceedWithoutEffect:
           want = Errno(0);
@@ -182,8 +183,8 @@ TEST_F(SeccompPolicy, EverySyscallNumberGetsItsTablesVerdictAndTheRestEnosys) {
 TEST_F(SeccompPolicy, NamedCallsHaveTheDocumentedVerdicts) {
   EXPECT_EQ(Verdict(Nr("read")), kAllow);
   EXPECT_EQ(Verdict(Nr("execve")), kAllow);
-  EXPECT_EQ(Verdict(Nr("kexec_load")), kKillProcess);
-  EXPECT_EQ(Verdict(Nr("init_module")), kKillProcess);
+  EXPECT_EQ(Verdict(Nr("kexec_load")), kToTheWorker);
+  EXPECT_EQ(Verdict(Nr("init_module")), kToTheWorker);
   EXPECT_EQ(Verdict(Nr("mount")), Errno(EPERM));
   EXPECT_EQ(Verdict(Nr("ptrace")), Errno(EPERM));
   EXPECT_EQ(Verdict(Nr("modify_ldt")), Errno(EPERM));
@@ -198,11 +199,11 @@ TEST_F(SeccompPolicy, NamedCallsHaveTheDocumentedVerdicts) {
   EXPECT_EQ(Verdict(1000), Errno(ENOSYS));                 // a call no kernel has yet
 }
 
-TEST_F(SeccompPolicy, ForeignArchitecturesAndTheX32AbiKill) {
-  EXPECT_EQ(Verdict(Nr("read"), {}, AUDIT_ARCH_I386), kKillProcess);
-  EXPECT_EQ(Verdict(Nr("read"), {}, AUDIT_ARCH_AARCH64), kKillProcess);
-  EXPECT_EQ(Verdict(0x40000000 | Nr("read")), kKillProcess);
-  EXPECT_EQ(Verdict(0x40000000 | Nr("mount")), kKillProcess);
+TEST_F(SeccompPolicy, ForeignArchitecturesAndTheX32AbiGoToTheKillList) {
+  EXPECT_EQ(Verdict(Nr("read"), {}, AUDIT_ARCH_I386), kToTheWorker);
+  EXPECT_EQ(Verdict(Nr("read"), {}, AUDIT_ARCH_AARCH64), kToTheWorker);
+  EXPECT_EQ(Verdict(0x40000000 | Nr("read")), kToTheWorker);
+  EXPECT_EQ(Verdict(0x40000000 | Nr("mount")), kToTheWorker);
 }
 
 TEST_F(SeccompPolicy, OnlyUnixInetInet6AndRoutingNetlinkSocketsExist) {

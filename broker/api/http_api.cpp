@@ -5,6 +5,7 @@
 
 #include "broker/api/event_stream.hpp"
 #include "broker/api/sse_events.hpp"
+#include "broker/job/session_key.hpp"
 #include "broker/metrics/broker_metrics.hpp"
 #include "common/clock.hpp"
 #include "common/json/bounded_json.hpp"
@@ -699,7 +700,9 @@ void HttpApi::DeleteSession(Call& call) {
     cancelled.push_back(deleted->running_job);
   }
   // Its sandbox goes now (once a running execution has ended).
-  if (!deleted->worker.empty()) deps_.dispatcher->CloseSession(deleted->worker, sid);
+  if (!deleted->worker.empty()) {
+    deps_.dispatcher->CloseSession(deleted->worker, SessionKey(call.caller.tenant, sid));
+  }
   call.Reply(200, {{"id", sid}, {"state", "deleted"}, {"cancelled", cancelled}});
 }
 

@@ -3,6 +3,7 @@
 #include <array>
 #include <utility>
 
+#include "broker/job/session_key.hpp"
 #include "common/audit/sha256.hpp"
 #include "common/base64.hpp"
 #include "common/json/bounded_json.hpp"
@@ -193,7 +194,7 @@ protocol::Execute JobSpec::ToExecute() const {
   e.tenant = tenant;
   e.language = language;
   e.code = code;
-  e.session_id = session_id;
+  e.session_id = session_id.empty() ? "" : SessionKey(tenant, session_id);
   e.input_json = input_json;
   e.env = env;
   e.files = files;

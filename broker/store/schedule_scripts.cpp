@@ -19,6 +19,9 @@ local P = '{kiln}:'
 local TERMINAL = {succeeded = true, failed = true, timed_out = true, memory_exceeded = true,
                   cancelled = true, rejected = true, error = true}
 local function jobkey(id) return P .. 'job:' .. id end
+-- Sessions are keyed '<tenant>/<id>' (broker/job/session_key.hpp); messages
+-- to the tenant name the id it chose.
+local function shown(sid) return (string.gsub(sid, '^.*/', '')) end
 
 local function read_ctx(i)
   local c = {now = tonumber(ARGV[i]), now_s = ARGV[i], deadline = tonumber(ARGV[i + 1]),
@@ -242,10 +245,10 @@ local function admit(ctx, id, tenant, language, sid, score)
   if sid ~= '' then
     local sk = P .. 'session:' .. sid
     if redis.call('EXISTS', sk) == 0 then
-      return {'error', 'SESSION_NOT_FOUND', 'session ' .. sid .. ' was deleted'}
+      return {'error', 'SESSION_NOT_FOUND', 'session ' .. shown(sid) .. ' was deleted'}
     end
     if redis.call('HGET', sk, 'state') == 'lost' then
-      return {'error', 'SESSION_LOST', 'the worker holding session ' .. sid .. ' was lost; its state is gone'}
+      return {'error', 'SESSION_LOST', 'the worker holding session ' .. shown(sid) .. ' was lost; its state is gone'}
     end
     epoch = redis.call('HGET', sk, 'epoch') or ''
     redis.call('PERSIST', sk)
@@ -302,12 +305,12 @@ local epoch, new_session = '', false
 if sid ~= '' then
   local s = redis.call('HMGET', sk, 'tenant', 'language', 'state', 'head', 'epoch')
   if s[1] then
-    if s[1] ~= tenant then return {'error', 'SESSION_FORBIDDEN', 'session ' .. sid .. ' belongs to another tenant'} end
+    if s[1] ~= tenant then return {'error', 'SESSION_FORBIDDEN', 'session ' .. shown(sid) .. ' belongs to another tenant'} end
     if s[2] ~= language then
-      return {'error', 'SESSION_LANGUAGE_MISMATCH', 'session ' .. sid .. ' runs ' .. s[2] .. ', not ' .. language}
+      return {'error', 'SESSION_LANGUAGE_MISMATCH', 'session ' .. shown(sid) .. ' runs ' .. s[2] .. ', not ' .. language}
     end
     if s[3] == 'lost' then
-      return {'error', 'SESSION_LOST', 'the worker holding session ' .. sid .. ' was lost; its state is gone'}
+      return {'error', 'SESSION_LOST', 'the worker holding session ' .. shown(sid) .. ' was lost; its state is gone'}
     end
     epoch = s[5] or ''
   else

@@ -1,5 +1,6 @@
 #include "broker/store/schedule_store.hpp"
 
+#include "broker/job/session_key.hpp"
 #include "broker/store/schedule_scripts.hpp"
 #include "common/clock.hpp"
 
@@ -98,22 +99,23 @@ common::StatusOr<SubmitOutcome> ScheduleStore::Submit(const JobSpec& spec, const
                                                       const TenantQuota& quota,
                                                       const std::vector<WorkerSlots>& workers,
                                                       int64_t now_ms) {
-  std::vector<std::string> args = {spec.id,
-                                   spec.tenant,
-                                   spec.language,
-                                   spec.session_id,
-                                   std::to_string(spec.priority),
-                                   std::to_string(settings_.job_ttl_s),
-                                   Dump(spec.ToJson()),
-                                   Dump(queued.ToJson()),
-                                   idempotency_key,
-                                   std::to_string(quota.max_queue),
-                                   std::to_string(quota.max_sessions),
-                                   std::to_string(settings_.session_ttl_ms),
-                                   spec.conversation_id,
-                                   std::to_string(spec.created_ms),
-                                   quota.needs_approval ? "1" : "0",
-                                   std::to_string(quota.approval_deadline_ms)};
+  std::vector<std::string> args = {
+      spec.id,
+      spec.tenant,
+      spec.language,
+      spec.session_id.empty() ? "" : SessionKey(spec.tenant, spec.session_id),
+      std::to_string(spec.priority),
+      std::to_string(settings_.job_ttl_s),
+      Dump(spec.ToJson()),
+      Dump(queued.ToJson()),
+      idempotency_key,
+      std::to_string(quota.max_queue),
+      std::to_string(quota.max_sessions),
+      std::to_string(settings_.session_ttl_ms),
+      spec.conversation_id,
+      std::to_string(spec.created_ms),
+      quota.needs_approval ? "1" : "0",
+      std::to_string(quota.approval_deadline_ms)};
   const size_t deadline_at = AppendContext(&args, workers, now_ms);
   bool unanswered = false;
   auto reply = EvalFenced(scripts::Submit(), &args, deadline_at, &unanswered);

@@ -1,5 +1,6 @@
 #include "broker/store/session_store.hpp"
 
+#include "broker/job/session_key.hpp"
 #include "broker/store/schedule_scripts.hpp"
 
 namespace kiln::broker {
@@ -33,7 +34,7 @@ common::StatusOr<std::vector<SessionInfo>> SessionStore::List(const std::string&
   for (const auto& e : reply->elements) {
     if (e.elements.empty()) continue;
     SessionInfo s;
-    s.id = e.elements[0].str;
+    s.id = std::string(SessionIdOf(e.elements[0].str));
     for (size_t i = 1; i + 1 < e.elements.size(); i += 2) {
       const std::string& k = e.elements[i].str;
       const std::string& v = e.elements[i + 1].str;
@@ -64,11 +65,12 @@ common::StatusOr<std::vector<SessionInfo>> SessionStore::List(const std::string&
 common::StatusOr<DeletedSession> SessionStore::Delete(const std::string& tenant,
                                                       const std::string& id) {
   auto conn = pool_->Acquire();
-  auto reply = conn->Eval(scripts::DeleteSession(), {tenant, id});
+  auto reply = conn->Eval(scripts::DeleteSession(), {tenant, SessionKey(tenant, id)});
   if (!reply.ok()) return reply.status().WithContext("deleting session " + id);
   const auto& e = reply->elements;
   if (e.empty() || e[0].str != "deleted") {
-    // Another tenant's session is indistinguishable from a missing one.
+    // Session keys carry the tenant: another tenant's session of the same
+    // name is a different session, and this one does not exist.
     return common::Status(common::Code::kSessionNotFound, "no session with id " + id);
   }
   if (e.size() != 4) return common::Internal("redis: unexpected reply deleting a session");

@@ -46,7 +46,8 @@ class SessionStore {
 
   common::StatusOr<std::vector<SessionInfo>> List(const std::string& tenant,
                                                   const std::string& conversation);
-  // SESSION_NOT_FOUND for a missing session or another tenant's.
+  // SESSION_NOT_FOUND for a missing session (ids are the tenant's own:
+  // another tenant's session of the same name is not this one).
   common::StatusOr<DeletedSession> Delete(const std::string& tenant, const std::string& id);
   // The worker died: its sessions become `lost`. Returns their queued jobs,
   // which the caller ends SESSION_LOST.

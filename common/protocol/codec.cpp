@@ -109,7 +109,7 @@ void Describe(V& v, Ref<V, Execute> m) {
   v.Text("tenant", m.tenant, Need::kRequired, kMaxStringBytes);
   v.Text("language", m.language, Need::kRequired, kMaxStringBytes);
   v.Bytes("code", m.code, Need::kRequired, kMaxCodeBytes);
-  v.Text("session_id", m.session_id, Need::kOptional, kMaxIdBytes);
+  v.Text("session_id", m.session_id, Need::kOptional, kMaxSessionKeyBytes);
   v.Uint("session_epoch", m.session_epoch, Need::kOptional);
   v.Uint("session_ttl_ms", m.session_ttl_ms, Need::kOptional);
   v.Text("input_json", m.input_json, Need::kOptional, kMaxInputJsonBytes);
@@ -161,7 +161,7 @@ void Describe(V& v, Ref<V, Cancel> m) {
 
 template <typename V>
 void Describe(V& v, Ref<V, CloseSession> m) {
-  v.Text("session_id", m.session_id, Need::kRequired, kMaxIdBytes);
+  v.Text("session_id", m.session_id, Need::kRequired, kMaxSessionKeyBytes);
 }
 
 template <typename V>

@@ -23,7 +23,9 @@ inline constexpr uint32_t kProtocolVersion = 2;
 // Hard limits, enforced by Decode (and by Encode's callers through config
 // maxima that are always below them).
 inline constexpr size_t kMaxMessageBytes = 64u << 20;  // one frame
-inline constexpr size_t kMaxIdBytes = 128;             // job, worker, session ids
+inline constexpr size_t kMaxIdBytes = 128;             // job and worker ids
+// A session's key: '<tenant>/<id>' (tenant names up to 64 bytes, ids up to 128).
+inline constexpr size_t kMaxSessionKeyBytes = 256;
 inline constexpr size_t kMaxCodeBytes = 4u << 20;
 inline constexpr size_t kMaxInputJsonBytes = 8u << 20;
 inline constexpr size_t kMaxFiles = 256;

@@ -294,13 +294,22 @@ TEST(Scheduling, SessionsOverHttp) {
   EXPECT_EQ(list.body["sessions"][0]["id"], "s-1");
   EXPECT_EQ(list.body["sessions"][0]["execution_count"], 2);
   EXPECT_EQ(list.body["sessions"][0]["worker"], first.body["worker"]);
-  // Another tenant may neither use nor see nor delete it.
-  auto theirs = c->Submit(body, TestCluster::kOtherToken);
-  EXPECT_EQ(theirs.status, 403) << theirs.raw;
-  EXPECT_EQ(theirs.body["error"]["code"], "SESSION_FORBIDDEN");
+  // Another tenant may neither see nor delete it, and its own "s-1" is
+  // another session (ids are per tenant).
   EXPECT_EQ(c->Request("GET", "/v1/sessions", "", TestCluster::kOtherToken).body["sessions"].size(),
             0u);
   EXPECT_EQ(c->Request("DELETE", "/v1/sessions/s-1", "", TestCluster::kOtherToken).status, 404);
+  auto theirs = c->Submit(body, TestCluster::kOtherToken);
+  EXPECT_EQ(theirs.status, 200) << theirs.raw;
+  EXPECT_EQ(theirs.body["status"], "succeeded") << theirs.raw;
+  auto their_list = c->Request("GET", "/v1/sessions", "", TestCluster::kOtherToken, 1);
+  ASSERT_EQ(their_list.body["sessions"].size(), 1u) << their_list.raw;
+  EXPECT_EQ(their_list.body["sessions"][0]["id"], "s-1");
+  EXPECT_EQ(their_list.body["sessions"][0]["execution_count"], 1);
+  EXPECT_EQ(c->Request("DELETE", "/v1/sessions/s-1", "", TestCluster::kOtherToken).status, 200);
+  auto ours = c->Request("GET", "/v1/sessions", "", TestCluster::kToken, 1);
+  ASSERT_EQ(ours.body["sessions"].size(), 1u) << ours.raw;
+  EXPECT_EQ(ours.body["sessions"][0]["execution_count"], 2);
   auto js = body;
   js["language"] = "javascript";
   auto mismatch = c->Submit(js);

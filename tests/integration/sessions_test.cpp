@@ -103,12 +103,24 @@ TEST_F(SessionsTest, SessionsDoNotShareState) {
   json b =
       Run("iso-b", "python", "import os\nprint('secret' in globals(), os.path.exists('mine.txt'))");
   EXPECT_EQ(b["stdout"], "False False\n") << b.dump();
-  // Another tenant cannot use it.
-  HttpReply other =
-      cluster_->Submit({{"language", "python"}, {"code", "print(secret)"}, {"session_id", "iso-a"}},
-                       TestCluster::kOtherToken);
-  EXPECT_EQ(other.status, 403) << other.raw;
-  EXPECT_EQ(other.body["error"]["code"], "SESSION_FORBIDDEN");
+  // Session ids are per tenant: another tenant's "iso-a" is a session of
+  // its own (a fresh interpreter, its own workspace), and this one is intact.
+  HttpReply other = cluster_->Submit(
+      {{"language", "python"},
+       {"code",
+        "import os\nprint('secret' in globals(), os.path.exists('mine.txt'))\nsecret = 'b'"},
+       {"session_id", "iso-a"}},
+      TestCluster::kOtherToken);
+  EXPECT_EQ(other.status, 200) << other.raw;
+  EXPECT_EQ(other.body["status"], "succeeded") << other.raw;
+  EXPECT_EQ(other.body["stdout"], "False False\n") << other.raw;
+  EXPECT_EQ(other.body["session_id"], "iso-a") << other.raw;
+  json a = Run("iso-a", "python", "print(secret, open('mine.txt').read())");
+  EXPECT_EQ(a["stdout"], "a-only a\n") << a.dump();
+  EXPECT_EQ(cluster_->Request("DELETE", "/v1/sessions/iso-a", "", TestCluster::kOtherToken).status,
+            200);
+  json still = Run("iso-a", "python", "print(secret)");
+  EXPECT_EQ(still["stdout"], "a-only\n") << still.dump();
 }
 
 TEST_F(SessionsTest, TimeoutInterruptsAndKeepsACooperativeSession) {

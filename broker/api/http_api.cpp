@@ -5,11 +5,11 @@
 
 #include "broker/api/event_stream.hpp"
 #include "broker/api/sse_events.hpp"
-#include "broker/job/session_key.hpp"
 #include "broker/metrics/broker_metrics.hpp"
 #include "common/clock.hpp"
 #include "common/json/bounded_json.hpp"
 #include "common/log/logging.hpp"
+#include "common/protocol/session_key.hpp"
 
 namespace kiln::broker {
 namespace {
@@ -701,7 +701,8 @@ void HttpApi::DeleteSession(Call& call) {
   }
   // Its sandbox goes now (once a running execution has ended).
   if (!deleted->worker.empty()) {
-    deps_.dispatcher->CloseSession(deleted->worker, SessionKey(call.caller.tenant, sid));
+    deps_.dispatcher->CloseSession(deleted->worker,
+                                   common::protocol::SessionKey(call.caller.tenant, sid));
   }
   call.Reply(200, {{"id", sid}, {"state", "deleted"}, {"cancelled", cancelled}});
 }

@@ -3,10 +3,10 @@
 #include <array>
 #include <utility>
 
-#include "broker/job/session_key.hpp"
 #include "common/audit/sha256.hpp"
 #include "common/base64.hpp"
 #include "common/json/bounded_json.hpp"
+#include "common/protocol/session_key.hpp"
 
 namespace kiln::broker {
 namespace {
@@ -194,7 +194,7 @@ protocol::Execute JobSpec::ToExecute() const {
   e.tenant = tenant;
   e.language = language;
   e.code = code;
-  e.session_id = session_id.empty() ? "" : SessionKey(tenant, session_id);
+  e.session_id = session_id.empty() ? "" : common::protocol::SessionKey(tenant, session_id);
   e.input_json = input_json;
   e.env = env;
   e.files = files;

@@ -1,8 +1,8 @@
 #include "broker/store/schedule_store.hpp"
 
-#include "broker/job/session_key.hpp"
 #include "broker/store/schedule_scripts.hpp"
 #include "common/clock.hpp"
+#include "common/protocol/session_key.hpp"
 
 namespace kiln::broker {
 namespace {
@@ -103,7 +103,7 @@ common::StatusOr<SubmitOutcome> ScheduleStore::Submit(const JobSpec& spec, const
       spec.id,
       spec.tenant,
       spec.language,
-      spec.session_id.empty() ? "" : SessionKey(spec.tenant, spec.session_id),
+      spec.session_id.empty() ? "" : common::protocol::SessionKey(spec.tenant, spec.session_id),
       std::to_string(spec.priority),
       std::to_string(settings_.job_ttl_s),
       Dump(spec.ToJson()),

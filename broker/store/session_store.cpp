@@ -1,7 +1,7 @@
 #include "broker/store/session_store.hpp"
 
-#include "broker/job/session_key.hpp"
 #include "broker/store/schedule_scripts.hpp"
+#include "common/protocol/session_key.hpp"
 
 namespace kiln::broker {
 namespace {
@@ -34,7 +34,7 @@ common::StatusOr<std::vector<SessionInfo>> SessionStore::List(const std::string&
   for (const auto& e : reply->elements) {
     if (e.elements.empty()) continue;
     SessionInfo s;
-    s.id = std::string(SessionIdOf(e.elements[0].str));
+    s.id = std::string(common::protocol::SessionIdOf(e.elements[0].str));
     for (size_t i = 1; i + 1 < e.elements.size(); i += 2) {
       const std::string& k = e.elements[i].str;
       const std::string& v = e.elements[i + 1].str;
@@ -65,7 +65,8 @@ common::StatusOr<std::vector<SessionInfo>> SessionStore::List(const std::string&
 common::StatusOr<DeletedSession> SessionStore::Delete(const std::string& tenant,
                                                       const std::string& id) {
   auto conn = pool_->Acquire();
-  auto reply = conn->Eval(scripts::DeleteSession(), {tenant, SessionKey(tenant, id)});
+  auto reply =
+      conn->Eval(scripts::DeleteSession(), {tenant, common::protocol::SessionKey(tenant, id)});
   if (!reply.ok()) return reply.status().WithContext("deleting session " + id);
   const auto& e = reply->elements;
   if (e.empty() || e[0].str != "deleted") {

@@ -5,12 +5,15 @@
 #include <thread>
 
 #include "common/log/logging.hpp"
+#include "common/protocol/session_key.hpp"
 #include "worker/executor/output_pump.hpp"
 #include "worker/executor/session_runner.hpp"
 #include "worker/metrics/worker_metrics.hpp"
 #include "worker/sandbox/cgroups.hpp"
 
 namespace kiln::worker {
+
+using common::protocol::SessionIdOf;
 namespace {
 
 const common::SubsystemLog kJobsLog("jobs");
@@ -124,9 +127,10 @@ void Executor::RunSession(const protocol::Execute& job, const RunOptions& opts, 
   // until its next execution (session_runner.hpp).
   bool destroy = run.destroy || !FreezeBetweenExecutions(*lease->session);
   if (destroy) {
-    kSessionsLog.Info({.job = job.job_id, .session = job.session_id, .tenant = job.tenant},
-                      "session sandbox destroyed after the execution ({})",
-                      run.destroy ? reason : std::string("it could not be frozen"));
+    kSessionsLog.Info(
+        {.job = job.job_id, .session = SessionIdOf(job.session_id), .tenant = job.tenant},
+        "session sandbox destroyed after the execution ({})",
+        run.destroy ? reason : std::string("it could not be frozen"));
   }
   size_t reclaimed = sessions_.Release(lease->session, destroy);
   if (metrics_) {

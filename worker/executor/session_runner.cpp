@@ -9,9 +9,12 @@
 
 #include "common/clock.hpp"
 #include "common/log/logging.hpp"
+#include "common/protocol/session_key.hpp"
 #include "worker/executor/output_pump.hpp"
 
 namespace kiln::worker {
+
+using common::protocol::SessionIdOf;
 namespace {
 
 const common::SubsystemLog kLog("sessions");
@@ -245,7 +248,7 @@ SessionRun RunSessionExecution(const protocol::Execute& job, SessionSandbox& s,
                      &result);
     }
   }
-  kLog.Debug({.job = job.job_id, .session = s.id, .tenant = job.tenant},
+  kLog.Debug({.job = job.job_id, .session = SessionIdOf(s.id), .tenant = job.tenant},
              "execution done: {:.2f} ms{}", result.duration_ms,
              run.destroy ? " (sandbox destroyed)" : "");
   FitToWire(&result);

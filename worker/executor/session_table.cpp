@@ -5,8 +5,11 @@
 #include <vector>
 
 #include "common/log/logging.hpp"
+#include "common/protocol/session_key.hpp"
 
 namespace kiln::worker {
+
+using common::protocol::SessionIdOf;
 namespace {
 
 const common::SubsystemLog kLog("sessions");
@@ -134,7 +137,7 @@ size_t SessionTable::Release(const std::shared_ptr<SessionSandbox>& session, boo
   }
   released_.notify_all();
   for (const auto& s : reclaimed) {
-    kLog.Info({.session = s->id, .tenant = s->tenant},
+    kLog.Info({.session = SessionIdOf(s->id), .tenant = s->tenant},
               "idle session reclaimed: idle sessions over their memory budget ({} MiB held)",
               s->idle_bytes >> 20);
   }
@@ -192,7 +195,7 @@ void SessionTable::Close(const std::string& id) {
     doomed = std::move(it->second);
     sessions_.erase(it);
   }
-  kLog.Info({.session = id}, "session closed");
+  kLog.Info({.session = SessionIdOf(id), .tenant = doomed->tenant}, "session closed");
 }
 
 size_t SessionTable::ExpireIdle(std::chrono::steady_clock::time_point now) {
@@ -203,7 +206,8 @@ size_t SessionTable::ExpireIdle(std::chrono::steady_clock::time_point now) {
       const auto& s = it->second;
       auto ttl = std::chrono::milliseconds(s->ttl_ms) + kTtlMargin;
       if (!s->busy && s->ttl_ms > 0 && now - s->last_used > ttl) {
-        kLog.Info({.session = s->id}, "session idle for its TTL: destroying its sandbox");
+        kLog.Info({.session = SessionIdOf(s->id), .tenant = s->tenant},
+                  "session idle for its TTL: destroying its sandbox");
         doomed.push_back(std::move(it->second));
         it = sessions_.erase(it);
       } else {

@@ -327,14 +327,23 @@ TEST_F(ScheduleStoreTest, SessionWaitsForItsBusyWorkerWithoutBlockingItsTenant) 
   EXPECT_NE((*started)[0].worker, s.worker);
 }
 
-TEST_F(ScheduleStoreTest, SessionOwnershipAndLanguageAreChecked) {
+TEST_F(ScheduleStoreTest, SessionIdsArePerTenantAndLanguageIsChecked) {
   std::vector<WorkerSlots> w = {Worker("a", 4)};
   Submit(Spec("t", "s1"), w);
-  EXPECT_EQ(SubmitError(Spec("other", "s1"), w).code(), common::Code::kSessionForbidden);
   EXPECT_EQ(SubmitError(Spec("t", "s1", "shell"), w).code(),
             common::Code::kSessionLanguageMismatch);
-  auto theirs = sessions_->Delete("other", "s1");
-  EXPECT_EQ(theirs.status().code(), common::Code::kSessionNotFound);
+  // Another tenant's "s1" is a session of its own, in another language even.
+  EXPECT_TRUE(SubmitError(Spec("other", "s1", "shell"), w).ok());
+  auto mine = sessions_->List("other", "");
+  ASSERT_TRUE(mine.ok());
+  ASSERT_EQ(mine->size(), 1u);
+  EXPECT_EQ((*mine)[0].id, "s1");
+  EXPECT_EQ((*mine)[0].language, "shell");
+  EXPECT_TRUE(sessions_->Delete("other", "s1").ok());
+  EXPECT_EQ(sessions_->Delete("other", "s1").status().code(), common::Code::kSessionNotFound);
+  // Ours is untouched.
+  EXPECT_EQ(SubmitError(Spec("t", "s1", "shell"), w).code(),
+            common::Code::kSessionLanguageMismatch);
   // Per-tenant session cap.
   TenantQuota quota{100, 1};
   EXPECT_EQ(SubmitError(Spec("t", "s2"), w, quota).code(), common::Code::kSessionBusyLimit);

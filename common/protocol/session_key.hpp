@@ -7,13 +7,15 @@
 //
 //   SessionKey("acme", "main") == "acme/main";  SessionIdOf("acme/main") == "main"
 //
-// Callers: the stores (Redis arguments), JobSpec::ToExecute, the session API.
+// Part of the worker protocol (docs/protocol.md, `session_id`). Callers: the
+// broker's stores (Redis arguments), JobSpec::ToExecute and session API; the
+// worker's logs (which name the tenant's id, as the broker's do).
 #pragma once
 
 #include <string>
 #include <string_view>
 
-namespace kiln::broker {
+namespace kiln::common::protocol {
 
 inline std::string SessionKey(std::string_view tenant, std::string_view id) {
   std::string key;
@@ -27,4 +29,4 @@ inline std::string_view SessionIdOf(std::string_view key) {
   return slash == std::string_view::npos ? key : key.substr(slash + 1);
 }
 
-}  // namespace kiln::broker
+}  // namespace kiln::common::protocol

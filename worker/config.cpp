@@ -73,6 +73,7 @@ common::StatusOr<WorkerConfig> LoadWorkerConfig(const std::string& file) {
   s.Get("uid_base", &sb.uid_base, 1000, 0xFFFF0000u);
   s.Get("uid_count", &sb.uid_count, 1, 1u << 20);
   s.Get("uid_lock_dir", &sb.uid_lock_dir);
+  s.Get("init_path", &sb.init_path);
   s.Get("ro_binds", &sb.ro_binds);
   uint64_t workspace_mb = sb.workspace_bytes >> 20, tmp_mb = sb.tmp_bytes >> 20;
   s.Get("workspace_mb", &workspace_mb, 1, 1u << 20);

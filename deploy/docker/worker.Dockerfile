@@ -57,8 +57,8 @@ COPY broker broker
 COPY worker worker
 COPY cli cli
 RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=OFF \
- && cmake --build /build --target kiln-worker \
- && strip /build/bin/kiln-worker
+ && cmake --build /build --target kiln-worker kiln-init \
+ && strip /build/bin/kiln-worker /build/bin/kiln-init
 
 FROM debian:12-slim
 # The worker's shared libraries (ldd) and the interpreters at the paths of
@@ -69,7 +69,7 @@ RUN apt-get update \
       libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libcivetweb1 \
       python3 nodejs ca-certificates \
  && rm -rf /var/lib/apt/lists/*
-COPY --from=build /build/bin/kiln-worker /usr/local/bin/
+COPY --from=build /build/bin/kiln-worker /build/bin/kiln-init /usr/local/bin/
 COPY deploy/docker/worker-entrypoint.sh /usr/local/bin/kiln-worker-entrypoint
 # Root, on purpose: see above. Workspaces live under /run/kiln/<worker id>.
 USER 0:0

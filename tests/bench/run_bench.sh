@@ -27,7 +27,8 @@ usage() {
   echo "       --warm N (warm sandboxes per runtime per worker, default $WARM),"
   echo "       --brokers N (brokers sharing the Redis, default $BROKERS), --no-build,"
   echo "       --only RUN,... (just these runs, e.g. python-paced,shell-c1),"
-  echo "       --worker-bin PATH (this kiln-worker instead of the built one: A/B against a saved binary),"
+  echo "       --worker-bin PATH (this kiln-worker instead of the built one: A/B against a saved binary;"
+  echo "         it runs the kiln-init found next to it, so copy both),"
   echo "       --cpu-weight (cgroup v1 hosts: the cluster and its sandboxes run in a cpu cgroup"
   echo "       weighted 256x the default, so other load on a shared host yields to them)"
 }

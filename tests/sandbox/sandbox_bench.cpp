@@ -75,6 +75,7 @@ bool Sandboxed(Sandbox& sb, const std::vector<std::string>& args, double* total,
 int main(int argc, char** argv) {
   int runs = argc > 1 ? std::atoi(argv[1]) : 30;
   SandboxConfig config;
+  config.init_path = KILN_BINARY_DIR "/bin/kiln-init";
   config.state_dir = "/tmp/kiln-sandbox-bench";
   config.cgroup_prefix = "kiln-bench";
   config.cgroup_mode = argc > 2 ? argv[2] : "auto";

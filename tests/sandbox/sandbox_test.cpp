@@ -94,6 +94,7 @@ class SandboxTest : public ::testing::TestWithParam<std::string> {
  protected:
   static SandboxConfig ConfigFor(const std::string& mode) {
     SandboxConfig c;
+    c.init_path = KILN_BINARY_DIR "/bin/kiln-init";
     c.state_dir = "/tmp/kiln-sandbox-test-" + mode;
     c.cgroup_mode = mode;
     c.cgroup_prefix = "kiln-test-" + mode;
@@ -293,6 +294,7 @@ TEST_P(SandboxTest, FilesystemViewIsMinimal) {
          "', '/etc/ssl/private']:\n"
          "  print(p, os.path.exists(p))\n"
          "print('pid1', open('/proc/1/cmdline').read().split('\\0')[0])\n"
+         "print('self', os.getpid(), os.getppid(), open('/proc/self/cmdline').read().split('\\0')[0])\n"
          "print('environ', open('/proc/1/environ').read().replace('\\0', ' '))\n"
          "print('passwd', open('/etc/passwd').read().count('\\n'))\n");
   EXPECT_EXIT0(r);
@@ -303,8 +305,10 @@ TEST_P(SandboxTest, FilesystemViewIsMinimal) {
       HasSubstr(
           "['fd', 'null', 'random', 'shm', 'stderr', 'stdin', 'stdout', 'urandom', 'zero']\n"));
   EXPECT_THAT(r.out, Not(HasSubstr(" True")));
-  // pid 1 is the sandboxed program itself, with only its own environment.
-  EXPECT_THAT(r.out, HasSubstr("pid1 /usr/bin/python3\n"));
+  // pid 1 is kiln-init (worker/init), the program its child; both with only
+  // the job's environment.
+  EXPECT_THAT(r.out, HasSubstr("pid1 /etc/kiln-init\n"));
+  EXPECT_THAT(r.out, HasSubstr("self 2 1 /usr/bin/python3\n"));
   EXPECT_THAT(r.out, HasSubstr("environ PATH=/usr/bin:/bin LANG=C.UTF-8 \n"));
   EXPECT_THAT(r.out, HasSubstr("passwd 3\n"));
 }
@@ -580,20 +584,61 @@ TEST_P(SandboxTest, DaemonsDieWhenPid1Exits) {
   EXPECT_TRUE(ProcessesWithUid(uid).empty());
 }
 
+// kiln-init as pid 1: the program is an ordinary process (it can signal
+// itself), SIGTERM to pid 1 reaches the program, and orphans are reaped.
+TEST_P(SandboxTest, TheProgramIsAnOrdinaryProcessUnderKilnInit) {
+  RunResult self = Py("import os\nprint('before', flush=True)\nos.kill(os.getpid(), 9)\n"
+                      "print('after')\n");
+  EXPECT_EQ(self.out, "before\n");
+  EXPECT_EQ(self.status.signal, std::optional<int>(SIGKILL));
+  EXPECT_FALSE(self.status.seccomp_killed);
+
+  RunResult exit_code = Py("import sys\nsys.exit(7)\n");
+  EXPECT_EQ(exit_code.status.exit_code, std::optional<int>(7));
+
+  RunResult term =
+      Py("import os, signal, subprocess, time\n"
+         "signal.signal(signal.SIGTERM, lambda *a: (print('got SIGTERM', flush=True), "
+         "os._exit(3)))\n"
+         "subprocess.run(['/bin/kill', '-TERM', '1'])\n"
+         "time.sleep(5)\nprint('not forwarded')\n");
+  EXPECT_EQ(term.out, "got SIGTERM\n");
+  EXPECT_EQ(term.status.exit_code, std::optional<int>(3));
+
+  // An orphan (its parent exits at once) ends and is reaped by pid 1: no
+  // zombie is left in the namespace.
+  RunResult orphan =
+      Py("import os, time\n"
+         "pid = os.fork()\n"
+         "if pid == 0:\n"
+         "  if os.fork() == 0:\n"
+         "    time.sleep(0.2); os._exit(0)\n"
+         "  os._exit(0)\n"
+         "os.waitpid(pid, 0)\n"
+         "time.sleep(1)\n"
+         "states = [open('/proc/%s/stat' % p).read().split(')')[1].split()[0]\n"
+         "          for p in os.listdir('/proc') if p.isdigit()]\n"
+         "print(sorted(states))\n");
+  EXPECT_EXIT0(orphan);
+  EXPECT_THAT(orphan.out, Not(HasSubstr("'Z'"))) << orphan.out;
+}
+
 TEST_P(SandboxTest, KillMinusOneDoesNotReachTheHost) {
   pid_t sentinel;
   const char* argv[] = {"/bin/sleep", "30", nullptr};
   char* envp[] = {nullptr};
   ASSERT_EQ(::posix_spawn(&sentinel, argv[0], nullptr, nullptr, const_cast<char**>(argv), envp), 0);
-  // pid 1 itself is exempt from kill(-1); a child does it, as root would try to.
+  // kill(-1) reaches every process of the namespace but its init and the
+  // caller: the program itself (kiln-init's child) and its other children.
   RunResult r =
       Py("import os, signal, subprocess, time\n"
          "s = subprocess.Popen(['/bin/sleep', '30'])\n"
+         "print('ready', flush=True)\n"
          "if os.fork() == 0:\n"
          "  os.kill(-1, signal.SIGKILL); os._exit(0)\n"
-         "s.wait(); print('sibling', s.returncode)\n");
-  EXPECT_THAT(r.out, HasSubstr("sibling -9\n"));  // inside its own namespace it works
-  EXPECT_EXIT0(r);
+         "s.wait(); print('survived', s.returncode)\n");
+  EXPECT_EQ(r.out, "ready\n");  // inside its own namespace it works
+  EXPECT_EQ(r.status.signal, std::optional<int>(SIGKILL)) << r.out << r.err;
   EXPECT_EQ(::kill(sentinel, 0), 0) << "the host process was killed from inside the sandbox";
   ::kill(sentinel, SIGKILL);
   ::waitpid(sentinel, nullptr, 0);
@@ -1069,6 +1114,7 @@ TEST(SandboxChild, HoldsOnlyThePlanDescriptorsFromItsFirstStep) {
 
 TEST(SandboxCreate, RejectsUnknownRelaxedLayerAndBadConfig) {
   SandboxConfig c;
+  c.init_path = KILN_BINARY_DIR "/bin/kiln-init";
   c.state_dir = "/tmp/kiln-sandbox-test-create";
   c.relaxed_layers = {"bogus"};
   auto sb = Sandbox::Create(c);
@@ -1086,6 +1132,7 @@ TEST(SandboxCreate, MissingCgroupV2NamesTheLayerUnlessRelaxed) {
   auto v2 = CreateCgroupV2(CgroupOptions{.mode = "v2", .prefix = "kiln-test-probe"});
   if (v2.ok()) GTEST_SKIP() << "this host has a full cgroup v2 hierarchy";
   SandboxConfig c;
+  c.init_path = KILN_BINARY_DIR "/bin/kiln-init";
   c.state_dir = "/tmp/kiln-sandbox-test-relax";
   c.cgroup_prefix = "kiln-test-relax";
   c.cgroup_mode = "v2";
@@ -1110,6 +1157,7 @@ TEST(SandboxCreate, MissingCgroupV2NamesTheLayerUnlessRelaxed) {
 TEST(SandboxUids, AUidIsLockedAcrossWorkersOnTheHost) {
   auto config = [](const std::string& name) {
     SandboxConfig c;
+    c.init_path = KILN_BINARY_DIR "/bin/kiln-init";
     c.state_dir = "/tmp/kiln-sandbox-test-" + name;
     c.cgroup_prefix = "kiln-test-" + name;
     c.uid_base = 325000;
@@ -1145,6 +1193,7 @@ TEST(SandboxUids, AUidIsLockedAcrossWorkersOnTheHost) {
 // clone()d children inherit it.
 TEST(SandboxCreate, RelaxedNetNsKeepsTheNamespaceWhenOnlyLoopbackFails) {
   SandboxConfig c;
+  c.init_path = KILN_BINARY_DIR "/bin/kiln-init";
   c.state_dir = "/tmp/kiln-sandbox-test-nolo";
   c.cgroup_prefix = "kiln-test-nolo";
   c.uid_base = 326000;
@@ -1215,6 +1264,7 @@ TEST(SandboxCreate, RelaxedNetNsKeepsTheNamespaceWhenOnlyLoopbackFails) {
 
 TEST(SandboxCreate, CleansUpStaleLeftovers) {
   SandboxConfig c;
+  c.init_path = KILN_BINARY_DIR "/bin/kiln-init";
   c.state_dir = "/tmp/kiln-sandbox-test-stale";
   c.cgroup_prefix = "kiln-test-stale";
   c.cgroup_mode = "v1";

@@ -25,6 +25,7 @@ class WarmPoolTest : public ::testing::Test {
  protected:
   void SetUp() override {
     sandbox::SandboxConfig c;
+    c.init_path = KILN_BINARY_DIR "/bin/kiln-init";
     c.state_dir = "/tmp/kiln-sandbox-test-pool";
     c.cgroup_prefix = "kiln-test-pool";
     c.uid_base = 324000;

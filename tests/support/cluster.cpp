@@ -126,6 +126,34 @@ RedisValue ConnectionError(const std::string& what) {
   return v;
 }
 
+// A worker killed inside the few milliseconds in which it stops a session
+// on cgroup v1 (freezer frozen, SIGSTOP to each process, thawed) leaves that
+// sandbox frozen, and a frozen task dies of its pending SIGKILL only once
+// thawed. A worker restarted with the same cgroup_prefix thaws it
+// (CleanupStale); each test cluster has a prefix of its own, so it thaws
+// its own leftovers when it stops, before they can outlive it and be
+// counted by a later test.
+void ThawLeftoverSandboxes(const std::string& prefix) {
+  const std::string root = "/sys/fs/cgroup/freezer";
+  DIR* top = ::opendir(root.c_str());
+  if (top == nullptr) return;
+  while (dirent* e = ::readdir(top)) {
+    std::string name = e->d_name;
+    if (name.rfind(prefix, 0) != 0) continue;
+    DIR* worker = ::opendir((root + "/" + name).c_str());
+    if (worker == nullptr) continue;
+    while (dirent* s = ::readdir(worker)) {
+      if (s->d_name[0] == '.') continue;
+      FILE* f = ::fopen((root + "/" + name + "/" + s->d_name + "/freezer.state").c_str(), "w");
+      if (f == nullptr) continue;
+      ::fputs("THAWED", f);
+      ::fclose(f);
+    }
+    ::closedir(worker);
+  }
+  ::closedir(top);
+}
+
 }  // namespace
 
 std::unique_ptr<TestCluster> TestCluster::Start(const ClusterOptions& options) {
@@ -255,6 +283,7 @@ void TestCluster::StartWorker(int i) {
 
 TestCluster::~TestCluster() {
   for (auto& w : workers_) w.Stop();
+  ThawLeftoverSandboxes("kiln-it-" + dir_.substr(dir_.rfind('-') + 1) + "-w");
   for (auto& b : brokers_) b.Stop();
   redis_.Stop();
   if (getenv("KILN_KEEP_TEST_DIR") == nullptr) RemoveTree(dir_);

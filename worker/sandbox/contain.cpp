@@ -37,8 +37,9 @@ int CloseInherited(ChildPlan& p, const char**) {
     if (n == kMaxKeptFds) return EMFILE;
     keep[n++] = p.cgroup_fds[i];
   }
-  if (n == kMaxKeptFds) return EMFILE;
+  if (n + 2 > kMaxKeptFds) return EMFILE;
   keep[n++] = p.notify_sock;
+  keep[n++] = p.status_fd;
   return CloseAllFdsExcept(keep, n);
 }
 
@@ -76,8 +77,8 @@ int TimeNs(ChildPlan& p, const char**) { return p.time_ns ? EnterTimeNamespaceFr
 
 int Rlimits(ChildPlan& p, const char**) { return ApplyRlimits(p.rlimits); }
 
-// fds 0-3 from the plan, the listener socket (close-on-exec) as fd 4, and
-// nothing else.
+// fds 0-3 from the plan, the listener socket (close-on-exec) as fd 4,
+// kiln-init's status pipe as fd 5 (kept across exec), and nothing else.
 int Descriptors(ChildPlan& p, const char** detail) {
   int tmp[4];
   for (int i = 0; i < 4; ++i) {
@@ -86,10 +87,14 @@ int Descriptors(ChildPlan& p, const char** detail) {
     tmp[i] = ::fcntl(p.fds[i], F_DUPFD_CLOEXEC, 16);
     if (tmp[i] < 0) return errno;
   }
-  int notify = -1;
+  int notify = -1, status = -1;
   if (p.notify_sock >= 0) {
     notify = ::fcntl(p.notify_sock, F_DUPFD_CLOEXEC, 16);
     if (notify < 0) return errno;
+  }
+  if (p.status_fd >= 0) {
+    status = ::fcntl(p.status_fd, F_DUPFD_CLOEXEC, 16);
+    if (status < 0) return errno;
   }
   for (int i = 0; i < 4; ++i) {
     if (tmp[i] >= 0) {
@@ -114,14 +119,21 @@ int Descriptors(ChildPlan& p, const char** detail) {
       ::close(i);
     }
   }
-  int first_closed = 4;
   if (notify >= 0) {
     *detail = "listener socket";
     if (::dup3(notify, 4, O_CLOEXEC) < 0) return errno;
     p.notify_sock = 4;
-    first_closed = 5;
+  } else {
+    ::close(4);
   }
-  return ::syscall(SYS_close_range, first_closed, ~0u, 0) == 0 ? 0 : errno;
+  if (status >= 0) {
+    *detail = "kiln-init status pipe";
+    if (::dup2(status, 5) < 0) return errno;  // no O_CLOEXEC: kiln-init keeps it
+    p.status_fd = 5;
+  } else {
+    ::close(5);
+  }
+  return ::syscall(SYS_close_range, 6, ~0u, 0) == 0 ? 0 : errno;
 }
 
 int Credentials(ChildPlan& p, const char**) { return DropToUser(p.uid, p.gid); }

@@ -50,6 +50,8 @@ struct ChildPlan {
   // first one's user-notification listener is sent to the worker over
   // notify_sock (a unix datagram socket), then closed in the child.
   int notify_sock = -1;
+  // kiln-init's status pipe: becomes fd 5, kept across the exec into it.
+  int status_fd = -1;
   const sock_filter* seccomp_filters[2] = {nullptr, nullptr};
   unsigned short seccomp_lens[2] = {0, 0};
   const char* const* argv = nullptr;

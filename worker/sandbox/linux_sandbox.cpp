@@ -6,6 +6,7 @@
 // by itself, so the parent needs no sync pipe; clone() returns once the child
 // has exec'd (the program is running) or failed (the plan says where).
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/resource.h>
@@ -18,7 +19,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <mutex>
 
 #include "worker/sandbox/cgroups.hpp"
@@ -138,6 +142,28 @@ StatusOr<UniqueFd> ReceiveFd(int sock) {
   return UniqueFd(fd);
 }
 
+// config.init_path, or kiln-init next to the running executable; a regular,
+// executable file.
+StatusOr<std::string> ResolveInitPath(const std::string& configured) {
+  std::string path = configured;
+  if (path.empty()) {
+    char exe[PATH_MAX];
+    ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return common::ErrnoStatus("readlink /proc/self/exe", errno);
+    exe[n] = '\0';
+    std::string dir(exe);
+    path = dir.substr(0, dir.rfind('/')) + "/kiln-init";
+  }
+  struct stat st;
+  if (path[0] != '/' || ::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+      ::access(path.c_str(), X_OK) != 0) {
+    return common::Unavailable("the sandbox's pid 1, '" + path +
+                               "', is missing or not executable (build the kiln-init target, or "
+                               "set sandbox.init_path)");
+  }
+  return path;
+}
+
 int PidfdSendSignal(int pidfd, int sig) {
   return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
 }
@@ -163,6 +189,17 @@ class LinuxSandboxProcess final : public SandboxProcess {
 
   Status Start(SpawnSpec& spec) {
     const SandboxConfig& cfg = shared_->config;
+    // The sandbox sees the host's /usr, /bin and /lib: a program missing
+    // there is missing inside (kiln-init reports any other failure later).
+    program_ = spec.argv.empty() ? "" : spec.argv[0];
+    if (program_.empty() || program_[0] != '/' || ::access(program_.c_str(), X_OK) != 0) {
+      int err = program_.empty() || program_[0] != '/' ? EINVAL : errno;
+      failed_step_ = "execve";
+      return Status(err == ENOENT || err == EACCES ? common::Code::kRuntimeUnavailable
+                                                   : common::Code::kInternal,
+                    "sandbox setup failed at step 'execve' on " + program_ + ": " +
+                        std::strerror(err));
+    }
     RETURN_IF_ERROR(
         MountWorkspace(workspace_, cfg.workspace_bytes, uid_, uid_).WithContext("workspace"));
     workspace_mounted_ = true;
@@ -172,7 +209,8 @@ class LinuxSandboxProcess final : public SandboxProcess {
       for (const UniqueFd& fd : cgroup_->join_fds()) cg_fds.push_back(fd.get());
     }
     MountPlan mounts = BuildMountPlan(shared_->layout, {workspace_, cfg.tmp_bytes, uid_, uid_});
-    std::vector<const char*> argv, envp;
+    // pid 1 is kiln-init (worker/init), which runs the program as its child.
+    std::vector<const char*> argv = {kSandboxInitPath}, envp;
     for (const std::string& a : spec.argv) argv.push_back(a.c_str());
     argv.push_back(nullptr);
     for (const std::string& e : spec.env) envp.push_back(e.c_str());
@@ -209,6 +247,16 @@ class LinuxSandboxProcess final : public SandboxProcess {
     plan.argv = argv.data();
     plan.envp = envp.data();
 
+    UniqueFd status_ours, status_theirs;  // kiln-init's reports (worker/init/main.cpp)
+    {
+      int p[2];
+      if (::pipe2(p, O_CLOEXEC) != 0) return common::ErrnoStatus("pipe for kiln-init", errno);
+      // Read without waiting: reports are complete once written (5 bytes).
+      ::fcntl(p[0], F_SETFL, O_NONBLOCK);
+      status_ours.Reset(p[0]);
+      status_theirs.Reset(p[1]);
+      plan.status_fd = p[1];
+    }
     UniqueFd listener_ours, listener_theirs;
     if (plan.seccomp) {
       int sv[2];
@@ -226,6 +274,7 @@ class LinuxSandboxProcess final : public SandboxProcess {
     pid_ = pid;
     pidfd_.Reset(pidfd);
     listener_theirs.Reset();
+    status_theirs.Reset();
     if (plan.failed_step != nullptr) {
       (void)Wait();
       std::string what = std::string("sandbox setup failed at step '") + plan.failed_step + "'";
@@ -249,6 +298,7 @@ class LinuxSandboxProcess final : public SandboxProcess {
         return st;
       }
     }
+    status_ = std::move(status_ours);
     return Status::Ok();
   }
 
@@ -269,7 +319,18 @@ class LinuxSandboxProcess final : public SandboxProcess {
   Status SetLimits(const SandboxLimits& limits) override {
     if (reaped_) return common::InvalidRequest("the sandbox has already exited");
     if (cgroup_) RETURN_IF_ERROR(cgroup_->SetLimits(limits));
-    return ApplyJobRlimits(pid_, uid_, uid_, limits);
+    // On the program itself: it was forked before the limits were known.
+    pid_t program = ProgramPid();
+    ReadReports();
+    if (exec_errno_ != 0) {
+      return Status(exec_errno_ == ENOENT || exec_errno_ == EACCES
+                        ? common::Code::kRuntimeUnavailable
+                        : common::Code::kInternal,
+                    "sandbox setup failed at step 'execve' on " + program_ + ": " +
+                        std::strerror(exec_errno_));
+    }
+    if (program <= 0) return Status::Ok();  // it has already ended: nothing left to limit
+    return ApplyJobRlimits(program, uid_, uid_, limits);
   }
 
   Status AddFiles(const std::vector<common::protocol::FileEntry>& files) override {
@@ -341,6 +402,18 @@ class LinuxSandboxProcess final : public SandboxProcess {
     } else {
       st.signal = info.si_status;
     }
+    // The program's own end, as kiln-init saw it (absent when pid 1 itself
+    // was killed: a timeout, a cancel, a violation, the OOM killer).
+    ReadReports();
+    if (program_status_) {
+      st.exit_code.reset();
+      st.signal.reset();
+      if (WIFEXITED(*program_status_)) {
+        st.exit_code = WEXITSTATUS(*program_status_);
+      } else if (WIFSIGNALED(*program_status_)) {
+        st.signal = WTERMSIG(*program_status_);
+      }
+    }
     st.cpu_ms = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
                 (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
     st.max_rss_kb = static_cast<uint64_t>(ru.ru_maxrss);
@@ -374,6 +447,42 @@ class LinuxSandboxProcess final : public SandboxProcess {
   std::string failed_step_;
   std::atomic<bool> frozen_{false};                     // Kill() may come from another thread
   std::unique_ptr<ViolationWatcher::Watch> violation_;  // dropped before shared_
+  UniqueFd status_;     // kiln-init's reports (worker/init/main.cpp), non-blocking
+  pid_t job_pid_ = -1;  // the program (kiln-init's child), as the host sees it
+  std::string program_;
+  int exec_errno_ = 0;                 // kiln-init could not execute the program
+  std::optional<int> program_status_;  // the program's wait status, once it ended
+
+  // Takes kiln-init's reports written so far: "E" + errno, "X" + status.
+  void ReadReports() {
+    char rec[5];
+    while (status_.valid() && ::read(status_.get(), rec, sizeof rec) == sizeof rec) {
+      int value;
+      std::memcpy(&value, rec + 1, sizeof value);
+      if (rec[0] == 'E') exec_errno_ = value;
+      if (rec[0] == 'X') program_status_ = value;
+    }
+  }
+
+  // The program's host pid: kiln-init forks it as soon as it starts, so it
+  // is init's child (the first; orphans join later). A fresh spawn may not
+  // have forked yet: wait for it, up to kProgramWaitMs. -1 once pid 1 has
+  // ended.
+  pid_t ProgramPid() {
+    if (job_pid_ > 0) return job_pid_;
+    const std::string children =
+        "/proc/" + std::to_string(pid_) + "/task/" + std::to_string(pid_) + "/children";
+    for (int waited = 0; waited < kProgramWaitMs; ++waited) {
+      auto list = ReadFileString(children);
+      if (!list.ok()) return -1;
+      pid_t pid = static_cast<pid_t>(std::atoi(list->c_str()));
+      if (pid > 0) return job_pid_ = pid;
+      pollfd pfd{pidfd_.get(), POLLIN, 0};
+      if (::poll(&pfd, 1, 1) != 0) return -1;  // pid 1 has ended
+    }
+    return -1;
+  }
+  static constexpr int kProgramWaitMs = 5000;
 };
 
 class LinuxSandbox final : public Sandbox {
@@ -518,6 +627,7 @@ StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxConfig& config) 
     RETURN_IF_ERROR(missing("filesystem", layout.status().message()));
   } else {
     shared->layout = std::move(*layout);
+    ASSIGN_OR_RETURN(shared->layout.init_host_path, ResolveInitPath(config.init_path));
   }
 
   // Leftovers of an earlier worker with the same state_dir and prefix.

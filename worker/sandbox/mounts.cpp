@@ -182,6 +182,13 @@ MountPlan BuildMountPlan(const FilesystemLayout& layout, const SpawnMounts& spaw
        .source = "kiln\n",
        .target = at("/etc/hostname"),
        .mode = 0644});
+  if (!layout.init_host_path.empty()) {
+    // Its own read-only bind: executable, unlike the rest of /etc's files.
+    const char* init = at(kSandboxInitPath);
+    add({.kind = MountOpKind::kTouch, .target = init, .mode = 0755});
+    add({.kind = MountOpKind::kBind, .source = plan.Keep(layout.init_host_path), .target = init});
+    add({.kind = MountOpKind::kRemount, .target = init, .flags = kRoBind});
+  }
 
   // /workspace: the host's tmpfs (its nosuid,nodev flags carry over to the bind).
   add({.kind = MountOpKind::kMkdir, .target = at("/workspace"), .mode = 0755});

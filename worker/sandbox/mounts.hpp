@@ -67,7 +67,10 @@ struct HostEntry {
 struct FilesystemLayout {
   std::string root_dir;            // mount point of the new root: <state_dir>/root
   std::vector<HostEntry> entries;  // system dirs, /etc pieces, ro_binds, in order
+  std::string init_host_path;      // bound read-only (exec allowed) at kSandboxInitPath
 };
+// Where the sandbox's pid 1 (kiln-init) appears inside every sandbox.
+inline constexpr const char* kSandboxInitPath = "/etc/kiln-init";
 common::StatusOr<FilesystemLayout> ProbeFilesystemLayout(const std::string& state_dir,
                                                          const std::vector<std::string>& ro_binds);
 

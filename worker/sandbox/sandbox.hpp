@@ -52,6 +52,9 @@ struct SandboxConfig {
   // workers (or clusters) on one host whose ranges overlap never run two
   // sandboxes as one uid. Every worker on a host must use the same folder.
   std::string uid_lock_dir = "/run/kiln-uids";
+  // The sandbox's pid 1 (worker/init); empty: kiln-init next to the running
+  // executable (/proc/self/exe).
+  std::string init_path;
   std::vector<std::string> ro_binds;  // extra host paths bound read-only
   uint64_t workspace_bytes = 64ull << 20;
   uint64_t tmp_bytes = 64ull << 20;

@@ -971,8 +971,9 @@ echo shell ok
 // The job's program is not its namespace's init (kiln-init is): a signal it
 // sends itself works like anywhere else, instead of being dropped.
 TEST_P(EscapeTest, AJobCanKillItself) {
-  auto r = Run("python", "import os\nprint('before', flush=True)\nos.kill(os.getpid(), 9)\n"
-                         "print('after')\n");
+  auto r = Run("python",
+               "import os\nprint('before', flush=True)\nos.kill(os.getpid(), 9)\n"
+               "print('after')\n");
   EXPECT_EQ(r.value("status", ""), "failed") << r.dump();
   EXPECT_EQ(r.value("signal", json(nullptr)), kSIGKILL) << r.dump();
   EXPECT_EQ(r.value("stdout", ""), "before\n") << r.dump();

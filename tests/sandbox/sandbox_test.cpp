@@ -294,7 +294,8 @@ TEST_P(SandboxTest, FilesystemViewIsMinimal) {
          "', '/etc/ssl/private']:\n"
          "  print(p, os.path.exists(p))\n"
          "print('pid1', open('/proc/1/cmdline').read().split('\\0')[0])\n"
-         "print('self', os.getpid(), os.getppid(), open('/proc/self/cmdline').read().split('\\0')[0])\n"
+         "print('self', os.getpid(), os.getppid(), "
+         "open('/proc/self/cmdline').read().split('\\0')[0])\n"
          "print('environ', open('/proc/1/environ').read().replace('\\0', ' '))\n"
          "print('passwd', open('/etc/passwd').read().count('\\n'))\n");
   EXPECT_EXIT0(r);
@@ -587,8 +588,9 @@ TEST_P(SandboxTest, DaemonsDieWhenPid1Exits) {
 // kiln-init as pid 1: the program is an ordinary process (it can signal
 // itself), SIGTERM to pid 1 reaches the program, and orphans are reaped.
 TEST_P(SandboxTest, TheProgramIsAnOrdinaryProcessUnderKilnInit) {
-  RunResult self = Py("import os\nprint('before', flush=True)\nos.kill(os.getpid(), 9)\n"
-                      "print('after')\n");
+  RunResult self =
+      Py("import os\nprint('before', flush=True)\nos.kill(os.getpid(), 9)\n"
+         "print('after')\n");
   EXPECT_EQ(self.out, "before\n");
   EXPECT_EQ(self.status.signal, std::optional<int>(SIGKILL));
   EXPECT_FALSE(self.status.seccomp_killed);

@@ -8,7 +8,8 @@
 //   inherited descriptors → signals → join cgroups → cgroup namespace →
 //   mount tree + pivot_root → hostname → loopback → time namespace →
 //   descriptors → rlimits → uid/gid + capabilities → no_new_privs →
-//   Landlock → seccomp → execve
+//   Landlock → seccomp → execve of kiln-init (worker/init), which forks the
+//   program
 //
 // The child starts on the worker's descriptor table (CloneVforked shares it).
 // Its first step takes a private copy and at once closes everything in it

@@ -4,7 +4,8 @@
 // build the ChildPlan (all strings and the mount list), then clone() with
 // CLONE_VM | CLONE_VFORK and the namespace flags. The child joins its cgroups
 // by itself, so the parent needs no sync pipe; clone() returns once the child
-// has exec'd (the program is running) or failed (the plan says where).
+// has exec'd kiln-init (worker/init), which forks the program, or failed (the
+// plan says where).
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -22,8 +23,8 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
-#include <optional>
 #include <mutex>
+#include <optional>
 
 #include "worker/sandbox/cgroups.hpp"
 #include "worker/sandbox/contain.hpp"
@@ -193,12 +194,8 @@ class LinuxSandboxProcess final : public SandboxProcess {
     // there is missing inside (kiln-init reports any other failure later).
     program_ = spec.argv.empty() ? "" : spec.argv[0];
     if (program_.empty() || program_[0] != '/' || ::access(program_.c_str(), X_OK) != 0) {
-      int err = program_.empty() || program_[0] != '/' ? EINVAL : errno;
       failed_step_ = "execve";
-      return Status(err == ENOENT || err == EACCES ? common::Code::kRuntimeUnavailable
-                                                   : common::Code::kInternal,
-                    "sandbox setup failed at step 'execve' on " + program_ + ": " +
-                        std::strerror(err));
+      return CannotExecute(program_.empty() || program_[0] != '/' ? EINVAL : errno);
     }
     RETURN_IF_ERROR(
         MountWorkspace(workspace_, cfg.workspace_bytes, uid_, uid_).WithContext("workspace"));
@@ -322,13 +319,7 @@ class LinuxSandboxProcess final : public SandboxProcess {
     // On the program itself: it was forked before the limits were known.
     pid_t program = ProgramPid();
     ReadReports();
-    if (exec_errno_ != 0) {
-      return Status(exec_errno_ == ENOENT || exec_errno_ == EACCES
-                        ? common::Code::kRuntimeUnavailable
-                        : common::Code::kInternal,
-                    "sandbox setup failed at step 'execve' on " + program_ + ": " +
-                        std::strerror(exec_errno_));
-    }
+    if (exec_errno_ != 0) return CannotExecute(exec_errno_);
     if (program <= 0) return Status::Ok();  // it has already ended: nothing left to limit
     return ApplyJobRlimits(program, uid_, uid_, limits);
   }
@@ -452,6 +443,15 @@ class LinuxSandboxProcess final : public SandboxProcess {
   std::string program_;
   int exec_errno_ = 0;                 // kiln-init could not execute the program
   std::optional<int> program_status_;  // the program's wait status, once it ended
+
+  // The program could not be executed: RUNTIME_UNAVAILABLE when it is
+  // missing or not executable.
+  Status CannotExecute(int err) const {
+    return Status(
+        err == ENOENT || err == EACCES ? common::Code::kRuntimeUnavailable
+                                       : common::Code::kInternal,
+        "sandbox setup failed at step 'execve' on " + program_ + ": " + std::strerror(err));
+  }
 
   // Takes kiln-init's reports written so far: "E" + errno, "X" + status.
   void ReadReports() {

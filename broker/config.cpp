@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "broker/job/isolation.hpp"
 #include "common/config/yaml_reader.hpp"
 
 namespace kiln::broker {
@@ -107,6 +108,7 @@ common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
     t.Get("secrets", &tc.secrets);
     t.Get("enabled", &tc.enabled);
     t.Get("auto_approve", &tc.auto_approve);
+    t.Get("isolation", &tc.isolation);
     t.Get("weight", &tc.weight, 0, 1000);
     t.Get("slots", &tc.slots, 0, 1'000'000);
     t.Get("max_queue", &tc.max_queue, 0, 10'000'000);
@@ -124,6 +126,10 @@ common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
     for (const auto& s : tc.secrets) {
       // Short strings would mask ordinary output; long ones exceed the wire limit.
       if (s.size() < 4 || s.size() > 4096) t.Fail("secrets", "each secret needs 4-4096 bytes");
+    }
+    if (!IsIsolationLevel(tc.isolation)) {
+      t.Fail("isolation", "tenant '" + tc.name + "': unknown isolation level '" + tc.isolation +
+                              "' (expected standard or gvisor)");
     }
     if (tc.name.empty()) t.Fail("name", "required");
     // Tenant names become Redis key parts and metric labels.

@@ -28,6 +28,10 @@ struct TenantConfig {
   // admin's approval (awaiting_approval).
   bool enabled = false;
   bool auto_approve = false;
+  // The isolation level every job of the tenant runs at ("standard" or
+  // "gvisor", broker/job/isolation.hpp): its jobs go only to workers
+  // offering that level, never to a weaker (or another) one.
+  std::string isolation = "standard";
   // Scheduling overrides; 0 takes the `scheduling` default.
   uint32_t weight = 0;        // share of contended slots (weighted round-robin)
   uint64_t slots = 0;         // jobs running at once

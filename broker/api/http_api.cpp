@@ -712,7 +712,11 @@ void HttpApi::Capabilities(Call& call) {
   call.Reply(200, {{"tenant", t ? json(t->name) : json(nullptr)},
                    {"code_execution", t != nullptr && t->enabled},
                    {"auto_approve", t != nullptr && t->auto_approve},
-                   {"runtimes", deps_.dispatcher->Runtimes()}});
+                   {"isolation", t ? json(t->isolation) : json(nullptr)},
+                   // What this tenant's jobs can run on: its own level's workers.
+                   {"runtimes",
+                    t ? deps_.dispatcher->RuntimesAt(t->isolation) : deps_.dispatcher->Runtimes()},
+                   {"isolation_levels", deps_.dispatcher->IsolationLevels()}});
 }
 
 void HttpApi::ListWorkers(Call& call) {
@@ -722,6 +726,7 @@ void HttpApi::ListWorkers(Call& call) {
                        {"hostname", w.hostname},
                        {"runtimes", w.runtimes},
                        {"sandbox_layers", w.sandbox_layers},
+                       {"isolation", w.isolation},
                        {"slots", w.slots},
                        {"running", w.running},
                        {"load", w.slots ? static_cast<double>(w.running) / w.slots : 0.0},

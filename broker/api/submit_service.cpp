@@ -61,6 +61,7 @@ common::StatusOr<SubmitResult> SubmitService::Submit(const Caller& caller, std::
   // Before any work on the body: a flood of submits costs a lookup each.
   RETURN_IF_ERROR(rate_limiter_->Admit(*tenant).status);
   ASSIGN_OR_RETURN(JobSpec spec, ParseSubmitRequest(body, caller.tenant, config_));
+  spec.isolation = tenant->isolation;  // the tenant's, never the request's
   if (governance_.policy) {
     PolicyVerdict verdict = governance_.policy->Evaluate(spec.language, spec.code);
     if (metrics_) {
@@ -83,11 +84,19 @@ common::StatusOr<SubmitResult> SubmitService::Submit(const Caller& caller, std::
       return common::InvalidRequest("Idempotency-Key: 1-128 printable ASCII characters, no spaces");
     }
   }
-  auto runtimes = dispatcher_->Runtimes();
-  if (std::find(runtimes.begin(), runtimes.end(), spec.language) == runtimes.end() &&
+  auto offered = [&](const std::vector<std::string>& runtimes) {
+    return std::find(runtimes.begin(), runtimes.end(), spec.language) != runtimes.end();
+  };
+  if (!offered(dispatcher_->RuntimesAt(spec.isolation)) &&
       std::chrono::steady_clock::now() - started_ > kStartupGrace) {
-    return Status(Code::kRuntimeUnavailable,
-                  "no live worker offers " + spec.language + "; retry later");
+    // The level is named whenever it is why: a gvisor tenant, or workers
+    // offering the language at another level only.
+    const bool elsewhere = offered(dispatcher_->Runtimes());
+    return Status(Code::kRuntimeUnavailable, "no live worker offers " + spec.language +
+                                                 (elsewhere || spec.isolation != kStandardIsolation
+                                                      ? " at isolation level " + spec.isolation
+                                                      : "") +
+                                                 "; retry later");
   }
   TenantQuota quota{TenantMaxQueue(config_, *tenant), TenantMaxSessions(config_, *tenant)};
   quota.needs_approval = !tenant->auto_approve;

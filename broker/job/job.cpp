@@ -108,6 +108,7 @@ JobSpec JobSpec::Excerpt() const {
   e.id = id;
   e.tenant = tenant;
   e.language = language;
+  e.isolation = isolation;
   e.session_id = session_id;
   e.conversation_id = conversation_id;
   e.priority = priority;
@@ -136,6 +137,7 @@ json JobSpec::ToJson() const {
   json j = {{"id", id},
             {"tenant", tenant},
             {"language", language},
+            {"isolation", isolation},
             {"code", code},
             {"session_id", session_id},
             {"conversation_id", conversation_id},
@@ -162,6 +164,8 @@ common::StatusOr<JobSpec> JobSpec::FromJson(const json& j) {
     s.id = j.at("id").get<std::string>();
     s.tenant = j.at("tenant").get<std::string>();
     s.language = j.at("language").get<std::string>();
+    // Specs stored before isolation levels existed ran at the only level there was.
+    s.isolation = j.value("isolation", std::string(kStandardIsolation));
     s.code = j.at("code").get<std::string>();
     s.session_id = j.at("session_id").get<std::string>();
     s.conversation_id = j.value("conversation_id", "");
@@ -193,6 +197,7 @@ protocol::Execute JobSpec::ToExecute() const {
   e.job_id = id;
   e.tenant = tenant;
   e.language = language;
+  e.isolation = WireIsolation(isolation);
   e.code = code;
   e.session_id = session_id.empty() ? "" : common::protocol::SessionKey(tenant, session_id);
   e.input_json = input_json;
@@ -208,6 +213,7 @@ JobRecord JobRecord::Queued(const JobSpec& spec) {
   r.id = spec.id;
   r.status = JobStatus::kQueued;
   r.language = spec.language;
+  r.isolation = spec.isolation;
   r.session_id = spec.session_id;
   r.tenant = spec.tenant;
   r.created_ms = spec.created_ms;
@@ -352,6 +358,8 @@ json JobRecord::ToJson() const {
     if (!error->traceback.empty()) e["traceback"] = error->traceback;
     j["error"] = std::move(e);
   }
+  // Only where it is news: records of standard jobs read as they always did.
+  if (NormalizeIsolation(isolation) != kStandardIsolation) j["isolation"] = isolation;
   if (cpu_ms || max_rss_kb) {
     j["usage"] = {{"cpu_ms", Opt(cpu_ms)}, {"max_rss_kb", Opt(max_rss_kb)}};
   }
@@ -364,6 +372,7 @@ common::StatusOr<JobRecord> JobRecord::FromJson(const json& j) {
     r.id = j.at("id").get<std::string>();
     ASSIGN_OR_RETURN(r.status, ParseJobStatus(j.at("status").get<std::string>()));
     r.language = j.at("language").get<std::string>();
+    r.isolation = j.value("isolation", std::string(kStandardIsolation));
     r.session_id = j.at("session_id").is_null() ? "" : j.at("session_id").get<std::string>();
     r.tenant = j.at("tenant").get<std::string>();
     r.exit_code = OptFrom<int32_t>(j, "exit_code");

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "broker/job/isolation.hpp"
 #include "common/protocol/messages.hpp"
 #include "common/status.hpp"
 
@@ -53,6 +54,9 @@ struct JobSpec {
   std::string id;
   std::string tenant;
   std::string language;
+  // The tenant's isolation level at submit (broker/job/isolation.hpp): kept
+  // with the spec, so a queued or re-dispatched job keeps it.
+  std::string isolation = std::string(kStandardIsolation);
   std::string code;
   std::string session_id;
   std::string conversation_id;        // groups sessions (MCP conversations); with session_id only
@@ -70,7 +74,7 @@ struct JobSpec {
 
   // What is kept of a submission that was refused before it was admitted
   // (blocked by policy), so a flood of refused submits costs Redis and the
-  // audit trail little: ids, language, session, limits and warnings; the
+  // audit trail little: ids, language, isolation, session, limits and warnings; the
   // first kCodeExcerptBytes of the code (cut at a UTF-8 character boundary)
   // followed by a line saying how much was cut; no input, env, files or
   // collect (env may hold secrets); and excerpt_of, computed from this spec.
@@ -94,6 +98,7 @@ struct JobRecord {
   std::string id;
   JobStatus status = JobStatus::kQueued;
   std::string language;
+  std::string isolation = std::string(kStandardIsolation);  // shown when not standard
   std::string session_id;
   std::string tenant;
   std::optional<int32_t> exit_code;

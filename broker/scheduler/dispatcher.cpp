@@ -10,6 +10,7 @@
 #include <thread>
 #include <type_traits>
 
+#include "broker/job/isolation.hpp"
 #include "broker/metrics/broker_metrics.hpp"
 #include "broker/scheduler/audit_writer.hpp"
 #include "common/clock.hpp"
@@ -196,6 +197,23 @@ std::vector<std::string> Dispatcher::Runtimes() const {
   std::set<std::string> all;
   std::lock_guard lock(mu_);
   for (const auto& w : worker_views_) all.insert(w.runtimes.begin(), w.runtimes.end());
+  return {all.begin(), all.end()};
+}
+
+std::vector<std::string> Dispatcher::IsolationLevels() const {
+  std::set<std::string> all;
+  std::lock_guard lock(mu_);
+  for (const auto& w : worker_views_) all.insert(w.isolation);
+  return {all.begin(), all.end()};
+}
+
+std::vector<std::string> Dispatcher::RuntimesAt(std::string_view level) const {
+  level = NormalizeIsolation(level);
+  std::set<std::string> all;
+  std::lock_guard lock(mu_);
+  for (const auto& w : worker_views_) {
+    if (w.isolation == level) all.insert(w.runtimes.begin(), w.runtimes.end());
+  }
   return {all.begin(), all.end()};
 }
 
@@ -440,9 +458,11 @@ void Dispatcher::OnRegistered(WorkerRegistered& e) {
     table_.SetSessionsFrom(e.worker, common::NowMs());
   }
   static common::LogLimiter limit(kRoutineLines, kLogWindow);
-  kLog.Info(limit, {.worker = reg.worker_id},
-            "worker registered: {} slots, runtimes [{}], layers [{}], holding {} jobs", reg.slots,
-            fmt::join(reg.runtimes, ","), fmt::join(reg.sandbox_layers, ","), reg.held_jobs.size());
+  kLog.Info(
+      limit, {.worker = reg.worker_id},
+      "worker registered: {} slots, runtimes [{}], isolation {}, layers [{}], holding {} jobs",
+      reg.slots, fmt::join(reg.runtimes, ","), NormalizeIsolation(reg.isolation),
+      fmt::join(reg.sandbox_layers, ","), reg.held_jobs.size());
   PublishWorkers();
   pump_due_ = true;  // new slots: queued jobs may run
 }
@@ -858,7 +878,8 @@ void Dispatcher::PublishWorkers() {
     slots += w.reg.slots;
     busy += WorkerTable::Busy(w);
     views.push_back(WorkerView{w.reg.worker_id, w.reg.hostname, w.reg.runtimes,
-                               w.reg.sandbox_layers, w.reg.slots,
+                               w.reg.sandbox_layers,
+                               std::string(NormalizeIsolation(w.reg.isolation)), w.reg.slots,
                                static_cast<uint32_t>(WorkerTable::Busy(w)), w.draining,
                                w.registered_at_ms, w.last_seen_ms, w.reg.metrics_endpoint});
   }

@@ -38,6 +38,7 @@
 #include <set>
 #include <stop_token>
 #include <string>
+#include <string_view>
 #include <vector>
 #include <zmq.hpp>
 
@@ -96,6 +97,7 @@ struct WorkerView {
   std::string hostname;
   std::vector<std::string> runtimes;
   std::vector<std::string> sandbox_layers;
+  std::string isolation;  // "standard" or "gvisor" (never empty)
   uint32_t slots = 0;
   uint32_t running = 0;
   bool draining = false;
@@ -144,8 +146,12 @@ class Dispatcher {
 
   // Workers that may be sent jobs (for ScheduleStore::Submit).
   std::vector<WorkerSlots> Candidates() const;
-  // Runtimes offered by live workers.
+  // Runtimes offered by live workers, at any isolation level.
   std::vector<std::string> Runtimes() const;
+  // Isolation levels offered by live workers.
+  std::vector<std::string> IsolationLevels() const;
+  // Runtimes offered by live workers of isolation `level`.
+  std::vector<std::string> RuntimesAt(std::string_view level) const;
   // Jobs waiting in every tenant's queue, as of the last tick.
   size_t QueueDepth() const;
   std::vector<WorkerView> Workers() const;

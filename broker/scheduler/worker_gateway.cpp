@@ -4,6 +4,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "broker/job/isolation.hpp"
 #include "broker/metrics/broker_metrics.hpp"
 #include "common/log/logging.hpp"
 #include "common/protocol/codec.hpp"
@@ -247,6 +248,15 @@ void WorkerGateway::OnRegister(const std::string& worker, protocol::Message& m) 
               "runtimes",
               worker);
     SendNow(worker, protocol::Disconnect{"registration needs worker_id, slots and runtimes"});
+    return;
+  }
+  if (!IsIsolationLevel(NormalizeIsolation(reg.isolation))) {
+    // A level this broker does not know: it could place no job there
+    // correctly, so it takes none rather than treat the worker as another.
+    static common::LogLimiter limit(kHostileLines, kLogWindow);
+    kLog.Warn(limit, {.worker = worker}, "refusing registration from '{}': unknown isolation level",
+              worker);
+    SendNow(worker, protocol::Disconnect{"unknown isolation level: standard or gvisor"});
     return;
   }
   liveness_.Register(worker, now_);

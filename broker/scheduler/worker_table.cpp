@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "broker/job/isolation.hpp"
+
 namespace kiln::broker {
 
 RegisterOutcome WorkerTable::OnRegister(const std::string& identity,
@@ -64,8 +66,10 @@ std::vector<WorkerSlots> WorkerTable::Candidates(uint32_t slot_cap) const {
   std::vector<WorkerSlots> out;
   for (const auto& [id, w] : workers_) {
     if (w.draining || w.refusing) continue;
+    // Placement tokens, not bare languages: a job matches only a worker of
+    // its own isolation level.
     std::string runtimes = ",";
-    for (const auto& r : w.reg.runtimes) runtimes += r + ",";
+    for (const auto& r : w.reg.runtimes) runtimes += PlacementToken(r, w.reg.isolation) + ",";
     uint32_t slots = slot_cap > 0 ? std::min(slot_cap, w.reg.slots) : w.reg.slots;
     out.push_back({w.reg.worker_id, slots, std::move(runtimes)});
   }

@@ -13,7 +13,9 @@ namespace {
 // fixed arguments: now_ms, deadline ms (wall clock, checked against Redis's
 // TIME; 0: none), lease_ms, broker id, global limit (0: none), sessions per
 // worker, queue entries scanned per tenant, jobs to start at most, worker
-// count, then per worker: id, slots, ",runtime,runtime,".
+// count, then per worker: id, slots, ",token,token," (the placement tokens it
+// offers, e.g. ",python,shell," or ",python@gvisor,": PlacementToken in
+// broker/job/isolation.hpp spells them; these scripts only compare them).
 constexpr const char* kPrelude = R"lua(
 local P = '{kiln}:'
 local TERMINAL = {succeeded = true, failed = true, timed_out = true, memory_exceeded = true,
@@ -64,7 +66,9 @@ local function tenant_conf(t)
 end
 
 -- The least-loaded worker that may run a job now, or nil and why it waits.
-local function pick_worker(ctx, tenant, language, pinned, new_session)
+-- `placement`: the job's placement token (its language, and its isolation
+-- level unless standard), which the worker must offer.
+local function pick_worker(ctx, tenant, placement, pinned, new_session)
   if ctx.global_limit > 0 and count_live(P .. 'lease:global', ctx.now) >= ctx.global_limit then
     return nil, 'global'
   end
@@ -74,7 +78,7 @@ local function pick_worker(ctx, tenant, language, pinned, new_session)
   end
   local best, best_load, best_busy, offered = nil, 0, 0, false
   for _, w in ipairs(ctx.workers) do
-    if (pinned == '' or w.id == pinned) and string.find(w.runtimes, ',' .. language .. ',', 1, true) then
+    if (pinned == '' or w.id == pinned) and string.find(w.runtimes, ',' .. placement .. ',', 1, true) then
       offered = true
       local busy = count_live(P .. 'lease:w:' .. w.id, ctx.now)
       if busy < w.slots and (not new_session or
@@ -150,7 +154,7 @@ local function pop(ctx)
         redis.call('ZREM', P .. 'active', tenant)
       else
         for _, id in ipairs(ids) do
-          local f = redis.call('HMGET', jobkey(id), 'language', 'session', 'spec')
+          local f = redis.call('HMGET', jobkey(id), 'language', 'session', 'spec', 'placement')
           if not f[1] then
             redis.call('ZREM', qk, id)  -- its record expired
           else
@@ -173,7 +177,8 @@ local function pop(ctx)
                 out[#out + 1] = ''
               end
             else
-              w, why = pick_worker(ctx, tenant, f[1], pinned, sid ~= '' and pinned == '')
+              -- Jobs queued before placement tokens existed hold only a language.
+              w, why = pick_worker(ctx, tenant, f[4] or f[1], pinned, sid ~= '' and pinned == '')
             end
             if w then
               redis.call('ZREM', qk, id)
@@ -237,7 +242,7 @@ end
 -- its tenant has nothing queued ahead and a slot is free, else it queues.
 -- Returns {'dispatched', worker, epoch} | {'queued', position, reason, epoch}
 --       | {'error', code, message}.
-local function admit(ctx, id, tenant, language, sid, score)
+local function admit(ctx, id, tenant, placement, sid, score)
   local jk = jobkey(id)
   local qk = P .. 'q:' .. tenant
   local epoch = ''
@@ -262,7 +267,7 @@ local function admit(ctx, id, tenant, language, sid, score)
     pinned = redis.call('HGET', sk, 'worker') or ''
   end
   if redis.call('ZCARD', qk) == 0 then
-    local w, why = pick_worker(ctx, tenant, language, pinned, sid ~= '' and pinned == '')
+    local w, why = pick_worker(ctx, tenant, placement, pinned, sid ~= '' and pinned == '')
     if w and late(ctx) then w, why = nil, 'worker' end
     if w then
       return {'dispatched', w, start_job(ctx, id, tenant, w, sid)}
@@ -280,7 +285,8 @@ end
 // ARGV: id, tenant, language, session, priority (0-9), job ttl s, spec,
 // record, idempotency key, tenant queue cap, tenant session cap, session ttl
 // ms, conversation, created ms, hold ('1': needs approval), approval deadline
-// ms, then ctx.
+// ms, placement token (what a worker must offer: PlacementToken), then ctx.
+// `language` is the job's and its session's language as clients see it.
 // Returns {'replay', id} | {'error', code, message} | {'held', epoch} |
 //         {'dispatched', worker, epoch} | {'queued', position, reason, epoch}.
 constexpr const char* kSubmit = R"lua(
@@ -288,8 +294,8 @@ local id, tenant, language, sid = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local priority, ttl, spec, record, idem = tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local max_queue, sess_cap, sess_ttl = tonumber(ARGV[10]), tonumber(ARGV[11]), ARGV[12]
 local conversation, created = ARGV[13], ARGV[14]
-local hold, approval_deadline = ARGV[15], ARGV[16]
-local ctx = read_ctx(17)
+local hold, approval_deadline, placement = ARGV[15], ARGV[16], ARGV[17]
+local ctx = read_ctx(18)
 -- Too late, the client has been told 503 and may submit again: storing the
 -- job as well would run it twice.
 if late(ctx) then
@@ -345,7 +351,8 @@ local seq = redis.call('INCR', P .. 'seq')
 local score = string.format('%.0f', (9 - priority) * 1e13 + seq)
 local jk = jobkey(id)
 redis.call('HSET', jk, 'spec', spec, 'record', record, 'status', 'queued', 'tenant', tenant,
-           'language', language, 'session', sid, 'score', score, 'created_ms', created)
+           'language', language, 'placement', placement, 'session', sid, 'score', score,
+           'created_ms', created)
 redis.call('EXPIRE', jk, ttl)
 if idem ~= '' then redis.call('SET', idem_key, id, 'EX', ttl) end
 if hold == '1' then
@@ -361,7 +368,7 @@ if hold == '1' then
 else
   redis.call('HSET', jk, 'approval', 'auto')
 end
-return admit(ctx, id, tenant, language, sid, score)
+return admit(ctx, id, tenant, placement, sid, score)
 )lua";
 
 // ARGV: id, status, record, job ttl s, expect, session
@@ -441,7 +448,8 @@ constexpr const char* kApprove = R"lua(
 local id, trust, approver = ARGV[1], ARGV[2], ARGV[3]
 local ctx = read_ctx(4)
 local jk = jobkey(id)
-local f = redis.call('HMGET', jk, 'status', 'tenant', 'language', 'session', 'score', 'spec')
+local f = redis.call('HMGET', jk, 'status', 'tenant', 'language', 'session', 'score', 'spec',
+                     'placement')
 if not f[1] then return {'missing'} end
 if f[1] ~= 'awaiting_approval' then return {'state', f[1]} end
 local sid = f[4] or ''
@@ -450,7 +458,7 @@ redis.call('HSET', jk, 'status', 'queued', 'approval', approver)
 if trust == '1' and sid ~= '' and redis.call('EXISTS', P .. 'session:' .. sid) == 1 then
   redis.call('HSET', P .. 'session:' .. sid, 'trusted', '1')
 end
-local r = admit(ctx, id, f[2], f[3], sid, f[5])
+local r = admit(ctx, id, f[2], f[7] or f[3], sid, f[5])
 if r[1] == 'dispatched' then r[#r + 1] = f[6] end
 if r[1] == 'error' then redis.call('HSET', jk, 'status', 'awaiting_approval') end
 return r

@@ -1,5 +1,6 @@
 #include "broker/store/schedule_store.hpp"
 
+#include "broker/job/isolation.hpp"
 #include "broker/store/schedule_scripts.hpp"
 #include "common/clock.hpp"
 #include "common/protocol/session_key.hpp"
@@ -115,7 +116,8 @@ common::StatusOr<SubmitOutcome> ScheduleStore::Submit(const JobSpec& spec, const
       spec.conversation_id,
       std::to_string(spec.created_ms),
       quota.needs_approval ? "1" : "0",
-      std::to_string(quota.approval_deadline_ms)};
+      std::to_string(quota.approval_deadline_ms),
+      PlacementToken(spec.language, spec.isolation)};
   const size_t deadline_at = AppendContext(&args, workers, now_ms);
   bool unanswered = false;
   auto reply = EvalFenced(scripts::Submit(), &args, deadline_at, &unanswered);

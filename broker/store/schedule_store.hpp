@@ -30,8 +30,10 @@ namespace kiln::broker {
 // A live worker a job may be sent to, as the calling broker sees it.
 struct WorkerSlots {
   std::string id;
-  uint32_t slots = 0;    // the per-worker limit
-  std::string runtimes;  // ",python,shell," (commas at both ends)
+  uint32_t slots = 0;  // the per-worker limit
+  // The placement tokens it offers (PlacementToken, broker/job/isolation.hpp),
+  // commas at both ends: ",python,shell," or ",python@gvisor,shell@gvisor,".
+  std::string runtimes;
 };
 
 struct ScheduleSettings {

@@ -86,6 +86,7 @@ void Describe(V& v, Ref<V, Register> m) {
   v.Uint("heartbeat_interval_ms", m.heartbeat_interval_ms, Need::kOptional);
   v.Text("incarnation", m.incarnation, Need::kOptional, kMaxIdBytes);
   v.TextList("held_jobs", m.held_jobs, Need::kOptional, kMaxHeldJobs, kMaxIdBytes);
+  v.Text("isolation", m.isolation, Need::kOptional, kMaxIdBytes);
 }
 
 template <typename V>
@@ -119,6 +120,7 @@ void Describe(V& v, Ref<V, Execute> m) {
   v.Struct("limits", m.limits, Need::kRequired);
   v.Bool("stream_output", m.stream_output, Need::kOptional);
   v.TextList("secrets", m.secrets, Need::kOptional);
+  v.Text("isolation", m.isolation, Need::kOptional, kMaxIdBytes);
 }
 
 template <typename V>

@@ -82,6 +82,10 @@ struct Register {
   // Jobs the worker still holds: running, or finished with a Result no broker
   // has acknowledged yet. A broker loses only the jobs missing here.
   std::vector<std::string> held_jobs;
+  // The isolation level every sandbox of this worker has: "standard" (empty
+  // means standard, as sent by older workers) or "gvisor". A worker offers
+  // exactly one; the broker sends it only jobs of that level.
+  std::string isolation;
   friend bool operator==(const Register&, const Register&) = default;
 };
 
@@ -122,6 +126,9 @@ struct Execute {
   // The tenant's registered secrets: the worker masks them in everything the
   // job returns. Never stored in Redis.
   std::vector<std::string> secrets;
+  // The level the job must run at ("standard" when empty): a worker of any
+  // other level refuses the job rather than run it weaker or elsewhere.
+  std::string isolation;
   friend bool operator==(const Execute&, const Execute&) = default;
 };
 

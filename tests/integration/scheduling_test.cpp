@@ -270,6 +270,62 @@ TEST(Scheduling, QueuedJobsShowTheirPlaceAndFullQueuesAnswer429) {
   EXPECT_EQ(rec.body["queue_position"], 1);
 }
 
+TEST(Scheduling, AGvisorTenantsJobsNeverRunOnAStandardWorker) {
+  constexpr const char* kGvisorToken = "tenant-g-token";
+  ClusterOptions o;
+  o.brokers = 1;
+  o.workers = 1;
+  o.extra_tenants_yaml = std::string("  - {name: tenant-g, tokens: [\"") + kGvisorToken +
+                         "\"], enabled: true, auto_approve: true, isolation: gvisor}\n";
+  auto c = TestCluster::Start(o);
+  ASSERT_TRUE(c->WaitForWorkers(1, seconds(20))) << c->DumpLogs();
+  // The worker sends no level: it is a standard one, and says so everywhere.
+  auto workers = c->Request("GET", "/v1/workers", "", TestCluster::kAdminToken);
+  ASSERT_EQ(workers.status, 200) << workers.raw;
+  EXPECT_EQ(workers.body["workers"][0]["isolation"], "standard") << workers.raw;
+  auto caps = c->Request("GET", "/v1/capabilities", "", kGvisorToken);
+  EXPECT_EQ(caps.body["isolation"], "gvisor") << caps.raw;
+  EXPECT_EQ(caps.body["runtimes"], json::array()) << caps.raw;
+  EXPECT_EQ(caps.body["isolation_levels"], json::array({"standard"})) << caps.raw;
+  caps = c->Request("GET", "/v1/capabilities");
+  EXPECT_EQ(caps.body["isolation"], "standard") << caps.raw;
+  EXPECT_NE(caps.body["runtimes"], json::array()) << caps.raw;
+
+  const json quick = {{"language", "shell"}, {"code", "echo ok"}, {"wait", false}};
+  // Within the broker's start-up grace a job is accepted and waits; past
+  // it the submit is refused. Either way it never reaches the worker.
+  std::vector<std::string> waiting;
+  HttpReply refused;
+  const auto deadline = std::chrono::steady_clock::now() + seconds(15);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto r = c->Request("POST", "/v1/executions", quick.dump(), kGvisorToken);
+    if (r.status != 202) {
+      refused = r;
+      break;
+    }
+    waiting.push_back(r.body["id"].get<std::string>());
+    std::this_thread::sleep_for(milliseconds(500));
+  }
+  EXPECT_EQ(refused.status, 503) << refused.raw;
+  EXPECT_EQ(refused.body["error"]["code"], "RUNTIME_UNAVAILABLE") << refused.raw;
+  EXPECT_EQ(refused.body["error"]["message"],
+            "no live worker offers shell at isolation level gvisor; retry later");
+  for (size_t i = 0; i < waiting.size(); ++i) {
+    auto rec = c->Request("GET", "/v1/executions/" + waiting[i], "", kGvisorToken);
+    EXPECT_EQ(rec.body["status"], "queued") << rec.raw;
+    // The first in line waits for a worker of its level; the others are behind it.
+    if (i == 0) {
+      EXPECT_EQ(rec.body["wait_reason"], "runtime") << rec.raw;
+    }
+    EXPECT_EQ(rec.body["isolation"], "gvisor") << rec.raw;
+    EXPECT_EQ(rec.body["language"], "shell") << rec.raw;
+  }
+  // The standard tenant's job runs on the same worker meanwhile.
+  auto ran = c->Submit({{"language", "shell"}, {"code", "echo ok"}});
+  EXPECT_EQ(ran.body["status"], "succeeded") << ran.raw;
+  EXPECT_FALSE(ran.body.contains("isolation")) << ran.raw;
+}
+
 TEST(Scheduling, SessionsOverHttp) {
   ClusterOptions o;
   o.brokers = 2;

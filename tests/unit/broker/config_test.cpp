@@ -177,6 +177,36 @@ TEST(BrokerConfig, DefaultsApply) {
   EXPECT_FALSE(c->id.empty());
 }
 
+TEST(BrokerConfig, TenantIsolationLevel) {
+  auto d = LoadBrokerConfig(Write(kMinimal));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->tenants.at(0).isolation, "standard");
+
+  auto c =
+      LoadBrokerConfig(Write("tenants:\n"
+                             "  - {name: a, tokens: [\"aaaaaaaa\"]}\n"
+                             "  - {name: b, tokens: [\"bbbbbbbb\"], isolation: gvisor}\n"
+                             "  - {name: c, tokens: [\"cccccccc\"], isolation: standard}\n"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(FindTenant(*c, "a")->isolation, "standard");
+  EXPECT_EQ(FindTenant(*c, "b")->isolation, "gvisor");
+  EXPECT_EQ(FindTenant(*c, "c")->isolation, "standard");
+
+  // Anything else stops the broker, naming the key and the tenant.
+  auto bad =
+      LoadBrokerConfig(Write("tenants:\n"
+                             "  - {name: a, tokens: [\"aaaaaaaa\"]}\n"
+                             "  - {name: strict, tokens: [\"bbbbbbbb\"], isolation: kata}\n"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("tenants[1].isolation"));
+  EXPECT_THAT(bad.status().message(), HasSubstr("tenant 'strict'"));
+  EXPECT_THAT(bad.status().message(), HasSubstr("'kata'"));
+  auto empty =
+      LoadBrokerConfig(Write("tenants:\n  - {name: a, tokens: [\"aaaaaaaa\"], isolation: \"\"}\n"));
+  ASSERT_FALSE(empty.ok());
+  EXPECT_THAT(empty.status().message(), HasSubstr("tenants[0].isolation"));
+}
+
 TEST(BrokerConfig, UnknownKeysAndBadValuesNameTheKey) {
   auto unknown = LoadBrokerConfig(Write(std::string(kMinimal) + "broker: {htp: {}}\n"));
   ASSERT_FALSE(unknown.ok());

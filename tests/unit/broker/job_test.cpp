@@ -32,6 +32,54 @@ TEST(Job, SpecRoundTripsThroughJson) {
   EXPECT_EQ(back->files[0].content, s.files[0].content);
 }
 
+TEST(Job, SpecKeepsItsIsolationLevel) {
+  JobSpec s = Spec();
+  s.isolation = "gvisor";
+  auto back = JobSpec::FromJson(s.ToJson());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->isolation, "gvisor");
+  EXPECT_EQ(s.Excerpt().isolation, "gvisor");  // a refused job's stored excerpt too
+  // A spec stored before levels existed ran at the only one there was.
+  auto old = s.ToJson();
+  old.erase("isolation");
+  back = JobSpec::FromJson(old);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->isolation, "standard");
+}
+
+TEST(Job, ExecuteCarriesTheLevelOnlyWhenNotStandard) {
+  JobSpec s = Spec();
+  EXPECT_EQ(s.ToExecute().isolation, "");  // workers without levels see nothing new
+  s.isolation = "gvisor";
+  EXPECT_EQ(s.ToExecute().isolation, "gvisor");
+}
+
+TEST(Job, RecordShowsTheLevelWhenNotStandard) {
+  JobSpec s = Spec();
+  EXPECT_FALSE(JobRecord::Queued(s).ToJson().contains("isolation"));
+  s.isolation = "gvisor";
+  JobRecord r = JobRecord::Queued(s);
+  auto j = r.ToJson();
+  EXPECT_EQ(j["isolation"], "gvisor");
+  EXPECT_EQ(j["language"], "python");  // the language stays the plain language
+  auto back = JobRecord::FromJson(j);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->isolation, "gvisor");
+  EXPECT_EQ(back->ToJson(), j);
+}
+
+TEST(Job, PlacementTokensNameTheLevelUnlessStandard) {
+  EXPECT_EQ(PlacementToken("python", "standard"), "python");
+  EXPECT_EQ(PlacementToken("python", ""), "python");
+  EXPECT_EQ(PlacementToken("python", "gvisor"), "python@gvisor");
+  EXPECT_TRUE(IsIsolationLevel("standard"));
+  EXPECT_TRUE(IsIsolationLevel("gvisor"));
+  EXPECT_FALSE(IsIsolationLevel(""));
+  EXPECT_FALSE(IsIsolationLevel("kata"));
+  EXPECT_EQ(WireIsolation("standard"), "");
+  EXPECT_EQ(WireIsolation("gvisor"), "gvisor");
+}
+
 TEST(Job, ExcerptKeepsTheHeadOfTheCodeAndTheDigestsOnly) {
   JobSpec s = Spec();
   s.code = std::string(5000, 'x') + "tail";

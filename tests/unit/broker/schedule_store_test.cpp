@@ -11,6 +11,7 @@
 #include <map>
 #include <thread>
 
+#include "broker/scheduler/worker_table.hpp"
 #include "broker/store/job_store.hpp"
 #include "broker/store/session_store.hpp"
 #include "common/clock.hpp"
@@ -61,6 +62,19 @@ class ScheduleStoreTest : public ::testing::Test {
   static WorkerSlots Worker(const std::string& id, uint32_t slots,
                             const std::string& runtimes = ",python,shell,") {
     return {id, slots, runtimes};
+  }
+
+  // A candidate as the broker builds it from a worker's registration.
+  static WorkerSlots Registered(const std::string& id, uint32_t slots,
+                                const std::string& isolation) {
+    common::protocol::Register reg;
+    reg.worker_id = id;
+    reg.slots = slots;
+    reg.runtimes = {"python", "shell"};
+    reg.isolation = isolation;
+    WorkerTable table;
+    table.OnRegister(id, reg, 0);
+    return table.Candidates(0).at(0);
   }
 
   JobSpec Spec(const std::string& tenant, const std::string& session = "",
@@ -158,6 +172,82 @@ TEST_F(ScheduleStoreTest, RuntimeNobodyOffersWaitsWithItsReason) {
   ASSERT_EQ(started->size(), 1u);
   EXPECT_EQ((*started)[0].job_id, "ex_1");
   EXPECT_EQ((*started)[0].worker, "j");
+}
+
+TEST_F(ScheduleStoreTest, JobsGoOnlyToWorkersOfTheirIsolationLevel) {
+  const WorkerSlots standard = Registered("std", 2, "");
+  const WorkerSlots gvisor = Registered("gv", 4, "gvisor");
+  auto gvisor_spec = [&](const std::string& tenant, const std::string& session = "") {
+    JobSpec s = Spec(tenant, session);
+    s.isolation = "gvisor";
+    return s;
+  };
+  // A gvisor job with only a standard worker live waits, as for a missing runtime.
+  auto out = Submit(gvisor_spec("g"), {standard});  // ex_1
+  EXPECT_EQ(out.kind, SubmitOutcome::Kind::kQueued);
+  EXPECT_EQ(out.wait_reason, "runtime");
+  auto rec = jobs_->Load("ex_1");
+  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  EXPECT_EQ(rec->status, JobStatus::kQueued);
+  EXPECT_EQ(rec->wait_reason, "runtime");
+  EXPECT_EQ(rec->language, "python");
+  EXPECT_EQ(rec->isolation, "gvisor");
+  auto started = sched_->Pump({standard}, common::NowMs());
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  EXPECT_TRUE(started->empty());
+  // A gvisor worker arrives: it starts there.
+  started = sched_->Pump({standard, gvisor}, common::NowMs());
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  ASSERT_EQ(started->size(), 1u);
+  EXPECT_EQ((*started)[0].job_id, "ex_1");
+  EXPECT_EQ((*started)[0].worker, "gv");
+
+  // Standard jobs never land on the gvisor worker, however idle it is.
+  out = Submit(Spec("s"), {gvisor});  // ex_2
+  EXPECT_EQ(out.kind, SubmitOutcome::Kind::kQueued);
+  EXPECT_EQ(out.wait_reason, "runtime");
+  started = sched_->Pump({gvisor, standard}, common::NowMs());
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  ASSERT_EQ(started->size(), 1u);
+  EXPECT_EQ((*started)[0].worker, "std");
+  EXPECT_EQ(Submit(Spec("s"), {gvisor, standard}).worker, "std");  // ex_3: std is full now
+  out = Submit(Spec("s"), {gvisor, standard});                     // ex_4
+  EXPECT_EQ(out.kind, SubmitOutcome::Kind::kQueued);
+  EXPECT_EQ(out.wait_reason, "worker");
+  EXPECT_EQ(Zcard("{kiln}:lease:w:gv"), 1);
+
+  // A gvisor session binds to a gvisor worker; it still runs plain python.
+  out = Submit(gvisor_spec("g2", "s1"), {standard, gvisor});  // ex_5
+  EXPECT_EQ(out.kind, SubmitOutcome::Kind::kStarted);
+  EXPECT_EQ(out.worker, "gv");
+  auto listed = sessions_->List("g2", "");
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].language, "python");
+  EXPECT_EQ(SubmitError(gvisor_spec("g2", "s1"), {standard, gvisor}).code(), common::Code::kOk);
+
+  // An approved job is placed by its level too.
+  TenantQuota hold;
+  hold.needs_approval = true;
+  hold.approval_deadline_ms = common::NowMs() + 60000;
+  out = Submit(gvisor_spec("g3"), {standard, gvisor}, "", hold);  // ex_7
+  EXPECT_EQ(out.kind, SubmitOutcome::Kind::kHeld);
+  auto approved = sched_->Approve("ex_7", false, "admin:0", {standard}, common::NowMs());
+  ASSERT_TRUE(approved.ok()) << approved.status().ToString();
+  EXPECT_EQ(approved->kind, ApproveOutcome::Kind::kQueued);
+  started = sched_->Pump({standard, gvisor}, common::NowMs());
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  ASSERT_EQ(started->size(), 1u);
+  EXPECT_EQ((*started)[0].job_id, "ex_7");
+  EXPECT_EQ((*started)[0].worker, "gv");
+
+  // A job an older broker queued holds no placement token: its language places it.
+  auto c = pool_->Acquire();
+  ASSERT_TRUE(c->Command({"HDEL", "{kiln}:job:ex_4", "placement"}).ok());
+  auto fin = End("ex_2", {standard, gvisor});
+  ASSERT_EQ(fin.started.size(), 1u);
+  EXPECT_EQ(fin.started[0].job_id, "ex_4");
+  EXPECT_EQ(fin.started[0].worker, "std");
 }
 
 TEST_F(ScheduleStoreTest, GlobalLimitQueuesAndAFinishStartsTheNext) {

@@ -43,6 +43,22 @@ TEST(WorkerTable, CandidatesCarrySlotsAndRuntimes) {
   EXPECT_EQ(c[1].slots, 4u);
 }
 
+TEST(WorkerTable, CandidatesOfAnotherIsolationLevelOfferPlacementTokens) {
+  WorkerTable t;
+  auto g = Reg("g", 2);
+  g.isolation = "gvisor";
+  auto s = Reg("s", 2);
+  s.isolation = "standard";  // the same as a worker that sends no level
+  t.OnRegister("g", g, 0);
+  t.OnRegister("o", Reg("o", 2, {"python"}), 0);
+  t.OnRegister("s", s, 0);
+  auto c = t.Candidates(0);
+  ASSERT_EQ(c.size(), 3u);
+  EXPECT_EQ(c[0].runtimes, ",python@gvisor,shell@gvisor,");
+  EXPECT_EQ(c[1].runtimes, ",python,");
+  EXPECT_EQ(c[2].runtimes, ",python,shell,");
+}
+
 TEST(WorkerTable, RefusingWorkerGetsNothingUntilItsNextHeartbeat) {
   WorkerTable t;
   t.OnRegister("a", Reg("a", 2), 0);

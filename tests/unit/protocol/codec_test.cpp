@@ -956,6 +956,8 @@ TEST(CodecLimitsTest, EveryFieldSizeLimit) {
       {MessageType::kResultAck, {"job_id"}, kMaxIdBytes, "result_ack.job_id"},
       {MessageType::kRegister, {"incarnation"}, kMaxIdBytes, "register.incarnation"},
       {MessageType::kRegister, {"held_jobs", "1"}, kMaxIdBytes, "register.held_jobs[1]"},
+      {MessageType::kRegister, {"isolation"}, kMaxIdBytes, "register.isolation"},
+      {MessageType::kExecute, {"isolation"}, kMaxIdBytes, "execute.isolation"},
   };
   for (const SizeCase& c : cases) {
     SCOPED_TRACE(c.name);

@@ -18,6 +18,8 @@ packages=(
   libspdlog-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   # services and runtimes the cluster and its tests use
   redis-server python3 procps iproute2
+  # gVisor's runsc: the gvisor isolation level (docs/security.md)
+  runsc
   # promtool, which the metrics test uses to check the exposition format
   prometheus
 )

@@ -74,6 +74,15 @@ common::StatusOr<WorkerConfig> LoadWorkerConfig(const std::string& file) {
   s.Get("uid_count", &sb.uid_count, 1, 1u << 20);
   s.Get("uid_lock_dir", &sb.uid_lock_dir);
   s.Get("init_path", &sb.init_path);
+  s.GetEnum("isolation", &sb.isolation, {"standard", "gvisor"});
+  common::YamlReader gv = s.Child("gvisor");
+  gv.Get("runsc", &sb.gvisor.runsc);
+  gv.GetEnum("platform", &sb.gvisor.platform, {"ptrace", "kvm", "systrap"});
+  uint64_t gv_memory_mb = sb.gvisor.memory_overhead_bytes >> 20;
+  gv.Get("memory_overhead_mb", &gv_memory_mb, 0, 1u << 20);
+  sb.gvisor.memory_overhead_bytes = gv_memory_mb << 20;
+  gv.Get("pids_overhead", &sb.gvisor.pids_overhead, 0, 1u << 16);
+  gv.Get("start_timeout_ms", &sb.gvisor.start_timeout_ms, 1000, 600'000);
   s.Get("ro_binds", &sb.ro_binds);
   uint64_t workspace_mb = sb.workspace_bytes >> 20, tmp_mb = sb.tmp_bytes >> 20;
   s.Get("workspace_mb", &workspace_mb, 1, 1u << 20);
@@ -90,6 +99,7 @@ common::StatusOr<WorkerConfig> LoadWorkerConfig(const std::string& file) {
     }
     sb.relaxed_layers.insert(layer);
   }
+  if (st.ok()) st = gv.Finish();
   if (st.ok()) st = s.Finish();
 
   common::YamlReader log = top.Child("log");

@@ -81,6 +81,7 @@ WorkerLoop::WorkerLoop(const WorkerConfig& config, zmq::context_t* ctx, Executor
   register_base_.metrics_endpoint = config.metrics_endpoint;
   register_base_.heartbeat_interval_ms = config.heartbeat_interval_ms;
   register_base_.incarnation = incarnation_;
+  register_base_.isolation = config.sandbox.isolation;
   for (const auto& ep : config.brokers) {
     links_.push_back(std::make_unique<BrokerLink>(
         ctx, ep, config.id, [this, ep] { return MakeRegister(ep); },
@@ -192,8 +193,15 @@ void WorkerLoop::OnExecute(BrokerLink& link, protocol::Message& m) {
   auto& exec = std::get<protocol::Execute>(m);
   std::string job_id = exec.job_id;
   std::string tenant = exec.tenant;
-  common::Status st = draining_ ? common::Unavailable("the worker is draining")
-                                : executor_->Start(std::move(exec), link.endpoint());
+  // A job for another isolation level is never run weaker (or stronger)
+  // than asked: refused, so the broker places it on a worker of its level.
+  const std::string level = exec.isolation.empty() ? "standard" : exec.isolation;
+  common::Status st =
+      level != config_.sandbox.isolation
+          ? common::Unavailable("the job needs isolation level " + level.substr(0, 32) +
+                                "; this worker offers " + config_.sandbox.isolation)
+      : draining_ ? common::Unavailable("the worker is draining")
+                  : executor_->Start(std::move(exec), link.endpoint());
   if (!st.ok()) {
     static common::LogLimiter limit(kHostileLines, kLogWindow);
     kJobsLog.Warn(limit, {.job = job_id, .tenant = tenant}, "refusing the job: {}", st.ToString());

@@ -57,19 +57,20 @@ COPY broker broker
 COPY worker worker
 COPY cli cli
 RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=OFF \
- && cmake --build /build --target kiln-worker kiln-init \
- && strip /build/bin/kiln-worker /build/bin/kiln-init
+ && cmake --build /build --target kiln-worker kiln-init kiln-gvisor-compat \
+ && strip /build/bin/kiln-worker /build/bin/kiln-init /build/bin/libkiln-gvisor-compat.so
 
 FROM debian:12-slim
 # The worker's shared libraries (ldd) and the interpreters at the paths of
-# worker.interpreters (/usr/bin/python3, /usr/bin/node, /bin/bash).
+# worker.interpreters (/usr/bin/python3, /usr/bin/node, /bin/bash); runsc
+# for workers configured with sandbox.isolation: gvisor.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       libzmq5 libyaml-cpp0.7 libspdlog1.10 libfmt9 libseccomp2 \
       libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libcivetweb1 \
-      python3 nodejs ca-certificates \
+      python3 nodejs ca-certificates runsc \
  && rm -rf /var/lib/apt/lists/*
-COPY --from=build /build/bin/kiln-worker /build/bin/kiln-init /usr/local/bin/
+COPY --from=build /build/bin/kiln-worker /build/bin/kiln-init /build/bin/libkiln-gvisor-compat.so /usr/local/bin/
 COPY deploy/docker/worker-entrypoint.sh /usr/local/bin/kiln-worker-entrypoint
 # Root, on purpose: see above. Workspaces live under /run/kiln/<worker id>.
 USER 0:0

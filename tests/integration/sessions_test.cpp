@@ -47,6 +47,35 @@ class SessionsTest : public ::testing::Test {
     return r.body;
   }
 
+  // The body of LeftoverProcessesAreFrozenBetweenExecutions, at any level.
+  static void ExpectLeftoverFrozen(const std::string& session) {
+    // utime + stime of the spinner, in clock ticks (/proc/<pid>/stat 14, 15).
+    const std::string ticks =
+        "f = open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()\n"
+        "print(int(f[11]) + int(f[12]))\n";
+    json a = Run(session, "python",
+                 "import subprocess, time\n"
+                 "p = subprocess.Popen(['python3', '-c', 'while True: pass'], "
+                 "start_new_session=True)\n"
+                 "pid = p.pid\n"
+                 "time.sleep(0.3)\n" +
+                     ticks);
+    ASSERT_EQ(a["status"], "succeeded") << a.dump();
+    const long hz = ::sysconf(_SC_CLK_TCK);
+    const long t1 = std::stol(a["stdout"].get<std::string>());
+    ASSERT_GT(t1, 0) << a.dump();
+    std::this_thread::sleep_for(milliseconds(1500));  // idle (the TTL is 3 s)
+    json b = Run(session, "python", ticks);
+    ASSERT_EQ(b["status"], "succeeded") << b.dump();
+    const long idle = std::stol(b["stdout"].get<std::string>()) - t1;
+    EXPECT_LT(idle, hz / 5) << "the leftover ran " << idle << " ticks while the session was idle";
+    // Thawed while an execution runs, and its CPU is that execution's.
+    json c = Run(session, "python", "import time\ntime.sleep(0.5)\n" + ticks);
+    ASSERT_EQ(c["status"], "succeeded") << c.dump();
+    EXPECT_GT(std::stol(c["stdout"].get<std::string>()) - t1 - idle, hz / 10) << c.dump();
+    EXPECT_GT(c["usage"]["cpu_ms"].get<double>(), 100) << c.dump();
+  }
+
   static TestCluster* cluster_;
 };
 
@@ -176,33 +205,7 @@ TEST_F(SessionsTest, DeleteDestroysTheSandbox) {
 // left behind (in a new session, so no signal of the driver's reaches it)
 // gets no CPU while the session is idle, and runs again — counted to the
 // execution — once the next execution starts. Before, it kept ~95% of a core.
-TEST_F(SessionsTest, LeftoverProcessesAreFrozenBetweenExecutions) {
-  // utime + stime of the spinner, in clock ticks (/proc/<pid>/stat 14, 15).
-  const std::string ticks =
-      "f = open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()\n"
-      "print(int(f[11]) + int(f[12]))\n";
-  json a = Run("frz-1", "python",
-               "import subprocess, time\n"
-               "p = subprocess.Popen(['python3', '-c', 'while True: pass'], "
-               "start_new_session=True)\n"
-               "pid = p.pid\n"
-               "time.sleep(0.3)\n" +
-                   ticks);
-  ASSERT_EQ(a["status"], "succeeded") << a.dump();
-  const long hz = ::sysconf(_SC_CLK_TCK);
-  const long t1 = std::stol(a["stdout"].get<std::string>());
-  ASSERT_GT(t1, 0) << a.dump();
-  std::this_thread::sleep_for(milliseconds(1500));  // idle (the TTL is 3 s)
-  json b = Run("frz-1", "python", ticks);
-  ASSERT_EQ(b["status"], "succeeded") << b.dump();
-  const long idle = std::stol(b["stdout"].get<std::string>()) - t1;
-  EXPECT_LT(idle, hz / 5) << "the leftover ran " << idle << " ticks while the session was idle";
-  // Thawed while an execution runs, and its CPU is that execution's.
-  json c = Run("frz-1", "python", "import time\ntime.sleep(0.5)\n" + ticks);
-  ASSERT_EQ(c["status"], "succeeded") << c.dump();
-  EXPECT_GT(std::stol(c["stdout"].get<std::string>()) - t1 - idle, hz / 10) << c.dump();
-  EXPECT_GT(c["usage"]["cpu_ms"].get<double>(), 100) << c.dump();
-}
+TEST_F(SessionsTest, LeftoverProcessesAreFrozenBetweenExecutions) { ExpectLeftoverFrozen("frz-1"); }
 
 // A session's code prepares a trap for the worker's file upload: a FIFO
 // where the next execution's input file goes (and a symlink out of the
@@ -249,6 +252,56 @@ namespace {
 // session holding ~70 MiB pushes the tenant's least recently used idle
 // session out; it starts afresh (its variables are gone), the others keep
 // their state.
+// The gVisor isolation level (a worker with sandbox.isolation gvisor, a
+// tenant with isolation gvisor): the same session semantics, on gVisor's
+// kernel. The interrupt travels through runsc to kiln-init; the freezer
+// holds runsc, its Sentry and the job alike.
+class GvisorSessionsTest : public SessionsTest {
+ protected:
+  static void SetUpTestSuite() {
+    if (::access("/usr/bin/runsc", X_OK) != 0) return;
+    ClusterOptions o;
+    o.workers = 1;
+    o.slots = 4;
+    o.extra_broker_yaml = "scheduling: {session_ttl_s: 30}\n";
+    o.extra_worker_yaml = "  session_interrupt_grace_ms: 1000\n";
+    o.extra_sandbox_yaml = "  isolation: gvisor\n";
+    o.tenant_a_fields = ", isolation: gvisor";
+    cluster_ = TestCluster::Start(o).release();
+    ASSERT_TRUE(cluster_->WaitForWorkers(1, seconds(20))) << cluster_->DumpLogs();
+  }
+  void SetUp() override {
+    if (cluster_ == nullptr) GTEST_SKIP() << "no /usr/bin/runsc (apt install runsc)";
+  }
+};
+
+TEST_F(GvisorSessionsTest, StateAndCooperativeTimeouts) {
+  json a = Run("gv-1", "python", "import os\nkept = os.uname().release");
+  ASSERT_EQ(a["status"], "succeeded") << a.dump();
+  EXPECT_EQ(a["isolation"], "gvisor") << a.dump();
+  json t =
+      Run("gv-1", "python", "import time\ntime.sleep(100)", {{"limits", {{"timeout_ms", 1000}}}});
+  EXPECT_EQ(t["status"], "timed_out") << t.dump();
+  json after = Run("gv-1", "python", "print(kept)");
+  EXPECT_EQ(after["stdout"], "4.4.0\n") << "gVisor's kernel answers uname: " << after.dump();
+  EXPECT_EQ(after["session_epoch"], t["session_epoch"]);
+}
+
+TEST_F(GvisorSessionsTest, HungSessionIsDestroyedAndGetsANewEpoch) {
+  json first = Run("gv-hang", "python", "kept = 1");
+  json t = Run("gv-hang", "python",
+               "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass",
+               {{"limits", {{"timeout_ms", 1000}}}});
+  EXPECT_EQ(t["status"], "timed_out") << t.dump();
+  EXPECT_NE(t["session_epoch"], first["session_epoch"]);
+  json after = Run("gv-hang", "python", "print('kept' in globals())");
+  EXPECT_EQ(after["stdout"], "False\n") << after.dump();
+}
+
+TEST_F(GvisorSessionsTest, LeftoverProcessesAreFrozenBetweenExecutions) {
+  ExpectLeftoverFrozen("gv-frz");
+}
+
 TEST(IdleSessionBudget, TheTenantsOldestIdleSessionIsReclaimed) {
   ClusterOptions o;
   o.brokers = 1;

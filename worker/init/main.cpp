@@ -20,18 +20,40 @@
 // worker finds the program itself as this process's first child.
 //
 //   kiln-init PROGRAM [ARG...]
+//   kiln-init --connect SOCKET PROGRAM [ARG...]
+//
+// --connect (the gVisor level, where the runtime passes only fds 0-2 into
+// the sandbox): the control channel (fd 3) and the status channel (fd 5)
+// are two connections to the worker's Unix socket SOCKET, made in that
+// order before the program exists. A SIGINT from outside the sandbox (the
+// worker's interrupt reaches only pid 1 there) is passed on to the whole
+// process group, as the worker does itself at the standard level. The
+// worker's prlimit cannot reach into gVisor's kernel, so the job's rlimits
+// come over the status channel: "L" + kLimitCount records of {int32
+// resource, uint64 soft, uint64 hard}, set on the program with prlimit and
+// answered "A" + 0 (or the errno of the first that failed). Limits are only
+// lowered (each capped at the program's current hard limit), and RLIMIT_CPU
+// counts from the CPU the program has already used, as the worker does with
+// prlimit at the standard level (rlimits.cpp).
 //
 // Only libc, no allocation after start: it is exec'd for every sandbox.
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 namespace {
 
 constexpr int kStatusFd = 5;
+constexpr int kLimitCount = 6;
+constexpr int kLimitBytes = 4 + 8 + 8;
 constexpr int kForwarded[] = {SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH};
 
 void Report(char tag, int value) {
@@ -44,9 +66,131 @@ void Report(char tag, int value) {
   } while (n < 0 && errno == EINTR);
 }
 
+// A connection to the worker's socket at `path`, installed as `fd`.
+bool ConnectAs(const char* path, int fd) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (strlen(path) >= sizeof addr.sun_path) return false;
+  strcpy(addr.sun_path, path);
+  int s = socket(AF_UNIX, SOCK_STREAM, 0);
+  if (s < 0) return false;
+  int rc;
+  do {
+    rc = connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0 || (s != fd && dup2(s, fd) != fd)) return false;
+  if (s != fd) close(s);
+  return true;
+}
+
+bool ReadFull(int fd, char* buf, size_t n) {
+  while (n > 0) {
+    ssize_t got = read(fd, buf, n);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    buf += got;
+    n -= static_cast<size_t>(got);
+  }
+  return true;
+}
+
+// CPU seconds `pid` has used (utime + stime in /proc/<pid>/stat), rounded
+// down; 0 when unknown.
+uint64_t UsedCpuSeconds(pid_t pid) {
+  char path[64] = "/proc/";
+  char digits[16];
+  int n = 0;
+  for (pid_t v = pid; v > 0 && n < 15; v /= 10) digits[n++] = static_cast<char>('0' + v % 10);
+  size_t at = strlen(path);
+  while (n > 0) path[at++] = digits[--n];
+  strcpy(path + at, "/stat");
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[1024];
+  ssize_t got = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (got <= 0) return 0;
+  buf[got] = '\0';
+  const char* p = strrchr(buf, ')');
+  if (p == nullptr) return 0;
+  // Fields after ')' start at 3 (state); utime and stime are 14 and 15.
+  uint64_t ticks = 0, value = 0;
+  int field = 2;
+  for (++p; *p != '\0' && field <= 15; ++p) {
+    if (*p == ' ') {
+      ++field;
+      value = 0;
+      continue;
+    }
+    value = value * 10 + static_cast<uint64_t>(*p - '0');
+    if ((field == 14 || field == 15) && (p[1] == ' ' || p[1] == '\0')) ticks += value;
+  }
+  long hz = sysconf(_SC_CLK_TCK);
+  return ticks / static_cast<uint64_t>(hz > 0 ? hz : 100);
+}
+
+// One "L" record from the worker, applied to the program. False once the
+// worker's end is closed (nothing more will come).
+bool ApplyLimits(pid_t program) {
+  char rec[1 + kLimitCount * kLimitBytes];
+  if (!ReadFull(kStatusFd, rec, sizeof rec) || rec[0] != 'L') return false;
+  int failed = 0;
+  for (int i = 0; i < kLimitCount; ++i) {
+    const char* at = rec + 1 + i * kLimitBytes;
+    int resource;
+    uint64_t soft, hard;
+    memcpy(&resource, at, 4);
+    memcpy(&soft, at + 4, 8);
+    memcpy(&hard, at + 12, 8);
+    const auto res = static_cast<__rlimit_resource>(resource);
+    if (res == RLIMIT_CPU) {
+      const uint64_t used = UsedCpuSeconds(program);
+      soft += used;
+      hard += used;
+    }
+    rlimit old;
+    int rc = prlimit(program, res, nullptr, &old);
+    if (rc == 0) {
+      rlimit rl{soft < old.rlim_max ? soft : old.rlim_max,
+                hard < old.rlim_max ? hard : old.rlim_max};
+      if (rl.rlim_cur > rl.rlim_max) rl.rlim_cur = rl.rlim_max;
+      rc = prlimit(program, res, &rl, nullptr);
+    }
+    if (rc != 0 && failed == 0) failed = errno;
+  }
+  Report('A', failed);
+  return true;
+}
+
+// The next signal: from sigwaitinfo, or (--connect) from a signalfd polled
+// with the status channel, whose limit records are handled meanwhile.
+int NextSignal(const sigset_t& all, int sfd, bool* worker_open, pid_t program, pid_t* sender) {
+  if (sfd < 0) {
+    siginfo_t info;
+    int sig = sigwaitinfo(&all, &info);
+    *sender = sig > 0 ? info.si_pid : 0;
+    return sig;
+  }
+  pollfd pfds[2] = {{sfd, POLLIN, 0}, {kStatusFd, POLLIN, 0}};
+  if (poll(pfds, *worker_open ? 2 : 1, -1) < 0) return -1;
+  if (pfds[1].revents != 0 && !ApplyLimits(program)) *worker_open = false;
+  if (!(pfds[0].revents & POLLIN)) return -1;
+  signalfd_siginfo info;
+  if (read(sfd, &info, sizeof info) != sizeof info) return -1;
+  *sender = static_cast<pid_t>(info.ssi_pid);
+  return static_cast<int>(info.ssi_signo);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  bool connected = false;
+  if (argc >= 3 && strcmp(argv[1], "--connect") == 0) {
+    if (!ConnectAs(argv[2], 3) || !ConnectAs(argv[2], kStatusFd)) return 126;
+    connected = true;
+    argc -= 2;
+    argv += 2;
+  }
   if (argc < 2) return 127;
   fcntl(kStatusFd, F_SETFD, FD_CLOEXEC);
   if (access(argv[1], X_OK) != 0) {
@@ -72,11 +216,17 @@ int main(int argc, char** argv) {
   }
   // Only the program holds the job's stdio and control channel.
   for (int fd = 0; fd <= 3; ++fd) close(fd);
+  const int sfd = connected ? signalfd(-1, &all, SFD_CLOEXEC) : -1;
+  bool worker_open = connected;
 
   for (;;) {
-    siginfo_t info;
-    int sig = sigwaitinfo(&all, &info);
+    pid_t sender = 0;
+    int sig = NextSignal(all, sfd, &worker_open, program, &sender);
     if (sig < 0) continue;
+    if (sig == SIGINT && connected && sender != getpid()) {
+      kill(0, SIGINT);  // comes back here with our own pid: not passed on again
+      continue;
+    }
     if (sig != SIGCHLD) {
       for (int f : kForwarded) {
         if (f == sig) kill(program, sig);

@@ -29,6 +29,7 @@
 #include "worker/sandbox/cgroups.hpp"
 #include "worker/sandbox/contain.hpp"
 #include "worker/sandbox/fs_util.hpp"
+#include "worker/sandbox/gvisor_sandbox.hpp"
 #include "worker/sandbox/host_probe.hpp"
 #include "worker/sandbox/landlock.hpp"
 #include "worker/sandbox/mounts.hpp"
@@ -36,6 +37,7 @@
 #include "worker/sandbox/rlimits.hpp"
 #include "worker/sandbox/sandbox.hpp"
 #include "worker/sandbox/seccomp_policy.hpp"
+#include "worker/sandbox/uid_pool.hpp"
 #include "worker/sandbox/violation_watcher.hpp"
 #include "worker/sandbox/workspace.hpp"
 
@@ -45,60 +47,6 @@ namespace {
 using common::Status;
 using common::StatusOr;
 using common::UniqueFd;
-
-// Each live sandbox holds one uid of [base, base+count); uid == gid. A uid
-// is this pool's to hand out while it holds the uid's lock file on the host
-// (flock, released when the sandbox ends or the worker dies, taking its
-// sandboxes with it): other workers' pools skip it.
-struct UidLease {
-  uint32_t uid = 0;
-  UniqueFd lock;
-};
-
-class UidPool {
- public:
-  UidPool(uint32_t base, uint32_t count, std::string lock_dir)
-      : base_(base), used_(count, false), lock_dir_(std::move(lock_dir)) {}
-
-  StatusOr<UidLease> Acquire() {
-    std::lock_guard<std::mutex> lock(mu_);
-    size_t elsewhere = 0;
-    for (size_t i = 0; i < used_.size(); ++i) {
-      size_t slot = (next_ + i) % used_.size();
-      if (used_[slot]) continue;
-      const uint32_t uid = base_ + static_cast<uint32_t>(slot);
-      std::string path = lock_dir_ + "/" + std::to_string(uid);
-      UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
-      if (!fd.valid()) return common::ErrnoStatus("open uid lock " + path, errno);
-      if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
-        if (errno != EWOULDBLOCK) return common::ErrnoStatus("flock " + path, errno);
-        ++elsewhere;  // a sandbox of another worker on this host runs as uid
-        continue;
-      }
-      used_[slot] = true;
-      next_ = slot + 1;
-      return UidLease{uid, std::move(fd)};
-    }
-    return common::Unavailable(
-        "all sandbox uids are in use" +
-        (elsewhere ? " (" + std::to_string(elsewhere) + " of them by other workers on this host)"
-                   : std::string()));
-  }
-  // After every process of the sandbox is gone: closing the lock frees the
-  // uid for the whole host.
-  void Release(UidLease lease) {
-    std::lock_guard<std::mutex> lock(mu_);
-    used_[lease.uid - base_] = false;
-    lease.lock.Reset();
-  }
-
- private:
-  std::mutex mu_;
-  uint32_t base_;
-  std::vector<bool> used_;
-  std::string lock_dir_;
-  size_t next_ = 0;
-};
 
 // What every spawn of one Sandbox shares (immutable after Create, but the pool).
 struct Shared {
@@ -141,28 +89,6 @@ StatusOr<UniqueFd> ReceiveFd(int sock) {
   int fd;
   std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
   return UniqueFd(fd);
-}
-
-// config.init_path, or kiln-init next to the running executable; a regular,
-// executable file.
-StatusOr<std::string> ResolveInitPath(const std::string& configured) {
-  std::string path = configured;
-  if (path.empty()) {
-    char exe[PATH_MAX];
-    ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) return common::ErrnoStatus("readlink /proc/self/exe", errno);
-    exe[n] = '\0';
-    std::string dir(exe);
-    path = dir.substr(0, dir.rfind('/')) + "/kiln-init";
-  }
-  struct stat st;
-  if (path[0] != '/' || ::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
-      ::access(path.c_str(), X_OK) != 0) {
-    return common::Unavailable("the sandbox's pid 1, '" + path +
-                               "', is missing or not executable (build the kiln-init target, or "
-                               "set sandbox.init_path)");
-  }
-  return path;
 }
 
 int PidfdSendSignal(int pidfd, int sig) {
@@ -551,6 +477,10 @@ std::string FindTrue() {
 }  // namespace
 
 StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxConfig& config) {
+  if (config.isolation != "standard" && config.isolation != "gvisor") {
+    return common::InvalidRequest("sandbox isolation must be standard or gvisor, got '" +
+                                  config.isolation + "'");
+  }
   if (config.state_dir.empty() || config.state_dir[0] != '/' || config.state_dir.back() == '/') {
     return common::InvalidRequest("sandbox state_dir must be an absolute path, got '" +
                                   config.state_dir + "'");
@@ -562,6 +492,7 @@ StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxConfig& config) 
   if (config.workspace_bytes == 0 || config.tmp_bytes == 0) {
     return common::InvalidRequest("workspace_bytes and tmp_bytes must be positive");
   }
+  if (config.isolation == "gvisor") return CreateGvisorSandbox(config, IsStaleName);
   for (const std::string& l : config.relaxed_layers) {
     if (!IsKnownLayer(l))
       return common::InvalidRequest("unknown sandbox layer '" + l + "' in relaxed_layers");

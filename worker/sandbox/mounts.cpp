@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <set>
 
@@ -120,6 +121,28 @@ StatusOr<FilesystemLayout> ProbeFilesystemLayout(const std::string& state_dir,
     layout.entries.push_back(std::move(e));
   }
   return layout;
+}
+
+// config.init_path, or kiln-init next to the running executable; a regular,
+// executable file.
+StatusOr<std::string> ResolveInitPath(const std::string& configured) {
+  std::string path = configured;
+  if (path.empty()) {
+    char exe[PATH_MAX];
+    ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return common::ErrnoStatus("readlink /proc/self/exe", errno);
+    exe[n] = '\0';
+    std::string dir(exe);
+    path = dir.substr(0, dir.rfind('/')) + "/kiln-init";
+  }
+  struct stat st;
+  if (path[0] != '/' || ::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+      ::access(path.c_str(), X_OK) != 0) {
+    return common::Unavailable("the sandbox's pid 1, '" + path +
+                               "', is missing or not executable (build the kiln-init target, or "
+                               "set sandbox.init_path)");
+  }
+  return path;
 }
 
 MountPlan BuildMountPlan(const FilesystemLayout& layout, const SpawnMounts& spawn) {

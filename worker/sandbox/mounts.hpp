@@ -71,6 +71,9 @@ struct FilesystemLayout {
 };
 // Where the sandbox's pid 1 (kiln-init) appears inside every sandbox.
 inline constexpr const char* kSandboxInitPath = "/etc/kiln-init";
+// config's init_path, or kiln-init next to the running executable; checked
+// to be a regular, executable file.
+common::StatusOr<std::string> ResolveInitPath(const std::string& configured);
 common::StatusOr<FilesystemLayout> ProbeFilesystemLayout(const std::string& state_dir,
                                                          const std::vector<std::string>& ro_binds);
 

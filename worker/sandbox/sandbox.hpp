@@ -42,7 +42,22 @@ inline constexpr const char* kLayerNames[] = {
     "uts_ns",       "cgroup_ns", "time_ns",  "filesystem", "no_new_privs",
     "capabilities", "landlock",  "seccomp",  "cgroups",    "rlimits"};
 
+// The gVisor isolation level (SandboxConfig::isolation == "gvisor").
+struct GvisorConfig {
+  std::string runsc = "/usr/bin/runsc";
+  std::string platform = "ptrace";  // ptrace works everywhere; kvm needs /dev/kvm
+  // Added to every sandbox's cgroup limits: the second kernel (Sentry,
+  // gofer) lives in the job's cgroup with the job.
+  uint64_t memory_overhead_bytes = 192ull << 20;
+  uint32_t pids_overhead = 4096;
+  uint32_t start_timeout_ms = 20000;  // runsc run until kiln-init has connected
+};
+
 struct SandboxConfig {
+  // "standard": this host's kernel behind every layer below; "gvisor": each
+  // sandbox also runs on gVisor's user-space kernel (gvisor_sandbox.hpp).
+  std::string isolation = "standard";
+  GvisorConfig gvisor;
   std::string state_dir = "/run/kiln";  // host folder for workspaces
   std::string cgroup_mode = "auto";     // "auto", "v1" or "v2"
   std::string cgroup_prefix = "kiln";   // our own sub-tree in every hierarchy
@@ -105,6 +120,10 @@ class SandboxProcess {
   virtual int exit_fd() const = 0;
   // The workspace as the worker sees it on the host (valid until destruction).
   virtual const std::string& workspace_path() const = 0;
+  // The worker's end of the control channel when the sandbox made its own
+  // (gVisor: a socket kiln-init connected to) instead of using the pipe
+  // given as SpawnSpec::control_fd; invalid otherwise. Taken once.
+  virtual common::UniqueFd TakeControlChannel() { return {}; }
 
   // Tightens or sets the limits of a running, not yet started job.
   virtual common::Status SetLimits(const SandboxLimits& limits) = 0;
@@ -141,7 +160,8 @@ class Sandbox {
  public:
   virtual ~Sandbox() = default;
 
-  // Checks that the host provides every layer not relaxed in the config and
+  // config.isolation picks the level. Standard:
+  // checks that the host provides every layer not relaxed in the config and
   // prepares what every spawn shares (the compiled seccomp filter, the cgroup
   // parent). Fails naming the first missing layer and why.
   static common::StatusOr<std::unique_ptr<Sandbox>> Create(const SandboxConfig& config);

@@ -6,6 +6,8 @@ set(KILN_SANDBOX_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/contain.cpp
   ${CMAKE_CURRENT_LIST_DIR}/credentials.cpp
   ${CMAKE_CURRENT_LIST_DIR}/fs_util.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gvisor_sandbox.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gvisor_spec.cpp
   ${CMAKE_CURRENT_LIST_DIR}/host_probe.cpp
   ${CMAKE_CURRENT_LIST_DIR}/landlock.cpp
   ${CMAKE_CURRENT_LIST_DIR}/linux_sandbox.cpp
@@ -13,6 +15,7 @@ set(KILN_SANDBOX_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/namespaces.cpp
   ${CMAKE_CURRENT_LIST_DIR}/rlimits.cpp
   ${CMAKE_CURRENT_LIST_DIR}/seccomp_policy.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/uid_pool.cpp
   ${CMAKE_CURRENT_LIST_DIR}/violation_watcher.cpp
   ${CMAKE_CURRENT_LIST_DIR}/workspace.cpp
 )

@@ -67,5 +67,30 @@ TEST(WorkerConfig, RefusesUnknownKeysRuntimesAndLayers) {
   EXPECT_THAT(e.status().message(), HasSubstr("worker.id"));
 }
 
+TEST(WorkerConfig, IsolationLevelAndGvisorSettings) {
+  auto std_cfg = LoadWorkerConfig(Write("worker: {id: a}\n"));
+  ASSERT_TRUE(std_cfg.ok()) << std_cfg.status().ToString();
+  EXPECT_EQ(std_cfg->sandbox.isolation, "standard");
+  auto gv = LoadWorkerConfig(
+      Write("sandbox:\n  isolation: gvisor\n  gvisor: {runsc: /opt/runsc, platform: kvm,\n"
+            "    memory_overhead_mb: 100, pids_overhead: 50, start_timeout_ms: 5000}\n"));
+  ASSERT_TRUE(gv.ok()) << gv.status().ToString();
+  EXPECT_EQ(gv->sandbox.isolation, "gvisor");
+  EXPECT_EQ(gv->sandbox.gvisor.runsc, "/opt/runsc");
+  EXPECT_EQ(gv->sandbox.gvisor.platform, "kvm");
+  EXPECT_EQ(gv->sandbox.gvisor.memory_overhead_bytes, 100ull << 20);
+  EXPECT_EQ(gv->sandbox.gvisor.pids_overhead, 50u);
+  EXPECT_EQ(gv->sandbox.gvisor.start_timeout_ms, 5000u);
+  auto bad = LoadWorkerConfig(Write("sandbox: {isolation: kata}\n"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("sandbox.isolation"));
+  auto bad_platform = LoadWorkerConfig(Write("sandbox: {gvisor: {platform: xen}}\n"));
+  ASSERT_FALSE(bad_platform.ok());
+  EXPECT_THAT(bad_platform.status().message(), HasSubstr("platform"));
+  auto unknown = LoadWorkerConfig(Write("sandbox: {gvisor: {flags: [--x]}}\n"));
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_THAT(unknown.status().message(), HasSubstr("flags"));
+}
+
 }  // namespace
 }  // namespace kiln::worker

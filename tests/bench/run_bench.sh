@@ -6,7 +6,7 @@
 # figure with its exact command line, and stops everything it started (by pid).
 #
 #   sudo tests/bench/run_bench.sh [--jobs N] [--slots N] [--warm N] [--brokers N] [--no-build]
-#        [--only RUN,...] [--worker-bin PATH] [--cpu-weight]
+#        [--only RUN,...] [--worker-bin PATH] [--cpu-weight] [--isolation standard|gvisor]
 #
 # Must run as root: the workers create namespaces and cgroups. Figures on a small
 # shared VM are noisy: compare medians and ratios, not single runs.
@@ -21,6 +21,7 @@ BUILD=1
 ONLY=""
 WORKER_BIN=""
 CPU_WEIGHT=0
+ISOLATION=standard
 usage() {
   sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
   echo "flags: --jobs N (measured jobs per run, default $JOBS), --slots N (per worker, default $SLOTS),"
@@ -28,9 +29,10 @@ usage() {
   echo "       --brokers N (brokers sharing the Redis, default $BROKERS), --no-build,"
   echo "       --only RUN,... (just these runs, e.g. python-paced,shell-c1),"
   echo "       --worker-bin PATH (this kiln-worker instead of the built one: A/B against a saved binary;"
-  echo "         it runs the kiln-init found next to it, so copy both),"
+  echo "         it runs the kiln-init (and libkiln-gvisor-compat.so) found next to it, so copy them too),"
   echo "       --cpu-weight (cgroup v1 hosts: the cluster and its sandboxes run in a cpu cgroup"
-  echo "       weighted 256x the default, so other load on a shared host yields to them)"
+  echo "       weighted 256x the default, so other load on a shared host yields to them),"
+  echo "       --isolation LEVEL (standard or gvisor: both workers and the tenant at that level)"
 }
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -42,10 +44,13 @@ while [[ $# -gt 0 ]]; do
     --only) ONLY=",$2,"; shift 2 ;;
     --worker-bin) WORKER_BIN="$2"; shift 2 ;;
     --cpu-weight) CPU_WEIGHT=1; shift ;;
+    --isolation) ISOLATION="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "run_bench.sh: unknown flag $1" >&2; usage >&2; exit 2 ;;
   esac
 done
+[[ "$ISOLATION" == standard || "$ISOLATION" == gvisor ]] ||
+  { echo "run_bench.sh: --isolation is standard or gvisor" >&2; exit 2; }
 for v in JOBS SLOTS WARM BROKERS; do
   [[ "${!v}" =~ ^[0-9]+$ ]] || { echo "run_bench.sh: --${v,,} needs a number" >&2; exit 2; }
 done
@@ -166,7 +171,7 @@ broker:
   clients: {endpoint: ""}
   redis: {url: "redis://127.0.0.1:$REDIS_PORT"}
 tenants:
-  - {name: bench, tokens: ["$TOKEN"], enabled: true, auto_approve: true}
+  - {name: bench, tokens: ["$TOKEN"], enabled: true, auto_approve: true, isolation: $ISOLATION}
 admin_tokens: ["$ADMIN"]
 log: {level: warn}
 EOF
@@ -193,6 +198,7 @@ sandbox:
   cgroup_prefix: ${CGROUP_PARENT}kiln-bench-$SUFFIX-w$i
   uid_base: $((400000 + 10000 * i))
   uid_count: 10000
+  isolation: $ISOLATION
 log: {level: warn}
 EOF
   "$WORKER_BIN" --config "$TMP/worker$i.yaml" >"$TMP/worker$i.log" 2>&1 &
@@ -209,6 +215,7 @@ workers_listed() {  # on every broker
 wait_for 30 "both workers in GET /v1/workers" workers_listed
 echo "== workers registered: ${WORKER_IDS[*]}"
 echo "== host: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== isolation level: $ISOLATION"
 echo "== worker binary: $WORKER_BIN${CGROUP_PARENT:+, cluster in cpu cgroup ${CGROUP_PARENT%/} (cpu.shares 262144)}"
 
 FAILED_RUNS=()

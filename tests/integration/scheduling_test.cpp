@@ -8,9 +8,12 @@
 // over HTTP, and a broker dying with jobs in flight.
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <sys/utsname.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <future>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -324,6 +327,57 @@ TEST(Scheduling, AGvisorTenantsJobsNeverRunOnAStandardWorker) {
   auto ran = c->Submit({{"language", "shell"}, {"code", "echo ok"}});
   EXPECT_EQ(ran.body["status"], "succeeded") << ran.raw;
   EXPECT_FALSE(ran.body.contains("isolation")) << ran.raw;
+}
+
+// A cluster with a standard and a gVisor worker: each tenant's jobs run on
+// the worker of its level only, and the gVisor tenant's code really runs on
+// gVisor's kernel (its uname is gVisor's, not the host's).
+TEST(Scheduling, EachTenantsJobsRunOnAWorkerOfItsLevel) {
+  if (std::string why; !GvisorUsable(&why)) GTEST_SKIP() << "isolation level gvisor: " << why;
+  constexpr const char* kGvisorToken = "tenant-g-token";
+  ClusterOptions o;
+  o.workers = 2;
+  o.slots = 2;
+  o.worker_sandbox_yaml = {"", "  isolation: gvisor\n"};
+  o.extra_tenants_yaml = std::string("  - {name: tenant-g, tokens: [\"") + kGvisorToken +
+                         "\"], enabled: true, auto_approve: true, isolation: gvisor}\n";
+  auto c = TestCluster::Start(o);
+  ASSERT_TRUE(c->WaitForWorkers(2, seconds(30))) << c->DumpLogs();
+  auto workers = c->Request("GET", "/v1/workers", "", TestCluster::kAdminToken);
+  std::map<std::string, std::string> level_of;
+  for (const auto& w : workers.body["workers"]) level_of[w["id"]] = w["isolation"];
+  EXPECT_EQ(level_of[c->worker_id(0)], "standard") << workers.raw;
+  EXPECT_EQ(level_of[c->worker_id(1)], "gvisor") << workers.raw;
+  auto caps = c->Request("GET", "/v1/capabilities", "", kGvisorToken);
+  EXPECT_EQ(caps.body["isolation_levels"], json::array({"gvisor", "standard"})) << caps.raw;
+
+  struct utsname host;
+  ASSERT_EQ(::uname(&host), 0);
+  const std::string code = "import os\nprint(os.uname().release)";
+  std::vector<std::future<HttpReply>> std_jobs, gv_jobs;
+  for (int i = 0; i < 6; ++i) {
+    std_jobs.push_back(std::async(std::launch::async, [&] {
+      return c->Submit({{"language", "python"}, {"code", code}});
+    }));
+    gv_jobs.push_back(std::async(std::launch::async, [&] {
+      return c->Request("POST", "/v1/executions",
+                        json{{"language", "python"}, {"code", code}, {"wait", true}}.dump(),
+                        kGvisorToken);
+    }));
+  }
+  for (auto& f : std_jobs) {
+    HttpReply r = f.get();
+    EXPECT_EQ(r.body["status"], "succeeded") << r.raw;
+    EXPECT_EQ(r.body["worker"], c->worker_id(0)) << r.raw;
+    EXPECT_EQ(r.body["stdout"], std::string(host.release) + "\n") << r.raw;
+  }
+  for (auto& f : gv_jobs) {
+    HttpReply r = f.get();
+    EXPECT_EQ(r.body["status"], "succeeded") << r.raw;
+    EXPECT_EQ(r.body["worker"], c->worker_id(1)) << r.raw;
+    EXPECT_EQ(r.body["isolation"], "gvisor") << r.raw;
+    EXPECT_EQ(r.body["stdout"], "4.4.0\n") << "gVisor's kernel answers uname: " << r.raw;
+  }
 }
 
 TEST(Scheduling, SessionsOverHttp) {

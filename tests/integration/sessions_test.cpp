@@ -259,7 +259,7 @@ namespace {
 class GvisorSessionsTest : public SessionsTest {
  protected:
   static void SetUpTestSuite() {
-    if (::access("/usr/bin/runsc", X_OK) != 0) return;
+    if (!GvisorUsable(&why_)) return;
     ClusterOptions o;
     o.workers = 1;
     o.slots = 4;
@@ -271,8 +271,9 @@ class GvisorSessionsTest : public SessionsTest {
     ASSERT_TRUE(cluster_->WaitForWorkers(1, seconds(20))) << cluster_->DumpLogs();
   }
   void SetUp() override {
-    if (cluster_ == nullptr) GTEST_SKIP() << "no /usr/bin/runsc (apt install runsc)";
+    if (cluster_ == nullptr) GTEST_SKIP() << "isolation level gvisor: " << why_;
   }
+  static inline std::string why_;
 };
 
 TEST_F(GvisorSessionsTest, StateAndCooperativeTimeouts) {

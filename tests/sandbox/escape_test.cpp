@@ -78,9 +78,7 @@ class EscapeTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     std::string why;
     if (Gvisor()) {
-      if (::access("/usr/bin/runsc", X_OK) != 0) {
-        GTEST_SKIP() << "isolation level gvisor: no /usr/bin/runsc (apt install runsc)";
-      }
+      if (!GvisorUsable(&why)) GTEST_SKIP() << "isolation level gvisor: " << why;
     } else if (!escape::CgroupModeAvailable(GetParam(), &why)) {
       GTEST_SKIP() << "cgroup mode " << GetParam() << " is not available on this host: " << why;
     }

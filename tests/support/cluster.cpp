@@ -274,7 +274,10 @@ void TestCluster::StartWorker(int i) {
     << "  uid_base: " << kUidBase + 10000 * i << "\n"
     << "  uid_count: 10000\n"
     << "  cgroup_mode: " << options_.cgroup_mode << "\n"
-    << options_.extra_sandbox_yaml << options_.worker_log_yaml;
+    << options_.extra_sandbox_yaml
+    << (i < static_cast<int>(options_.worker_sandbox_yaml.size()) ? options_.worker_sandbox_yaml[i]
+                                                                  : std::string())
+    << options_.worker_log_yaml;
   WriteFile(worker_config(i), y.str());
   workers_.at(i) =
       ChildProcess::Start({BinDir() + "kiln-worker", "--config", worker_config(i)},

@@ -18,6 +18,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 extern char** environ;
 
@@ -205,6 +206,30 @@ bool ResetPeakRss(pid_t pid) {
   out << "5";
   out.flush();
   return static_cast<bool>(out);
+}
+
+bool GvisorUsable(std::string* why) {
+  static const std::pair<bool, std::string> verdict = [] {
+    if (::access("/usr/bin/runsc", X_OK) != 0) {
+      return std::make_pair(false, std::string("no /usr/bin/runsc (apt install runsc)"));
+    }
+    const std::string root = MakeTempDir("kiln-runsc-probe");
+    const std::string cmd =
+        "/usr/bin/runsc --root=" + root + " --network=none --platform=ptrace do /bin/true 2>&1";
+    std::string out;
+    int status = -1;
+    if (FILE* p = ::popen(cmd.c_str(), "r")) {
+      char buf[4096];
+      size_t n;
+      while ((n = ::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+      status = ::pclose(p);
+    }
+    RemoveTree(root);
+    if (status == 0) return std::make_pair(true, std::string());
+    return std::make_pair(false, "runsc cannot start a sandbox here: " + out);
+  }();
+  if (why != nullptr) *why = verdict.second;
+  return verdict.first;
 }
 
 }  // namespace kiln::testing

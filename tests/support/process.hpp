@@ -67,5 +67,9 @@ long ProcStatusKb(pid_t pid, const std::string& field);
 // Resets the process's peak RSS (VmHWM) to its current RSS; false when the
 // kernel refuses (then VmHWM stays the peak since the process started).
 bool ResetPeakRss(pid_t pid);
+// Whether gVisor's runsc (/usr/bin/runsc) can start a sandbox on this host
+// (`runsc do /bin/true`, checked once); when not, *why says what it printed.
+// It cannot inside a chroot (no user namespaces there), e.g. fresh-debian's.
+bool GvisorUsable(std::string* why);
 
 }  // namespace kiln::testing

@@ -22,6 +22,7 @@ ONLY=""
 WORKER_BIN=""
 CPU_WEIGHT=0
 ISOLATION=standard
+PAUSE_MS=100
 usage() {
   sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
   echo "flags: --jobs N (measured jobs per run, default $JOBS), --slots N (per worker, default $SLOTS),"
@@ -32,7 +33,8 @@ usage() {
   echo "         it runs the kiln-init (and libkiln-gvisor-compat.so) found next to it, so copy them too),"
   echo "       --cpu-weight (cgroup v1 hosts: the cluster and its sandboxes run in a cpu cgroup"
   echo "       weighted 256x the default, so other load on a shared host yields to them),"
-  echo "       --isolation LEVEL (standard or gvisor: both workers and the tenant at that level)"
+  echo "       --isolation LEVEL (standard or gvisor: both workers and the tenant at that level),"
+  echo "       --pause-ms N (pause between the paced runs' jobs, default $PAUSE_MS)"
 }
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -45,13 +47,14 @@ while [[ $# -gt 0 ]]; do
     --worker-bin) WORKER_BIN="$2"; shift 2 ;;
     --cpu-weight) CPU_WEIGHT=1; shift ;;
     --isolation) ISOLATION="$2"; shift 2 ;;
+    --pause-ms) PAUSE_MS="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "run_bench.sh: unknown flag $1" >&2; usage >&2; exit 2 ;;
   esac
 done
 [[ "$ISOLATION" == standard || "$ISOLATION" == gvisor ]] ||
   { echo "run_bench.sh: --isolation is standard or gvisor" >&2; exit 2; }
-for v in JOBS SLOTS WARM BROKERS; do
+for v in JOBS SLOTS WARM BROKERS PAUSE_MS; do
   [[ "${!v}" =~ ^[0-9]+$ ]] || { echo "run_bench.sh: --${v,,} needs a number" >&2; exit 2; }
 done
 [[ $(id -u) -eq 0 ]] || { echo "run_bench.sh: must run as root (workers create namespaces and cgroups)" >&2; exit 2; }
@@ -233,9 +236,9 @@ run() {  # run NAME ARGS...: one kiln-bench run, printed with its command line
 # Latency of a job that finds a warm sandbox ready (the pool refills during
 # the pause): what an agent sees when it is not saturating the cluster.
 PACED=$(( JOBS < 100 ? JOBS : 100 ))
-run python-paced --lang python --concurrency 1 --jobs "$PACED" --pause-ms 100
-run javascript-paced --lang javascript --concurrency 1 --jobs "$PACED" --pause-ms 100
-run shell-paced --lang shell --concurrency 1 --jobs "$PACED" --pause-ms 100
+run python-paced --lang python --concurrency 1 --jobs "$PACED" --pause-ms "$PAUSE_MS"
+run javascript-paced --lang javascript --concurrency 1 --jobs "$PACED" --pause-ms "$PAUSE_MS"
+run shell-paced --lang shell --concurrency 1 --jobs "$PACED" --pause-ms "$PAUSE_MS"
 # Sessions: a trivial statement in a live interpreter (no sandbox is built;
 # the warmup jobs create the sessions).
 run python-session --lang python --concurrency 1 --jobs "$JOBS" --session bench-py

@@ -89,9 +89,6 @@ common::StatusOr<WarmSandbox> WarmPool::Spawn(runtimes::Language language, bool 
   sb.stdout_r = std::move(out.read);
   sb.stderr_r = std::move(err.read);
   sb.control_r = std::move(ctl.read);
-  if (common::UniqueFd own = sb.process->TakeControlChannel(); own.valid()) {
-    sb.control_r = std::move(own);
-  }
   for (int fd : {sb.stdin_w.get(), sb.stdout_r.get(), sb.stderr_r.get(), sb.control_r.get()}) {
     SetNonBlocking(fd);
   }

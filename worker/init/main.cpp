@@ -22,18 +22,19 @@
 //   kiln-init PROGRAM [ARG...]
 //   kiln-init --connect SOCKET PROGRAM [ARG...]
 //
-// --connect (the gVisor level, where the runtime passes only fds 0-2 into
-// the sandbox): the control channel (fd 3) and the status channel (fd 5)
-// are two connections to the worker's Unix socket SOCKET, made in that
-// order before the program exists. A SIGINT from outside the sandbox (the
-// worker's interrupt reaches only pid 1 there) is passed on to the whole
-// process group, as the worker does itself at the standard level. The
-// worker's prlimit cannot reach into gVisor's kernel, so the job's rlimits
-// come over the status channel: "L" + kLimitCount records of {int32
-// resource, uint64 soft, uint64 hard}, set on the program with prlimit and
-// answered "A" + 0 (or the errno of the first that failed). Limits are only
-// lowered (each capped at the program's current hard limit), and RLIMIT_CPU
-// counts from the CPU the program has already used, as the worker does with
+// --connect (the gVisor level, where runsc passes no descriptor of the
+// worker's into the sandbox): the status channel (fd 5) is a connection to
+// the worker's Unix socket SOCKET, over which the worker then sends the
+// job's stdin, stdout, stderr and control channel (SCM_RIGHTS, 3 or 4
+// descriptors), installed as fds 0-3 before the program exists. (runsc's
+// own stdio would do for 0-2, but gVisor holds those until the whole
+// sandbox ends, so the worker would see their EOF only then.) A SIGINT from outside the sandbox
+// (the worker's interrupt reaches only pid 1 there) is passed on to the whole process group, as the
+// worker does itself at the standard level. The worker's prlimit cannot reach into gVisor's kernel,
+// so the job's rlimits come over the status channel: "L" + kLimitCount records of {int32 resource,
+// uint64 soft, uint64 hard}, set on the program with prlimit and answered "A" + 0 (or the errno of
+// the first that failed). Limits are only lowered (each capped at the program's current hard
+// limit), and RLIMIT_CPU counts from the CPU the program has already used, as the worker does with
 // prlimit at the standard level (rlimits.cpp).
 //
 // Only libc, no allocation after start: it is exec'd for every sandbox.
@@ -64,6 +65,47 @@ void Report(char tag, int value) {
   do {
     n = write(kStatusFd, rec, sizeof rec);
   } while (n < 0 && errno == EINTR);
+}
+
+// The job's descriptors from the worker (one message on kStatusFd), as fds
+// 0-3; fd 3 stays closed when the worker sent only three.
+bool ReceiveStdio() {
+  char byte;
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n;
+  do {
+    n = recvmsg(kStatusFd, &msg, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  if (n != 1 || c == nullptr || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) {
+    return false;
+  }
+  const int count = static_cast<int>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+  if (count < 3 || count > 4) return false;
+  int got[4];
+  memcpy(got, CMSG_DATA(c), count * sizeof(int));
+  // Above 3 first: a received descriptor may itself be 0-3.
+  for (int i = 0; i < count; ++i) {
+    int moved = fcntl(got[i], F_DUPFD_CLOEXEC, 16);
+    if (moved < 0) return false;
+    close(got[i]);
+    got[i] = moved;
+  }
+  for (int i = 0; i < 4; ++i) {
+    if (i < count) {
+      if (dup2(got[i], i) != i) return false;
+      close(got[i]);
+    } else {
+      close(i);
+    }
+  }
+  return true;
 }
 
 // A connection to the worker's socket at `path`, installed as `fd`.
@@ -186,7 +228,7 @@ int NextSignal(const sigset_t& all, int sfd, bool* worker_open, pid_t program, p
 int main(int argc, char** argv) {
   bool connected = false;
   if (argc >= 3 && strcmp(argv[1], "--connect") == 0) {
-    if (!ConnectAs(argv[2], 3) || !ConnectAs(argv[2], kStatusFd)) return 126;
+    if (!ConnectAs(argv[2], kStatusFd) || !ReceiveStdio()) return 126;
     connected = true;
     argc -= 2;
     argv += 2;

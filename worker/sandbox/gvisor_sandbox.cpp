@@ -7,10 +7,13 @@
 // listen on <bundle>/ctl/s, create the cgroup, and start `runsc run` in it:
 // runsc, its Sentry and its gofer all live in the sandbox's cgroup (runsc
 // runs with --ignore-cgroups), so the memory, pids and CPU limits, the
-// freezer and KillAll cover the second kernel too. runsc passes only fds
-// 0-2 into the sandbox: kiln-init (--connect) makes the control channel and
-// its status channel two connections to the socket, accepted before Spawn
-// returns; the socket is then removed, so nothing else can connect.
+// freezer and KillAll cover the second kernel too. kiln-init (--connect)
+// connects once: that connection is its status channel, and over it the
+// worker sends the job's stdin, stdout, stderr and control pipe ends
+// (SCM_RIGHTS; gVisor imports them). Spawn returns once they are sent; the
+// socket is then removed, so nothing else can connect. runsc's own stdio is
+// /dev/null: gVisor would hold descriptors passed that way until the whole
+// sandbox ends, so their EOF would come ~30 ms after the job's.
 #include "worker/sandbox/gvisor_sandbox.hpp"
 
 #include <fcntl.h>
@@ -115,8 +118,9 @@ int StartRunsc(void* arg) {
   _exit(127);
 }
 
-// Runs a short runsc command (kill, delete) to its end.
-void RunRunsc(const std::vector<std::string>& args) {
+// Runs a short runsc command (kill, pause, resume) to its end; OK when it
+// exited 0.
+Status RunRunsc(const std::vector<std::string>& args) {
   std::vector<char*> argv;
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -129,11 +133,38 @@ void RunRunsc(const std::vector<std::string>& args) {
   plan.stdio[0] = plan.stdio[1] = plan.stdio[2] = null.get();
   int pidfd = -1;
   pid_t pid = CloneVforked(0, StartRunsc, &plan, &pidfd);
-  if (pid < 0) return;
+  if (pid < 0) return common::ErrnoStatus("starting runsc " + args.back(), -pid);
   UniqueFd owned(pidfd);
-  int status;
+  int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status::Ok();
+  return common::Internal("runsc " + args[args.size() - 2] + " " + args.back() +
+                          " failed (status " + std::to_string(status) + ")");
+}
+
+// `fds` to the peer of `sock` in one message (SCM_RIGHTS), with one byte.
+Status SendFds(int sock, const std::vector<int>& fds) {
+  for (int fd : fds) {
+    if (fd < 0) return common::InvalidRequest("the sandbox's stdio must be valid descriptors");
+  }
+  char byte = 'F';
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = CMSG_SPACE(fds.size() * sizeof(int));
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(fds.size() * sizeof(int));
+  std::memcpy(CMSG_DATA(c), fds.data(), fds.size() * sizeof(int));
+  if (::sendmsg(sock, &msg, MSG_NOSIGNAL) != 1) {
+    return common::ErrnoStatus("passing the job's descriptors into the gVisor sandbox", errno);
+  }
+  return Status::Ok();
 }
 
 StatusOr<UniqueFd> Listen(const std::string& path) {
@@ -150,7 +181,7 @@ StatusOr<UniqueFd> Listen(const std::string& path) {
     return common::ErrnoStatus("bind " + path, errno);
   }
   if (::chmod(path.c_str(), 0666) != 0) return common::ErrnoStatus("chmod " + path, errno);
-  if (::listen(s.get(), 2) != 0) return common::ErrnoStatus("listen " + path, errno);
+  if (::listen(s.get(), 1) != 0) return common::ErrnoStatus("listen " + path, errno);
   return s;
 }
 
@@ -190,8 +221,10 @@ class GvisorProcess final : public SandboxProcess {
   static void RemoveLeftovers(const GvShared& shared, const std::string& id) {
     std::error_code ec;
     std::filesystem::remove_all(shared.dir + "/" + id, ec);
+    // runsc names them "<sandbox id>_sandbox:<container id>.state" (and .lock).
+    const std::string prefix = id + "_sandbox:";
     for (const auto& e : std::filesystem::directory_iterator(shared.runsc_root, ec)) {
-      if (e.path().filename().string().find(id) != std::string::npos) {
+      if (e.path().filename().string().rfind(prefix, 0) == 0) {
         std::filesystem::remove_all(e.path(), ec);
       }
     }
@@ -214,8 +247,9 @@ class GvisorProcess final : public SandboxProcess {
     const std::string socket_path = bundle_ + "/ctl/s";
     ASSIGN_OR_RETURN(UniqueFd listener, Listen(socket_path));
 
-    ASSIGN_OR_RETURN(cgroup_,
-                     shared_->cgroups->CreateFor(id_, WithOverhead(spec.limits), spec.freezable));
+    // Not freezable: a session is paused through runsc (Freeze).
+    ASSIGN_OR_RETURN(cgroup_, shared_->cgroups->CreateFor(id_, WithOverhead(spec.limits),
+                                                          /*freezable=*/false));
     std::vector<int> cg_fds;
     for (const UniqueFd& fd : cgroup_->join_fds()) cg_fds.push_back(fd.get());
 
@@ -230,9 +264,9 @@ class GvisorProcess final : public SandboxProcess {
     plan.path = argv[0];
     plan.argv = argv.data();
     plan.envp = envp;
-    plan.stdio[0] = spec.stdin_fd.get();
-    plan.stdio[1] = spec.stdout_fd.get();
-    plan.stdio[2] = spec.stderr_fd.get();
+    UniqueFd null(::open("/dev/null", O_RDWR | O_CLOEXEC));
+    if (!null.valid()) return common::ErrnoStatus("open /dev/null", errno);
+    plan.stdio[0] = plan.stdio[1] = plan.stdio[2] = null.get();
     plan.cgroup_fds = cg_fds.data();
     plan.cgroup_fd_count = static_cast<int>(cg_fds.size());
     int pidfd = -1;
@@ -241,11 +275,11 @@ class GvisorProcess final : public SandboxProcess {
     pid_ = pid;
     pidfd_.Reset(pidfd);
 
-    // kiln-init connects twice (worker/init/main.cpp): control, then status.
-    UniqueFd conns[2];
+    // kiln-init connects once (worker/init/main.cpp) and is sent the job's fds.
+    UniqueFd conn;
     const auto deadline =
         std::chrono::steady_clock::now() + std::chrono::milliseconds(cfg.gvisor.start_timeout_ms);
-    for (int n = 0; n < 2;) {
+    while (!conn.valid()) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
                             deadline - std::chrono::steady_clock::now())
                             .count();
@@ -260,8 +294,7 @@ class GvisorProcess final : public SandboxProcess {
       int rc = ::poll(pfds, 2, static_cast<int>(left));
       if (rc < 0 && errno != EINTR) return common::ErrnoStatus("poll", errno);
       if (rc > 0 && (pfds[0].revents & POLLIN)) {
-        int fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd >= 0) conns[n++].Reset(fd);
+        conn.Reset(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
         continue;
       }
       if (rc > 0 && pfds[1].revents) {
@@ -274,15 +307,23 @@ class GvisorProcess final : public SandboxProcess {
       }
     }
     ::unlink(socket_path.c_str());
-    control_ = std::move(conns[0]);
-    status_ = std::move(conns[1]);
+    std::vector<int> fds = {spec.stdin_fd.get(), spec.stdout_fd.get(), spec.stderr_fd.get()};
+    if (spec.control_fd.valid()) fds.push_back(spec.control_fd.get());
+    // A reopen (/dev/stdin, /proc/self/fd/N) is checked against the pipe's
+    // mode; gVisor shows the worker's uid as nobody, so only "other" bits
+    // can allow it, as the job's reopen succeeds at the standard level.
+    // (A pipe has no path: its mode matters for nothing else.)
+    for (int fd : fds) {
+      if (::fchmod(fd, 0666) != 0) return common::ErrnoStatus("fchmod the job's pipes", errno);
+    }
+    RETURN_IF_ERROR(SendFds(conn.get(), fds));
+    status_ = std::move(conn);
     return Status::Ok();
   }
 
   pid_t pid() const override { return pid_; }
   int exit_fd() const override { return pidfd_.get(); }
   const std::string& workspace_path() const override { return workspace_; }
-  UniqueFd TakeControlChannel() override { return std::move(control_); }
 
   Status SetLimits(const SandboxLimits& limits) override {
     if (reaped_) return common::InvalidRequest("the sandbox has already exited");
@@ -321,21 +362,25 @@ class GvisorProcess final : public SandboxProcess {
   void Interrupt() override {
     if (pid_ <= 0 || reaped_) return;
     // To the sandbox's pid 1 (kiln-init), which passes it to its group.
-    RunRunsc(shared_->Runsc({"kill", id_, "INT"}));
+    (void)RunRunsc(shared_->Runsc({"kill", id_, "INT"}));
   }
 
   void Kill() override {
     if (pid_ <= 0 || reaped_) return;
-    // runsc, its Sentry and gofer: the whole second kernel.
+    // runsc, its Sentry and gofer: the whole second kernel, paused or not.
     cgroup_->KillAll();
-    if (frozen_) (void)cgroup_->Freeze(false);
   }
 
+  // gVisor's own pause (every task of its kernel stopped where it is), not
+  // the cgroup freezer: freezing the ptrace platform's tracer and tracees
+  // under it now and then left a guest task SIGKILLed at the thaw (1 run
+  // in 5 of the sessions tests). The Sentry itself is idle while paused.
   Status Freeze(bool frozen) override {
     if (pid_ <= 0 || reaped_) return common::Internal("no process");
-    Status st = cgroup_->Freeze(frozen);
-    frozen_ = frozen || !st.ok();
-    return st;
+    if (frozen == paused_) return Status::Ok();
+    RETURN_IF_ERROR(RunRunsc(shared_->Runsc({frozen ? "pause" : "resume", id_})));
+    paused_ = frozen;
+    return Status::Ok();
   }
 
   StatusOr<ExitStatus> Wait() override {
@@ -387,9 +432,8 @@ class GvisorProcess final : public SandboxProcess {
   pid_t pid_ = -1;
   UniqueFd pidfd_;
   bool reaped_ = false;
-  std::atomic<bool> frozen_{false};
-  UniqueFd control_;  // the program's fd 3, until the worker takes it
-  UniqueFd status_;   // kiln-init's reports, non-blocking
+  bool paused_ = false;  // by Freeze(true), until Freeze(false)
+  UniqueFd status_;      // kiln-init's reports, non-blocking
   int exec_errno_ = 0;
   std::optional<int> program_status_;
   std::optional<int> limits_ack_;  // kiln-init applied the last limits sent (its errno)

@@ -120,10 +120,6 @@ class SandboxProcess {
   virtual int exit_fd() const = 0;
   // The workspace as the worker sees it on the host (valid until destruction).
   virtual const std::string& workspace_path() const = 0;
-  // The worker's end of the control channel when the sandbox made its own
-  // (gVisor: a socket kiln-init connected to) instead of using the pipe
-  // given as SpawnSpec::control_fd; invalid otherwise. Taken once.
-  virtual common::UniqueFd TakeControlChannel() { return {}; }
 
   // Tightens or sets the limits of a running, not yet started job.
   virtual common::Status SetLimits(const SandboxLimits& limits) = 0;

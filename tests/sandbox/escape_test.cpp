@@ -799,12 +799,10 @@ TEST_P(EscapeTest, OutputFloodIsTruncatedAndEndsEarly) {
 
 // ---------------------------------------------------------------- syscalls
 
-TEST_P(EscapeTest, DangerousSyscallsAreRefused) {
-  if (Gvisor()) {
-    GTEST_SKIP() << "the host's seccomp answers; at the gVisor level the job's calls reach "
-                    "gVisor's kernel, not the host's: GvisorKernelAnswersEveryCall";
-  }
-  auto r = Run("python", R"PY(
+// Python helpers of the syscall cases: sc(nr, *args) makes a raw system
+// call and returns [return value, errno]; sock(*args) opens and closes a
+// socket and returns [0, 0] or [-1, errno]; S wraps a bytes argument.
+constexpr const char* kPySyscalls = R"PY(
 import ctypes, os, json, socket
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
@@ -814,6 +812,20 @@ def sc(nr, *args):
     rv = libc.syscall(ctypes.c_long(nr), *conv)
     return [rv, ctypes.get_errno()]
 S = ctypes.c_char_p
+def sock(*args):
+    try:
+        socket.socket(*args).close()
+        return [0, 0]
+    except OSError as e:
+        return [-1, e.errno]
+)PY";
+
+TEST_P(EscapeTest, DangerousSyscallsAreRefused) {
+  if (Gvisor()) {
+    GTEST_SKIP() << "the host's seccomp answers; at the gVisor level the job's calls reach "
+                    "gVisor's kernel, not the host's: GvisorKernelAnswersEveryCall";
+  }
+  auto r = Run("python", kPySyscalls + std::string(R"PY(
 NS = ['user', 'mnt', 'net', 'pid', 'uts', 'ipc', 'cgroup']
 before = {'ns': {n: os.readlink('/proc/self/ns/' + n) for n in NS}, 'ids': list(os.getresuid()) + list(os.getresgid())}
 res = {}
@@ -830,12 +842,6 @@ res['io_uring_setup'] = sc(425, 1, 0)
 res['userfaultfd'] = sc(323, 1)                                      # UFFD_USER_MODE_ONLY
 res['clone3'] = sc(435, 0, 0)
 res['clone_newuser'] = sc(56, 0x10000000 | 17, 0, 0, 0, 0)           # clone(CLONE_NEWUSER|SIGCHLD)
-def sock(*args):
-    try:
-        socket.socket(*args).close()
-        return [0, 0]
-    except OSError as e:
-        return [-1, e.errno]
 res['vsock'] = sock(40, socket.SOCK_STREAM)
 # The allowlist (issue 13): families outside unix/inet/inet6/netlink-route,
 # including those whose modules the kernel would autoload.
@@ -866,7 +872,7 @@ after = {'ns': {n: os.readlink('/proc/self/ns/' + n) for n in NS}, 'ids': list(o
 res['same_after'] = before == after
 res['ids'] = after['ids']
 print(json.dumps(res))
-)PY");
+)PY"));
   ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
   json rep = Report(r);
   ASSERT_TRUE(rep.is_object()) << r.dump();
@@ -956,16 +962,7 @@ TEST_P(EscapeTest, GvisorKernelAnswersEveryCall) {
   if (!Gvisor()) GTEST_SKIP() << "the gVisor level only";
   struct utsname host;
   ASSERT_EQ(uname(&host), 0);
-  auto r = Run("python", R"PY(
-import ctypes, os, json, socket
-libc = ctypes.CDLL(None, use_errno=True)
-libc.syscall.restype = ctypes.c_long
-def sc(nr, *args):
-    conv = [a if isinstance(a, ctypes.c_char_p) else ctypes.c_long(a) for a in args]
-    ctypes.set_errno(0)
-    rv = libc.syscall(ctypes.c_long(nr), *conv)
-    return [rv, ctypes.get_errno()]
-S = ctypes.c_char_p
+  auto r = Run("python", kPySyscalls + std::string(R"PY(
 res = {'calls': {}, 'sockets': {}}
 c = res['calls']
 c['mount'] = sc(165, S(b'none'), S(b'/tmp'), S(b'tmpfs'), 0, 0)
@@ -977,17 +974,12 @@ c['kexec_load'] = sc(246, 0, 0, 0, 0)
 c['init_module'] = sc(175, 0, 0, S(b''))
 c['open_by_handle_at'] = sc(304, 0, 0, 0)
 c['modify_ldt'] = sc(154, 0, 0, 0)
-def sock(*args):
-    try:
-        socket.socket(*args).close(); return [0, 0]
-    except OSError as e:
-        return [-1, e.errno]
 for name, fam, typ in [('alg', 38, 5), ('tipc', 30, 2), ('rds', 21, 5), ('vsock', 40, 1)]:
     res['sockets'][name] = sock(fam, typ, 0)
 res['release'] = os.uname().release
 res['version'] = open('/proc/version').read()
 print(json.dumps(res))
-)PY");
+)PY"));
   ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
   json rep = Report(r);
   ASSERT_TRUE(rep.is_object()) << r.dump();

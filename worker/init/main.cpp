@@ -23,19 +23,21 @@
 //   kiln-init --connect SOCKET PROGRAM [ARG...]
 //
 // --connect (the gVisor level, where runsc passes no descriptor of the
-// worker's into the sandbox): the status channel (fd 5) is a connection to
-// the worker's Unix socket SOCKET, over which the worker then sends the
-// job's stdin, stdout, stderr and control channel (SCM_RIGHTS, 3 or 4
-// descriptors), installed as fds 0-3 before the program exists. (runsc's
-// own stdio would do for 0-2, but gVisor holds those until the whole
-// sandbox ends, so the worker would see their EOF only then.) A SIGINT from outside the sandbox
-// (the worker's interrupt reaches only pid 1 there) is passed on to the whole process group, as the
-// worker does itself at the standard level. The worker's prlimit cannot reach into gVisor's kernel,
-// so the job's rlimits come over the status channel: "L" + kLimitCount records of {int32 resource,
-// uint64 soft, uint64 hard}, set on the program with prlimit and answered "A" + 0 (or the errno of
-// the first that failed). Limits are only lowered (each capped at the program's current hard
-// limit), and RLIMIT_CPU counts from the CPU the program has already used, as the worker does with
-// prlimit at the standard level (rlimits.cpp).
+// worker's into the sandbox): fd 5 is a connection to the worker's Unix
+// socket SOCKET; over it the worker sends the job's stdin, stdout, stderr
+// and control channel (SCM_RIGHTS, 3 or 4 descriptors), installed as fds
+// 0-3 before the program exists. (runsc's own stdio would do for 0-2, but
+// gVisor holds those until the whole sandbox ends, so the worker would see
+// their EOF only then.) Then:
+//   - a SIGINT from outside the sandbox (the worker's interrupt reaches
+//     only pid 1 there) is passed on to the whole process group, as the
+//     worker does itself at the standard level;
+//   - the worker's prlimit cannot reach into gVisor's kernel, so the job's
+//     rlimits come over fd 5: "L" + kLimitCount records of {int32 resource,
+//     uint64 soft, uint64 hard}, set on the program with prlimit and
+//     answered "A" + 0 (or the errno of the first that failed). Limits are
+//     only lowered, and RLIMIT_CPU counts from the CPU the program has
+//     already used, as prlimit does at the standard level (rlimits.cpp).
 //
 // Only libc, no allocation after start: it is exec'd for every sandbox.
 #include <errno.h>

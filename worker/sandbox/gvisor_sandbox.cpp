@@ -6,8 +6,8 @@
 // does), write an OCI bundle (gvisor_spec.hpp) into <state_dir>/gvisor/<id>,
 // listen on <bundle>/ctl/s, create the cgroup, and start `runsc run` in it:
 // runsc, its Sentry and its gofer all live in the sandbox's cgroup (runsc
-// runs with --ignore-cgroups), so the memory, pids and CPU limits, the
-// freezer and KillAll cover the second kernel too. kiln-init (--connect)
+// runs with --ignore-cgroups), so the memory, pids and CPU limits and
+// KillAll cover the second kernel too (sessions pause with runsc: Freeze). kiln-init (--connect)
 // connects once: that connection is its status channel, and over it the
 // worker sends the job's stdin, stdout, stderr and control pipe ends
 // (SCM_RIGHTS; gVisor imports them). Spawn returns once they are sent; the
@@ -32,13 +32,13 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "common/log/logging.hpp"
 #include "worker/sandbox/cgroups.hpp"
 #include "worker/sandbox/contain.hpp"
 #include "worker/sandbox/fs_util.hpp"
 #include "worker/sandbox/gvisor_spec.hpp"
+#include "worker/sandbox/init_reports.hpp"
 #include "worker/sandbox/mounts.hpp"
 #include "worker/sandbox/namespaces.hpp"
 #include "worker/sandbox/rlimits.hpp"
@@ -82,7 +82,8 @@ struct GvShared {
 };
 
 // The runsc child: its own descriptor table, the cgroups, a session of its
-// own; dies with the worker. Runs on the vfork stack: no allocation.
+// own; dies with the worker. Runs on the vfork stack: no allocation. Exit
+// status 120-124: one of its steps failed (runsc never ran).
 struct RunscPlan {
   const char* path = nullptr;
   char* const* argv = nullptr;
@@ -119,7 +120,9 @@ int StartRunsc(void* arg) {
 }
 
 // Runs a short runsc command (kill, pause, resume) to its end; OK when it
-// exited 0.
+// exited 0. One that takes longer than kRunscCommandTimeoutMs (a wedged
+// Sentry) is killed and fails.
+constexpr int kRunscCommandTimeoutMs = 10000;
 Status RunRunsc(const std::vector<std::string>& args) {
   std::vector<char*> argv;
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -135,6 +138,12 @@ Status RunRunsc(const std::vector<std::string>& args) {
   pid_t pid = CloneVforked(0, StartRunsc, &plan, &pidfd);
   if (pid < 0) return common::ErrnoStatus("starting runsc " + args.back(), -pid);
   UniqueFd owned(pidfd);
+  pollfd pfd{owned.get(), POLLIN, 0};
+  int ready;
+  do {
+    ready = ::poll(&pfd, 1, kRunscCommandTimeoutMs);
+  } while (ready < 0 && errno == EINTR);
+  if (ready == 0) ::kill(pid, SIGKILL);  // not reaped yet: the pid is still its own
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
@@ -232,14 +241,8 @@ class GvisorProcess final : public SandboxProcess {
 
   Status Start(SpawnSpec& spec) {
     const SandboxConfig& cfg = shared_->config;
-    const std::string& program = spec.argv[0];
-    if (::access(program.c_str(), X_OK) != 0) {
-      const int err = errno;
-      return Status(
-          err == ENOENT || err == EACCES ? common::Code::kRuntimeUnavailable
-                                         : common::Code::kInternal,
-          "sandbox setup failed at step 'execve' on " + program + ": " + std::strerror(err));
-    }
+    program_ = spec.argv[0];
+    if (::access(program_.c_str(), X_OK) != 0) return CannotExecute(program_, errno);
     RETURN_IF_ERROR(
         MountWorkspace(workspace_, cfg.workspace_bytes, uid_, uid_).WithContext("workspace"));
     workspace_mounted_ = true;
@@ -328,14 +331,10 @@ class GvisorProcess final : public SandboxProcess {
   Status SetLimits(const SandboxLimits& limits) override {
     if (reaped_) return common::InvalidRequest("the sandbox has already exited");
     RETURN_IF_ERROR(cgroup_->SetLimits(WithOverhead(limits)));
-    ReadReports();
-    if (exec_errno_ != 0) {
-      return Status(
-          exec_errno_ == ENOENT || exec_errno_ == EACCES ? common::Code::kRuntimeUnavailable
-                                                         : common::Code::kInternal,
-          std::string("sandbox setup failed at step 'execve': ") + std::strerror(exec_errno_));
-    }
-    if (program_status_) return Status::Ok();  // it has already ended: nothing left to limit
+    reports_.ReadFrom(status_.get());
+    if (reports_.exec_errno != 0) return CannotExecute(program_, reports_.exec_errno);
+    // It has already ended: nothing left to limit.
+    if (reports_.program_status) return Status::Ok();
     return SendRlimits(limits);
   }
 
@@ -403,16 +402,8 @@ class GvisorProcess final : public SandboxProcess {
     } else {
       st.signal = info.si_status;
     }
-    ReadReports();
-    if (program_status_) {
-      st.exit_code.reset();
-      st.signal.reset();
-      if (WIFEXITED(*program_status_)) {
-        st.exit_code = WEXITSTATUS(*program_status_);
-      } else if (WIFSIGNALED(*program_status_)) {
-        st.signal = WTERMSIG(*program_status_);
-      }
-    }
+    reports_.ReadFrom(status_.get());
+    reports_.ApplyTo(&st);
     CgroupStats cs = cgroup_->Stats();
     if (cs.cpu_ms) st.cpu_ms = *cs.cpu_ms;
     if (cs.peak_bytes) st.max_rss_kb = *cs.peak_bytes / 1024;
@@ -434,9 +425,8 @@ class GvisorProcess final : public SandboxProcess {
   bool reaped_ = false;
   bool paused_ = false;  // by Freeze(true), until Freeze(false)
   UniqueFd status_;      // kiln-init's reports, non-blocking
-  int exec_errno_ = 0;
-  std::optional<int> program_status_;
-  std::optional<int> limits_ack_;  // kiln-init applied the last limits sent (its errno)
+  std::string program_;  // argv[0]
+  InitReports reports_;  // from status_
 
   // The job's limits plus what the second kernel itself needs: its memory
   // (Sentry, gofer) and its threads count against the same cgroup.
@@ -444,19 +434,6 @@ class GvisorProcess final : public SandboxProcess {
     l.memory_bytes += shared_->config.gvisor.memory_overhead_bytes;
     l.max_pids += shared_->config.gvisor.pids_overhead;
     return l;
-  }
-
-  // Takes kiln-init's reports written so far: "E" + errno, "X" + status,
-  // "A" + errno (limits applied).
-  void ReadReports() {
-    char rec[5];
-    while (status_.valid() && ::read(status_.get(), rec, sizeof rec) == sizeof rec) {
-      int value;
-      std::memcpy(&value, rec + 1, sizeof value);
-      if (rec[0] == 'E') exec_errno_ = value;
-      if (rec[0] == 'X') program_status_ = value;
-      if (rec[0] == 'A') limits_ack_ = value;
-    }
   }
 
   // The job's rlimits, set on the program by kiln-init inside gVisor's
@@ -475,9 +452,9 @@ class GvisorProcess final : public SandboxProcess {
         static_cast<ssize_t>(rec.size())) {
       return common::ErrnoStatus("sending the job's limits to the sandbox", errno);
     }
-    limits_ack_.reset();
+    reports_.limits_ack.reset();
     const auto deadline = std::chrono::steady_clock::now() + kLimitsAckTimeout;
-    while (!limits_ack_ && !program_status_) {
+    while (!reports_.limits_ack && !reports_.program_status) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
                             deadline - std::chrono::steady_clock::now())
                             .count();
@@ -487,10 +464,10 @@ class GvisorProcess final : public SandboxProcess {
         return common::ErrnoStatus("poll", errno);
       }
       if (pfd.revents & (POLLHUP | POLLERR)) break;
-      ReadReports();
+      reports_.ReadFrom(status_.get());
     }
-    if (limits_ack_ && *limits_ack_ != 0) {
-      return common::ErrnoStatus("prlimit on the job's program", *limits_ack_);
+    if (reports_.limits_ack && *reports_.limits_ack != 0) {
+      return common::ErrnoStatus("prlimit on the job's program", *reports_.limits_ack);
     }
     return Status::Ok();
   }

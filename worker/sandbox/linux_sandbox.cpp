@@ -31,6 +31,7 @@
 #include "worker/sandbox/fs_util.hpp"
 #include "worker/sandbox/gvisor_sandbox.hpp"
 #include "worker/sandbox/host_probe.hpp"
+#include "worker/sandbox/init_reports.hpp"
 #include "worker/sandbox/landlock.hpp"
 #include "worker/sandbox/mounts.hpp"
 #include "worker/sandbox/namespaces.hpp"
@@ -121,7 +122,7 @@ class LinuxSandboxProcess final : public SandboxProcess {
     program_ = spec.argv.empty() ? "" : spec.argv[0];
     if (program_.empty() || program_[0] != '/' || ::access(program_.c_str(), X_OK) != 0) {
       failed_step_ = "execve";
-      return CannotExecute(program_.empty() || program_[0] != '/' ? EINVAL : errno);
+      return CannotExecute(program_, program_.empty() || program_[0] != '/' ? EINVAL : errno);
     }
     RETURN_IF_ERROR(
         MountWorkspace(workspace_, cfg.workspace_bytes, uid_, uid_).WithContext("workspace"));
@@ -244,8 +245,8 @@ class LinuxSandboxProcess final : public SandboxProcess {
     if (cgroup_) RETURN_IF_ERROR(cgroup_->SetLimits(limits));
     // On the program itself: it was forked before the limits were known.
     pid_t program = ProgramPid();
-    ReadReports();
-    if (exec_errno_ != 0) return CannotExecute(exec_errno_);
+    reports_.ReadFrom(status_.get());
+    if (reports_.exec_errno != 0) return CannotExecute(program_, reports_.exec_errno);
     if (program <= 0) return Status::Ok();  // it has already ended: nothing left to limit
     return ApplyJobRlimits(program, uid_, uid_, limits);
   }
@@ -319,18 +320,8 @@ class LinuxSandboxProcess final : public SandboxProcess {
     } else {
       st.signal = info.si_status;
     }
-    // The program's own end, as kiln-init saw it (absent when pid 1 itself
-    // was killed: a timeout, a cancel, a violation, the OOM killer).
-    ReadReports();
-    if (program_status_) {
-      st.exit_code.reset();
-      st.signal.reset();
-      if (WIFEXITED(*program_status_)) {
-        st.exit_code = WEXITSTATUS(*program_status_);
-      } else if (WIFSIGNALED(*program_status_)) {
-        st.signal = WTERMSIG(*program_status_);
-      }
-    }
+    reports_.ReadFrom(status_.get());
+    reports_.ApplyTo(&st);
     st.cpu_ms = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
                 (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
     st.max_rss_kb = static_cast<uint64_t>(ru.ru_maxrss);
@@ -367,28 +358,7 @@ class LinuxSandboxProcess final : public SandboxProcess {
   UniqueFd status_;     // kiln-init's reports (worker/init/main.cpp), non-blocking
   pid_t job_pid_ = -1;  // the program (kiln-init's child), as the host sees it
   std::string program_;
-  int exec_errno_ = 0;                 // kiln-init could not execute the program
-  std::optional<int> program_status_;  // the program's wait status, once it ended
-
-  // The program could not be executed: RUNTIME_UNAVAILABLE when it is
-  // missing or not executable.
-  Status CannotExecute(int err) const {
-    return Status(
-        err == ENOENT || err == EACCES ? common::Code::kRuntimeUnavailable
-                                       : common::Code::kInternal,
-        "sandbox setup failed at step 'execve' on " + program_ + ": " + std::strerror(err));
-  }
-
-  // Takes kiln-init's reports written so far: "E" + errno, "X" + status.
-  void ReadReports() {
-    char rec[5];
-    while (status_.valid() && ::read(status_.get(), rec, sizeof rec) == sizeof rec) {
-      int value;
-      std::memcpy(&value, rec + 1, sizeof value);
-      if (rec[0] == 'E') exec_errno_ = value;
-      if (rec[0] == 'X') program_status_ = value;
-    }
-  }
+  InitReports reports_;  // from status_
 
   // The program's host pid: kiln-init forks it as soon as it starts, so it
   // is init's child (the first; orphans join later). A fresh spawn may not

@@ -396,7 +396,7 @@ class GvisorProcess final : public SandboxProcess {
     // The rest of the second kernel goes with runsc (a killed runsc may
     // leave its Sentry behind).
     cgroup_->KillAll();
-    ExitStatus st;
+    ExitStatus st = Usage();  // the cgroup's figures: runsc's rusage is not the job's
     if (info.si_code == CLD_EXITED) {
       st.exit_code = info.si_status;
     } else {
@@ -404,10 +404,6 @@ class GvisorProcess final : public SandboxProcess {
     }
     reports_.ReadFrom(status_.get());
     reports_.ApplyTo(&st);
-    CgroupStats cs = cgroup_->Stats();
-    if (cs.cpu_ms) st.cpu_ms = *cs.cpu_ms;
-    if (cs.peak_bytes) st.max_rss_kb = *cs.peak_bytes / 1024;
-    st.oom_killed = cs.oom_killed;
     return st;
   }
 

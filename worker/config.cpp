@@ -74,6 +74,7 @@ common::StatusOr<WorkerConfig> LoadWorkerConfig(const std::string& file) {
   s.Get("uid_count", &sb.uid_count, 1, 1u << 20);
   s.Get("uid_lock_dir", &sb.uid_lock_dir);
   s.Get("init_path", &sb.init_path);
+  s.Get("zygote", &sb.zygote);
   s.GetEnum("isolation", &sb.isolation, {"standard", "gvisor"});
   common::YamlReader gv = s.Child("gvisor");
   gv.Get("runsc", &sb.gvisor.runsc);

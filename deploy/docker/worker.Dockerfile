@@ -57,8 +57,9 @@ COPY broker broker
 COPY worker worker
 COPY cli cli
 RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=OFF \
- && cmake --build /build --target kiln-worker kiln-init kiln-gvisor-compat \
- && strip /build/bin/kiln-worker /build/bin/kiln-init /build/bin/libkiln-gvisor-compat.so
+ && cmake --build /build --target kiln-worker kiln-init kiln-gvisor-compat kiln-zygote \
+ && strip /build/bin/kiln-worker /build/bin/kiln-init /build/bin/libkiln-gvisor-compat.so \
+      /build/bin/libkiln-zygote.so
 
 FROM debian:12-slim
 # The worker's shared libraries (ldd) and the interpreters at the paths of
@@ -70,7 +71,8 @@ RUN apt-get update \
       libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libcivetweb1 \
       python3 nodejs ca-certificates runsc \
  && rm -rf /var/lib/apt/lists/*
-COPY --from=build /build/bin/kiln-worker /build/bin/kiln-init /build/bin/libkiln-gvisor-compat.so /usr/local/bin/
+COPY --from=build /build/bin/kiln-worker /build/bin/kiln-init /build/bin/libkiln-gvisor-compat.so \
+     /build/bin/libkiln-zygote.so /usr/local/bin/
 COPY deploy/docker/worker-entrypoint.sh /usr/local/bin/kiln-worker-entrypoint
 # Root, on purpose: see above. Workspaces live under /run/kiln/<worker id>.
 USER 0:0

@@ -5,7 +5,9 @@
 // Every case is built so that it fails when the protection it checks is
 // removed (a positive control next to each denial shows the probe works).
 //
-// Parameterized over `sandbox.cgroup_mode` (v1, v2): one cluster per mode,
+// Parameterized over `sandbox.cgroup_mode` (v1, v2), the gVisor level, and v1
+// with the zygote off (v1-exec: python sandboxes exec'd, as javascript and
+// shell always are): one cluster per mode,
 // started by the first case of that mode and stopped after its last; a mode
 // the host lacks is skipped. Run it alone (RUN_SERIAL): it counts host
 // processes per sandbox uid, and every TestCluster uses the same uid range.
@@ -79,8 +81,8 @@ class EscapeTest : public ::testing::TestWithParam<std::string> {
     std::string why;
     if (Gvisor()) {
       if (!GvisorUsable(&why)) GTEST_SKIP() << "isolation level gvisor: " << why;
-    } else if (!escape::CgroupModeAvailable(GetParam(), &why)) {
-      GTEST_SKIP() << "cgroup mode " << GetParam() << " is not available on this host: " << why;
+    } else if (!escape::CgroupModeAvailable(CgroupMode(), &why)) {
+      GTEST_SKIP() << "cgroup mode " << CgroupMode() << " is not available on this host: " << why;
     }
     ModeCluster& mc = clusters_[GetParam()];
     if (!mc.cluster && mc.start_error.empty()) {
@@ -89,7 +91,8 @@ class EscapeTest : public ::testing::TestWithParam<std::string> {
         options.workers = kWorkers;
         options.slots = 2;
         options.warm_per_runtime = 1;
-        options.cgroup_mode = Gvisor() ? "auto" : GetParam();
+        options.cgroup_mode = Gvisor() ? "auto" : CgroupMode();
+        if (!Zygote()) options.extra_sandbox_yaml = "  zygote: false\n";
         if (Gvisor()) {
           options.extra_sandbox_yaml = "  isolation: gvisor\n";
           options.tenant_a_fields = ", isolation: gvisor";
@@ -117,6 +120,10 @@ class EscapeTest : public ::testing::TestWithParam<std::string> {
   // The gVisor isolation level: every job runs on gVisor's kernel, whose
   // answers (errnos, /proc) are its own; the outcome checked is the same.
   bool Gvisor() const { return GetParam() == "gvisor"; }
+  // Python one-shots forked from the worker's zygote (the default), or, in
+  // the "-exec" modes, every sandbox exec'd as before.
+  bool Zygote() const { return !Gvisor() && GetParam().find("-exec") == std::string::npos; }
+  std::string CgroupMode() const { return GetParam().substr(0, GetParam().find('-')); }
 
   // Runs one job (wait:true) and returns its record; a non-200 reply is a failure.
   json Run(const std::string& language, const std::string& code, const json& limits = nullptr,
@@ -203,6 +210,8 @@ INSTANTIATE_TEST_SUITE_P(CgroupV2, EscapeTest, ::testing::Values("v2"),
                          [](const auto& info) { return info.param; });
 INSTANTIATE_TEST_SUITE_P(Gvisor, EscapeTest, ::testing::Values("gvisor"),
                          [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(CgroupV1Exec, EscapeTest, ::testing::Values("v1-exec"),
+                         [](const auto&) { return std::string("v1_exec"); });
 
 // ---------------------------------------------------------------- reading
 
@@ -1402,6 +1411,194 @@ print(json.dumps(res))
     EXPECT_EQ(rep["suid_mounts"], json::array()) << "mounts without nosuid: " << rep.dump();
   }
   EXPECT_NE(rep["euid"], 0);
+}
+
+// ---------------------------------------------------------------- zygote
+// A python one-shot sandbox is forked from the worker's zygote (an
+// interpreter that has loaded the wrapper; worker/sandbox/zygote.hpp)
+// instead of exec'ing a fresh interpreter. These cases check that the child
+// gets every layer, can reach neither the zygote nor a sibling, and that
+// nothing one job does is visible to the next.
+
+// The worker's zygotes: root processes forked by worker `worker_pid` whose
+// command line is python_zygote.py's.
+std::vector<pid_t> ZygotesOf(pid_t worker_pid) {
+  std::vector<pid_t> out;
+  for (auto& p : ProcessesMatching("kiln_zygote_spawn")) {
+    if (p.uid != 0) continue;
+    std::string stat = ReadFile("/proc/" + std::to_string(p.pid) + "/stat");
+    size_t paren = stat.rfind(')');
+    if (paren == std::string::npos) continue;
+    long ppid = 0;
+    if (std::sscanf(stat.c_str() + paren + 1, " %*c %ld", &ppid) != 1) continue;
+    if (ppid == worker_pid) out.push_back(p.pid);
+  }
+  return out;
+}
+
+TEST_P(EscapeTest, PythonSandboxesAreZygoteBornWithEveryLayer) {
+  if (!Zygote()) GTEST_SKIP() << "every sandbox is exec'd in this mode (no zygote)";
+  auto r = Run("python", R"PY(
+import json, os
+maps = open('/proc/self/maps').read().splitlines()
+def is_open(fd):
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
+status = {}
+for line in open('/proc/self/status'):
+    k, _, v = line.partition(':')
+    if k in ('CapEff', 'CapPrm', 'CapBnd', 'CapAmb', 'NoNewPrivs', 'Seccomp'):
+        status[k] = v.strip()
+print(json.dumps({
+    'zygote_library': any(l.endswith('libkiln-zygote.so') for l in maps),
+    'shared_writable': [l for l in maps if len(l.split()) > 1 and l.split()[1][1] == 'w' and l.split()[1][3] == 's'],
+    'pid': os.getpid(), 'ppid': os.getppid(),
+    'init': open('/proc/1/cmdline').read().split('\0')[:2],
+    'uid': os.getuid(), 'gid': os.getgid(), 'groups': os.getgroups(), 'status': status,
+    'fds': [fd for fd in range(1024) if is_open(fd)],
+    'cwd': os.getcwd(), 'argv': __import__('sys').argv, 'umask': os.umask(0o22),
+    'env': sorted(os.environ), 'hostname': os.uname().nodename,
+    'net': sorted(os.listdir('/proc/self/net/dev_snmp6')) if os.path.isdir('/proc/self/net/dev_snmp6') else None,
+    'procs': sorted(int(p) for p in os.listdir('/proc') if p.isdigit()),
+}))
+)PY",
+               nullptr, nullptr, json{{"JOB_VAR", "1"}});
+  ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
+  json rep = Report(r);
+  ASSERT_TRUE(rep.is_object()) << r.dump();
+  EXPECT_TRUE(rep["zygote_library"].get<bool>()) << "not forked from a zygote: " << rep.dump();
+  EXPECT_EQ(rep["shared_writable"], json::array()) << "memory shared with the zygote";
+  EXPECT_EQ(rep["pid"], 2);
+  EXPECT_EQ(rep["ppid"], 1);
+  EXPECT_EQ(rep["init"], json::array({"/etc/kiln-init", "--adopt"}));
+  EXPECT_GE(rep["uid"].get<long>(), kUidLo);
+  EXPECT_EQ(rep["gid"], rep["uid"]);
+  EXPECT_EQ(rep["groups"], json::array());
+  for (const char* cap : {"CapEff", "CapPrm", "CapBnd", "CapAmb"}) {
+    EXPECT_EQ(rep["status"][cap], "0000000000000000") << cap;
+  }
+  EXPECT_EQ(rep["status"]["NoNewPrivs"], "1");
+  EXPECT_EQ(rep["status"]["Seccomp"], "2");
+  // stdin, stdout, stderr and the control pipe: nothing of the zygote's.
+  EXPECT_EQ(rep["fds"], json::array({0, 1, 2, 3})) << rep.dump();
+  EXPECT_EQ(rep["cwd"], "/workspace");
+  EXPECT_EQ(rep["argv"], json::array({"-c"}));
+  EXPECT_EQ(rep["umask"], 022);
+  EXPECT_EQ(rep["env"], json::array({"HOME", "JOB_VAR", "LANG", "PATH", "TMPDIR"}));
+  EXPECT_EQ(rep["hostname"], "kiln");
+  EXPECT_EQ(rep["net"], json::array({"lo"})) << "not in its own network namespace";
+  EXPECT_EQ(rep["procs"], json::array({1, 2})) << "sees processes outside its pid namespace";
+}
+
+TEST_P(EscapeTest, NothingCarriesOverBetweenPythonJobs) {
+  // Each job leaves marks everywhere an interpreter keeps state, then
+  // reports the marks it found and its random numbers. Sequential jobs land
+  // on the same workers' zygotes again and again.
+  const std::string code = R"PY(
+import builtins, json, os, random, sys, tempfile, uuid
+wrapper = sys._getframe().f_back.f_globals  # the wrapper's module, loaded by the zygote
+marks = {'json': hasattr(json, 'kiln_mark'), 'builtins': hasattr(builtins, 'kiln_mark'),
+         'sys': hasattr(sys, 'kiln_mark'), 'env': 'KILN_MARK' in os.environ,
+         'tmp': os.path.exists('/tmp/kiln_mark'), 'module': 'kiln_mark_module' in sys.modules,
+         'wrapper': 'kiln_mark' in wrapper}
+json.kiln_mark = builtins.kiln_mark = sys.kiln_mark = wrapper['kiln_mark'] = 1
+os.environ['KILN_MARK'] = '1'
+open('/tmp/kiln_mark', 'w').close()
+sys.modules['kiln_mark_module'] = sys
+print(json.dumps({'found': sorted(k for k, v in marks.items() if v),
+                  'random': random.getrandbits(64), 'uuid': str(uuid.uuid4()),
+                  'tempname': tempfile.mktemp()}))
+)PY";
+  std::set<uint64_t> randoms;
+  std::set<std::string> uuids, temps;
+  constexpr int kJobs = 8;
+  for (int i = 0; i < kJobs; ++i) {
+    auto r = Run("python", code);
+    ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
+    json rep = Report(r);
+    ASSERT_TRUE(rep.is_object()) << r.dump();
+    EXPECT_EQ(rep["found"], json::array()) << "job " << i << " saw an earlier job's state";
+    randoms.insert(rep["random"].get<uint64_t>());
+    uuids.insert(rep["uuid"].get<std::string>());
+    temps.insert(rep["tempname"].get<std::string>());
+  }
+  EXPECT_EQ(randoms.size(), static_cast<size_t>(kJobs)) << "jobs drew the same random numbers";
+  EXPECT_EQ(uuids.size(), static_cast<size_t>(kJobs));
+  EXPECT_EQ(temps.size(), static_cast<size_t>(kJobs));
+}
+
+TEST_P(EscapeTest, TheZygoteIsOutOfReach) {
+  if (!Zygote()) GTEST_SKIP() << "every sandbox is exec'd in this mode (no zygote)";
+  // A python job first, so every worker has started its zygote.
+  ExpectClusterHealthy();
+  std::vector<pid_t> zygotes;
+  for (int i = 0; i < kWorkers; ++i) {
+    auto z = ZygotesOf(c_->worker(i).pid());
+    ASSERT_EQ(z.size(), 1u) << "worker " << i << " has no zygote";
+    zygotes.push_back(z[0]);
+  }
+  auto job = RunAsync("python", R"PY(
+import ctypes, json, os, signal, time
+libc = ctypes.CDLL(None, use_errno=True)
+open('zygote-ready', 'w').close()
+for _ in range(1500):
+    if os.path.exists('go'):
+        break
+    time.sleep(0.01)
+zygotes = json.load(open('go'))
+def err(rc):
+    return ctypes.get_errno() if rc != 0 else 0
+def k(pid, sig):
+    try:
+        os.kill(pid, sig)
+        return 0
+    except OSError as e:
+        return e.errno
+res = {}
+for z in zygotes:
+    res['kill %d' % z] = k(z, 0)
+    res['proc %d' % z] = os.path.exists('/proc/%d' % z)
+    res['ptrace %d' % z] = err(libc.ptrace(16, z, 0, 0))       # PTRACE_ATTACH
+    res['pidfd %d' % z] = err(0 if libc.syscall(434, z, 0) >= 0 else -1)   # pidfd_open
+res['ptrace init'] = err(libc.ptrace(16, 1, 0, 0))
+res['kill_all'] = k(-1, signal.SIGKILL)
+# The zygote's library is mapped here too: it can do nothing without the
+# privileges this process lacks.
+lib = [l.split()[-1] for l in open('/proc/self/maps') if l.rstrip().endswith('libkiln-zygote.so')][0]
+spawn = ctypes.CDLL(lib).kiln_zygote_spawn
+pidfd = ctypes.c_int(-1)
+res['spawn garbage'] = spawn(b'\x00' * 64, 64, None, 0, ctypes.byref(pidfd))
+res['unshare'] = err(libc.unshare(0x20000000 | 0x00020000))  # NEWPID | NEWNS
+print(json.dumps(res))
+)PY",
+                      {{"timeout_ms", 30000}});
+  std::string host_ws =
+      FindHostWorkspaceWith(c_->dir(), kWorkers, "zygote-ready", std::chrono::seconds(20));
+  ASSERT_FALSE(host_ws.empty());
+  PublishFile(host_ws, "go", json(zygotes).dump());
+  json r = job.get();
+  ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
+  json rep = Report(r);
+  ASSERT_TRUE(rep.is_object()) << r.dump();
+  for (pid_t z : zygotes) {
+    std::string id = std::to_string(z);
+    EXPECT_EQ(rep["kill " + id], kESRCH) << rep.dump();
+    EXPECT_EQ(rep["proc " + id], false) << rep.dump();
+    EXPECT_NE(rep["ptrace " + id], 0) << rep.dump();
+    EXPECT_NE(rep["pidfd " + id], 0) << rep.dump();
+  }
+  EXPECT_NE(rep["ptrace init"], 0) << rep.dump();
+  EXPECT_EQ(rep["kill_all"], kESRCH) << rep.dump();
+  EXPECT_EQ(rep["spawn garbage"], -22) << rep.dump();  // -EINVAL: refused before any clone
+  EXPECT_NE(rep["unshare"], 0) << rep.dump();
+  // The same zygotes still serve (none was killed or restarted).
+  ExpectClusterHealthy();
+  for (int i = 0; i < kWorkers; ++i) {
+    EXPECT_EQ(ZygotesOf(c_->worker(i).pid()), std::vector<pid_t>{zygotes[i]}) << "worker " << i;
+  }
 }
 
 // Last: after every abuse above, plain jobs still run on every worker.

@@ -74,6 +74,7 @@ common::StatusOr<WarmSandbox> WarmPool::Spawn(runtimes::Language language, bool 
   sandbox::SpawnSpec spec;
   spec.argv = std::move(launch.argv);
   spec.env = std::move(launch.env);
+  spec.zygote_argv = std::move(launch.zygote_argv);
   spec.limits = launch_limits_;
   spec.stdin_fd = std::move(in.read);
   spec.stdout_fd = std::move(out.write);

@@ -21,6 +21,11 @@
 //
 //   kiln-init PROGRAM [ARG...]
 //   kiln-init --connect SOCKET PROGRAM [ARG...]
+//   kiln-init --adopt PID
+//
+// --adopt (a zygote-born sandbox, worker/sandbox/zygote_child.cpp): the
+// program is already running as this process's child PID (forked from a
+// zygote's interpreter before this exec); it is supervised as above.
 //
 // --connect (the gVisor level, where runsc passes no descriptor of the
 // worker's into the sandbox): fd 5 is a connection to the worker's Unix
@@ -44,6 +49,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -228,6 +234,11 @@ int NextSignal(const sigset_t& all, int sfd, bool* worker_open, pid_t program, p
 }  // namespace
 
 int main(int argc, char** argv) {
+  pid_t adopted = 0;
+  if (argc == 3 && strcmp(argv[1], "--adopt") == 0) {
+    adopted = static_cast<pid_t>(atoi(argv[2]));
+    if (adopted <= 0) return 127;
+  }
   bool connected = false;
   if (argc >= 3 && strcmp(argv[1], "--connect") == 0) {
     if (!ConnectAs(argv[2], kStatusFd) || !ReceiveStdio()) return 126;
@@ -237,7 +248,7 @@ int main(int argc, char** argv) {
   }
   if (argc < 2) return 127;
   fcntl(kStatusFd, F_SETFD, FD_CLOEXEC);
-  if (access(argv[1], X_OK) != 0) {
+  if (adopted == 0 && access(argv[1], X_OK) != 0) {
     Report('E', errno);
     return 127;
   }
@@ -248,7 +259,7 @@ int main(int argc, char** argv) {
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &all, nullptr);
 
-  pid_t program = fork();
+  pid_t program = adopted != 0 ? adopted : fork();
   if (program < 0) {
     Report('E', errno);
     return 127;

@@ -237,6 +237,9 @@ Launch Runtime::OneShotLaunch() const {
     case Language::kPython:
       // -I: ignore PYTHON* variables and the user site; keep site-packages.
       launch.argv = {interpreter_, "-I", "-c", std::string(kPythonOneShotWrapper)};
+      // The same wrapper, loaded once by a zygote that forks a sandbox per job.
+      launch.zygote_argv = {interpreter_, "-I", "-c", std::string(kPythonZygote),
+                            std::string(kPythonOneShotWrapper)};
       break;
     case Language::kJavaScript:
       launch.argv = {interpreter_, "-e", std::string(kJavaScriptOneShotWrapper)};

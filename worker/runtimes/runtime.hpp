@@ -51,6 +51,9 @@ struct RuntimePaths {
 struct Launch {
   std::vector<std::string> argv;
   std::vector<std::string> env;  // "NAME=value"
+  // Set where a zygote can stand in for `argv` (sandbox.hpp, SpawnSpec):
+  // an interpreter that has loaded the same wrapper and forks it per sandbox.
+  std::vector<std::string> zygote_argv;
 };
 
 // [A-Za-z_][A-Za-z0-9_]*: the rule for input keys and env names in every language.

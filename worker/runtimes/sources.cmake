@@ -5,7 +5,8 @@ set(_kiln_rt_dir ${CMAKE_CURRENT_LIST_DIR})
 set(_kiln_rt_generated ${CMAKE_BINARY_DIR}/generated/worker/runtimes/wrappers.cpp)
 foreach(_kiln_rt_pair "PYTHON_ONESHOT;python_oneshot.py" "JAVASCRIPT_ONESHOT;javascript_oneshot.js"
                       "SHELL_ONESHOT;shell_oneshot.sh" "PYTHON_SESSION;python_session.py"
-                      "JAVASCRIPT_SESSION;javascript_session.js" "SHELL_SESSION;shell_session.sh")
+                      "JAVASCRIPT_SESSION;javascript_session.js" "SHELL_SESSION;shell_session.sh"
+                      "PYTHON_ZYGOTE;python_zygote.py")
   list(GET _kiln_rt_pair 0 _kiln_rt_var)
   list(GET _kiln_rt_pair 1 _kiln_rt_file)
   file(READ ${_kiln_rt_dir}/wrappers/${_kiln_rt_file} KILN_${_kiln_rt_var})

@@ -18,5 +18,6 @@ extern const std::string_view kShellOneShotWrapper;
 extern const std::string_view kPythonSessionDriver;      // python_session.py
 extern const std::string_view kJavaScriptSessionDriver;  // javascript_session.js
 extern const std::string_view kShellSessionDriver;       // shell_session.sh
+extern const std::string_view kPythonZygote;             // python_zygote.py
 
 }  // namespace kiln::worker::runtimes

@@ -43,7 +43,9 @@ int CloseInherited(ChildPlan& p, const char**) {
   return CloseAllFdsExcept(keep, n);
 }
 
-int ResetSignals(ChildPlan&, const char**) {
+int ResetSignals(ChildPlan& p, const char**) {
+  ::umask(0);
+  if (!p.reset_signals) return 0;
   struct sigaction dfl;
   std::memset(&dfl, 0, sizeof dfl);
   dfl.sa_handler = SIG_DFL;
@@ -51,7 +53,6 @@ int ResetSignals(ChildPlan&, const char**) {
     if (sig == SIGKILL || sig == SIGSTOP) continue;
     ::sigaction(sig, &dfl, nullptr);  // glibc's reserved signals answer EINVAL: fine
   }
-  ::umask(0);
   return 0;
 }
 
@@ -218,8 +219,7 @@ constexpr Step kSteps[] = {
 
 }  // namespace
 
-int ContainAndExec(void* arg) {
-  ChildPlan& p = *static_cast<ChildPlan*>(arg);
+int RunContainSteps(ChildPlan& p) {
   for (const Step& step : kSteps) {
     const char* detail = nullptr;
     int err = step.fn(p, &detail);
@@ -227,9 +227,15 @@ int ContainAndExec(void* arg) {
       p.failed_step = step.name;
       p.failed_detail = detail;
       p.failed_errno = err;
-      ::_exit(127);
+      return err;
     }
   }
+  return 0;
+}
+
+int ContainAndExec(void* arg) {
+  ChildPlan& p = *static_cast<ChildPlan*>(arg);
+  if (RunContainSteps(p) != 0) ::_exit(127);
   ::umask(022);
   sigset_t none;
   sigemptyset(&none);
@@ -258,6 +264,21 @@ int CloseAllFdsExcept(const int* keep, int count) {
     if (fd + 1 > next) next = fd + 1;
   }
   return ::syscall(SYS_close_range, next, ~0u, 0) == 0 ? 0 : errno;
+}
+
+int StepIndex(const char* step) {
+  if (step == nullptr) return -1;
+  if (std::strcmp(step, "execve") == 0) return kExecStepIndex;
+  for (size_t i = 0; i < sizeof kSteps / sizeof kSteps[0]; ++i) {
+    if (std::strcmp(kSteps[i].name, step) == 0) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+const char* StepName(int index) {
+  if (index == kExecStepIndex) return "execve";
+  if (index < 0 || static_cast<size_t>(index) >= sizeof kSteps / sizeof kSteps[0]) return "";
+  return kSteps[index].name;
 }
 
 const char* LayerOfStep(const char* step) {

@@ -30,6 +30,9 @@
 namespace kiln::worker::sandbox {
 
 struct ChildPlan {
+  // Reset every signal disposition to the default (an exec'd program gets
+  // clean ones). A zygote-born child keeps the interpreter's own (zygote.hpp).
+  bool reset_signals = true;
   // Layers in force (a relaxed, missing layer is skipped).
   bool join_cgroups = true, cgroup_ns = true, filesystem = true, uts_ns = true, net_ns = true,
        time_ns = true, landlock = true, seccomp = true;
@@ -66,6 +69,18 @@ struct ChildPlan {
 
 // The clone() entry point: arg is a ChildPlan*. Never returns.
 int ContainAndExec(void* plan);
+
+// Every step above but the execve: 0, or the errno of the step that failed
+// (its name in p.failed_step). The zygote's child runs this, then forks the
+// program instead of exec'ing it (zygote_child.cpp).
+int RunContainSteps(ChildPlan& p);
+
+// Steps by number, for a child that reports a failure over a pipe rather
+// than in shared memory: the index of `step` (-1 if unknown), and the name
+// of index i ("" if out of range). "execve" has kExecStepIndex.
+inline constexpr int kExecStepIndex = 100;
+int StepIndex(const char* step);
+const char* StepName(int index);
 
 // Closes every descriptor of the calling process except the `count` listed
 // in `keep` (any order; negative entries and repeats are ignored; at most

@@ -20,12 +20,15 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <optional>
 
+#include "common/log/logging.hpp"
 #include "worker/sandbox/cgroups.hpp"
 #include "worker/sandbox/contain.hpp"
 #include "worker/sandbox/fs_util.hpp"
@@ -41,6 +44,8 @@
 #include "worker/sandbox/uid_pool.hpp"
 #include "worker/sandbox/violation_watcher.hpp"
 #include "worker/sandbox/workspace.hpp"
+#include "worker/sandbox/zygote.hpp"
+#include "worker/sandbox/zygote_plan.hpp"
 
 namespace kiln::worker::sandbox {
 namespace {
@@ -48,6 +53,12 @@ namespace {
 using common::Status;
 using common::StatusOr;
 using common::UniqueFd;
+
+const common::SubsystemLog kLog("sandbox");
+
+// A zygote that died before serving anyone is not started again for this
+// long: its sandboxes are exec'd meanwhile.
+constexpr auto kZygoteRetry = std::chrono::seconds(30);
 
 // What every spawn of one Sandbox shares (immutable after Create, but the pool).
 struct Shared {
@@ -65,6 +76,37 @@ struct Shared {
   // net_ns was relaxed: the namespace is kept without it (no network at all).
   bool loopback = true;
   std::atomic<uint64_t> counter{0};
+  // libkiln-zygote.so next to kiln-init; empty: no zygotes on this host.
+  std::string zygote_library;
+  struct ZygoteSlot {
+    std::shared_ptr<Zygote> zygote;
+    std::chrono::steady_clock::time_point retry_at{};
+  };
+  std::mutex zygote_mu;
+  std::map<std::vector<std::string>, ZygoteSlot> zygotes;  // by argv
+
+  // The live zygote for `argv`, started on first use or after the last one
+  // died; null when zygotes are off or this one keeps failing.
+  std::shared_ptr<Zygote> ZygoteFor(const std::vector<std::string>& argv,
+                                    const std::vector<std::string>& env) {
+    if (!config.zygote || zygote_library.empty()) return nullptr;
+    std::lock_guard lock(zygote_mu);
+    ZygoteSlot& slot = zygotes[argv];
+    if (slot.zygote && slot.zygote->alive()) return slot.zygote;
+    auto now = std::chrono::steady_clock::now();
+    if (slot.zygote && slot.zygote->spawned() == 0) slot.retry_at = now + kZygoteRetry;
+    slot.zygote.reset();  // its sandboxes keep it (and its thread) while they live
+    if (now < slot.retry_at) return nullptr;
+    auto z = Zygote::Start(argv, env, zygote_library);
+    if (!z.ok()) {
+      kLog.Warn({}, "cannot start a zygote for {}: {}", argv[0], z.status().ToString());
+      slot.retry_at = now + kZygoteRetry;
+      return nullptr;
+    }
+    slot.zygote = std::move(*z);
+    return slot.zygote;
+  }
+
   Shared(const SandboxConfig& c) : config(c), uids(c.uid_base, c.uid_count, c.uid_lock_dir) {}
   bool Has(const char* layer) const { return layers.count(layer) != 0; }
 };
@@ -192,13 +234,37 @@ class LinuxSandboxProcess final : public SandboxProcess {
       plan.notify_sock = sv[1];
     }
 
+    const unsigned long clone_flags = NamespaceCloneFlags(shared_->layers);
     int pidfd = -1;
-    pid_t pid = CloneVforked(NamespaceCloneFlags(shared_->layers), ContainAndExec, &plan, &pidfd);
-    if (pid < 0) return common::ErrnoStatus("clone into new namespaces", -pid);
+    pid_t pid = -1;
+    if (!spec.zygote_argv.empty()) {
+      if (auto zygote = shared_->ZygoteFor(spec.zygote_argv, spec.env)) {
+        auto child = zygote->Spawn(EncodeZygotePlan(plan, clone_flags, spec.env), ZygoteFds(plan));
+        if (child.ok()) {
+          pid = child->pid;
+          pidfd = child->pidfd.Release();
+          zygote_ = std::move(zygote);
+        } else {
+          kLog.Warn({}, "zygote for {}: {}; exec'ing instead", spec.zygote_argv[0],
+                    child.status().ToString());
+        }
+      }
+    }
+    if (!zygote_) {
+      pid = CloneVforked(clone_flags, ContainAndExec, &plan, &pidfd);
+      if (pid < 0) return common::ErrnoStatus("clone into new namespaces", -pid);
+    }
     pid_ = pid;
     pidfd_.Reset(pidfd);
     listener_theirs.Reset();
     status_theirs.Reset();
+    if (zygote_) {
+      if (Status st = AwaitContained(status_ours.get(), &plan); !st.ok()) {
+        Kill();
+        (void)Wait();
+        return st;
+      }
+    }
     if (plan.failed_step != nullptr) {
       (void)Wait();
       std::string what = std::string("sandbox setup failed at step '") + plan.failed_step + "'";
@@ -223,6 +289,49 @@ class LinuxSandboxProcess final : public SandboxProcess {
       }
     }
     status_ = std::move(status_ours);
+    return Status::Ok();
+  }
+
+  // A zygote's clone runs its contain steps after the zygote answered: wait
+  // for its report on the status pipe, "R" (contained, the program forked)
+  // or "F" errno + "S" step (plan.failed_* are set as a vfork'd child would
+  // set them). Non-OK only when no report came.
+  Status AwaitContained(int status_fd, ChildPlan* plan) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    char rec[5];
+    size_t have = 0;
+    auto next = [&]() -> bool {  // one whole record into rec, or false
+      for (;;) {
+        ssize_t n = ::read(status_fd, rec + have, sizeof rec - have);
+        if (n > 0) {
+          have += static_cast<size_t>(n);
+          if (have == sizeof rec) {
+            have = 0;
+            return true;
+          }
+          continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n == 0 || (n < 0 && errno != EAGAIN)) return false;
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0) return false;
+        pollfd p[2] = {{status_fd, POLLIN, 0}, {pidfd_.get(), POLLIN, 0}};
+        if (::poll(p, 2, static_cast<int>(left.count())) <= 0) continue;
+        if (p[0].revents == 0 && p[1].revents != 0) return false;  // ended without a word
+      }
+    };
+    if (!next()) return common::Internal("the sandbox ended or hung before its setup was done");
+    int value;
+    std::memcpy(&value, rec + 1, sizeof value);
+    if (rec[0] == 'R') return Status::Ok();
+    if (rec[0] != 'F') return common::Internal("unexpected report from the sandbox's setup");
+    plan->failed_errno = value;
+    plan->failed_step = "setup";
+    if (next() && rec[0] == 'S') {
+      std::memcpy(&value, rec + 1, sizeof value);
+      if (StepName(value)[0] != '\0') plan->failed_step = StepName(value);
+    }
     return Status::Ok();
   }
 
@@ -342,6 +451,9 @@ class LinuxSandboxProcess final : public SandboxProcess {
 
  private:
   std::shared_ptr<Shared> shared_;
+  // The zygote this sandbox was forked from (its launcher thread is the
+  // sandbox's parent): released after the sandbox is reaped.
+  std::shared_ptr<Zygote> zygote_;
   uint32_t uid_;
   UidLease uid_lease_;  // the host-wide hold on uid_, given back last
   std::string id_;
@@ -529,6 +641,13 @@ StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxConfig& config) 
   } else {
     shared->layout = std::move(*layout);
     ASSIGN_OR_RETURN(shared->layout.init_host_path, ResolveInitPath(config.init_path));
+    const std::string& init = shared->layout.init_host_path;
+    std::string library = init.substr(0, init.rfind('/') + 1) + "libkiln-zygote.so";
+    if (config.zygote && ::access(library.c_str(), R_OK) == 0) {
+      shared->zygote_library = library;
+    } else if (config.zygote) {
+      kLog.Warn({}, "no {}: every sandbox execs its program", library);
+    }
   }
 
   // Leftovers of an earlier worker with the same state_dir and prefix.

@@ -74,6 +74,9 @@ struct SandboxConfig {
   uint64_t workspace_bytes = 64ull << 20;
   uint64_t tmp_bytes = 64ull << 20;
   uint32_t cpu_millicores = 1000;  // cgroup CPU cap per sandbox (1000 = one core)
+  // Spawns that name a zygote (SpawnSpec::zygote_argv) are forked from it
+  // (zygote.hpp); false: every sandbox execs its program.
+  bool zygote = true;
   // Layers that may be missing on this host without refusing to start. Only
   // an operator's explicit config puts names here.
   std::set<std::string> relaxed_layers;
@@ -97,6 +100,11 @@ struct SpawnSpec {
   // The sandbox will be frozen between uses (a session): on cgroup v1 it
   // also joins the freezer hierarchy.
   bool freezable = false;
+  // When set (and the sandbox allows zygotes), the program is not exec'd:
+  // a zygote started once with this argv (and `env`), which has loaded the
+  // same program, forks it into the sandbox with every layer argv would
+  // get (zygote.hpp). If the zygote cannot serve, argv is exec'd instead.
+  std::vector<std::string> zygote_argv;
 };
 
 struct ExitStatus {

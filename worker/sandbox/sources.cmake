@@ -19,4 +19,21 @@ set(KILN_SANDBOX_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/uid_pool.cpp
   ${CMAKE_CURRENT_LIST_DIR}/violation_watcher.cpp
   ${CMAKE_CURRENT_LIST_DIR}/workspace.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/zygote.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/zygote_plan.cpp
+)
+# libkiln-zygote.so: loaded by a zygote's interpreter (zygote_child.cpp),
+# never by the worker. The contain pipeline compiled a second time, for a
+# shared object and without sanitizers (the interpreter is not sanitized).
+set(KILN_ZYGOTE_LIBRARY_SOURCES
+  ${CMAKE_CURRENT_LIST_DIR}/zygote_child.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/zygote_plan.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/contain.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/credentials.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/fs_util.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/landlock.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/mounts.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/namespaces.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/rlimits.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/seccomp_policy.cpp
 )

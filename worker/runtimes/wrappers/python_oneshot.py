@@ -1,9 +1,15 @@
 # Kiln one-shot Python wrapper (docs/runtimes.md). Started warm, before the
 # job is known, as:  python3 -I -c <this text>
+# or loaded by the python zygote (python_zygote.py), which calls _kiln_main()
+# in each sandbox it forks.
 # fd 0: the job frame  <JSON {"input": {...}, "env": {...}}> "\n" <code bytes>
 # fd 3: control pipe; at exit it gets one JSON object
 #       {"exit_code": n, "result": <json>?, "error": {"type","message","traceback"}?}
 import atexit, builtins, io, json, os, sys, linecache, traceback
+
+# A process's first compile() sets the compiler up (~1 ms, most of a trivial
+# job's time): do it now, while the sandbox (or the zygote) is warm.
+compile("", "<warm>", "exec")
 
 
 def _kiln_main():
@@ -12,10 +18,6 @@ def _kiln_main():
     state = {"status": 0, "error": None}
     # Line-buffered as on a terminal, so print() streams without flush=True.
     sys.stdout.reconfigure(line_buffering=True)
-
-    # A process's first compile() sets the compiler up (~1 ms, most of a trivial
-    # job's time): do it now, while the sandbox is warm.
-    compile("", "<warm>", "exec")
 
     # Everything above ran while the sandbox was warm; this blocks until the job arrives.
     # Afterwards fd 0 is a pipe at EOF, i.e. an empty stdin for the user's code.
@@ -95,4 +97,5 @@ def _kiln_main():
     sys.exit(state["status"])
 
 
-_kiln_main()
+if __name__ == "__main__":
+    _kiln_main()

@@ -1,0 +1,74 @@
+# Kiln's python zygote (worker/sandbox/zygote.hpp). Started by the worker,
+# outside any sandbox, as:
+#   python3 -I -c <this text> <one-shot wrapper text> <libkiln-zygote.so path>
+# fd 3: a SOCK_SEQPACKET socket to the worker. It never runs a job's code:
+# it loads the one-shot wrapper (imports, compiler warm-up), then answers
+# each request (a plan plus descriptors, zygote_plan.hpp) by calling
+# kiln_zygote_spawn (zygote_child.cpp), which clones the sandbox; only the
+# clone's own child returns here, contained, and runs the wrapper's job.
+# Reply per request: struct "<ii" (pid, 0) with the sandbox's pidfd, or
+# (-1, errno).
+import array, ctypes, os, socket, struct, sys
+
+_wrapper = {"__name__": "kiln_oneshot"}
+exec(compile(sys.argv[1], "<string>", "exec"), _wrapper)
+_lib = ctypes.PyDLL(sys.argv[2])  # PyDLL: the global lock stays held during the call
+_spawn = _lib.kiln_zygote_spawn
+_spawn.restype = ctypes.c_int
+_spawn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int,
+                   ctypes.POINTER(ctypes.c_int)]
+_api = ctypes.pythonapi
+_MAX_FDS = 16
+
+
+def _run_job(sock, env):
+    # In the sandbox, every layer in force. The socket's descriptor was
+    # closed by the contain steps: forget it without closing a reused number.
+    sock.detach()
+    os.environ.clear()
+    for entry in env:
+        k, _, v = entry.partition("=")
+        os.environ[k] = v
+    sys.argv[:] = ["-c"]
+    _wrapper["_kiln_main"]()  # exits (sys.exit / os._exit)
+    os._exit(0)
+
+
+def _serve():
+    sock = socket.socket(fileno=3)
+    buf = bytearray(1 << 20)
+    view = (ctypes.c_char * len(buf)).from_buffer(buf)
+    pidfd = ctypes.c_int(-1)
+    while True:
+        n, anc, flags, _ = sock.recvmsg_into([buf], socket.CMSG_SPACE(_MAX_FDS * 4))
+        if n == 0:
+            os._exit(0)  # the worker closed its end
+        fds = array.array("i")
+        for level, kind, data in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+        if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+            pid = -90  # EMSGSIZE
+        else:
+            env_len = int.from_bytes(buf[0:4], "little")
+            env = [e.decode() for e in bytes(buf[4:4 + env_len]).split(b"\0")[:-1]]
+            fd_array = (ctypes.c_int * max(len(fds), 1))(*fds)
+            _api.PyOS_BeforeFork()
+            pid = _spawn(ctypes.addressof(view), n, ctypes.addressof(fd_array), len(fds),
+                         ctypes.byref(pidfd))
+            if pid == 0:
+                _api.PyOS_AfterFork_Child()
+                _run_job(sock, env)
+            _api.PyOS_AfterFork_Parent()
+        for fd in fds:
+            os.close(fd)
+        buf[:n] = bytes(n)  # keep no earlier sandbox's plan in memory a child could read
+        if pid > 0:
+            sock.sendmsg([struct.pack("<ii", pid, 0)],
+                         [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [pidfd.value]))])
+            os.close(pidfd.value)
+        else:
+            sock.send(struct.pack("<ii", -1, -pid))
+
+
+_serve()

@@ -7,17 +7,24 @@
 // (a) bare posix_spawn + wait with a clean environment and (b) Sandbox::Spawn
 // + Wait, and their ratio; plus Spawn alone (until the sandboxed program runs:
 // Spawn returns after execve) so the warm-pool cost is known.
+// Then a python one-shot job (`pass`, through the real wrapper) from spawn to
+// exit, exec'd and forked from the zygote, against bare `python3 -c pass`;
+// and how many zygote-born jobs per second `threads` concurrent loops run.
+#include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "worker/runtimes/runtime.hpp"
 #include "worker/sandbox/sandbox.hpp"
 
 using namespace kiln::worker::sandbox;
@@ -70,6 +77,41 @@ bool Sandboxed(Sandbox& sb, const std::vector<std::string>& args, double* total,
   return st.ok();
 }
 
+// One python one-shot job with the code `pass`: spawn (from the zygote when
+// `zygote`), write its frame, wait for the exit. Stdout/stderr/control go to
+// pipes nobody reads (the job writes a few bytes). Fills spawn and total.
+bool PythonJob(Sandbox& sb, const kiln::worker::runtimes::Runtime& rt, bool zygote, double* total,
+               double* spawn) {
+  auto launch = rt.OneShotLaunch();
+  SpawnSpec spec;
+  spec.argv = launch.argv;
+  spec.env = launch.env;
+  if (zygote) spec.zygote_argv = launch.zygote_argv;
+  int in[2], out[2], ctl[2];
+  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(ctl, O_CLOEXEC) != 0)
+    return false;
+  spec.stdin_fd = kiln::common::UniqueFd(in[0]);
+  spec.stdout_fd = kiln::common::UniqueFd(out[1]);
+  spec.control_fd = kiln::common::UniqueFd(ctl[1]);
+  kiln::common::UniqueFd in_w(in[1]), out_r(out[0]), ctl_r(ctl[0]);
+  auto frame = rt.EncodeJob("pass", "", {});
+  auto t0 = Clock::now();
+  auto p = sb.Spawn(std::move(spec));
+  auto t1 = Clock::now();
+  if (!p.ok() || !frame.ok()) {
+    std::fprintf(stderr, "spawn: %s\n", p.status().ToString().c_str());
+    return false;
+  }
+  if (::write(in_w.get(), frame->data(), frame->size()) != static_cast<ssize_t>(frame->size()))
+    return false;
+  in_w.Reset();
+  auto st = (*p)->Wait();
+  *spawn = Ms(t0, t1);
+  *total = Ms(t0, Clock::now());
+  p->reset();
+  return st.ok() && st->exit_code == 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -119,6 +161,52 @@ int main(int argc, char** argv) {
     for (const auto& a : prog) name += (name.empty() ? "" : " ") + a.substr(a.rfind('/') + 1);
     std::printf("%-22s %8.2fms %8.2fms %8.2fms %8.2fms %6.2fx %8.2fms %8.2fms\n", name.c_str(),
                 b.median, b.p90, t.median, t.p90, t.median / b.median, s.median, s.p90);
+  }
+
+  auto rt = kiln::worker::runtimes::Runtime::Create(kiln::worker::runtimes::Language::kPython,
+                                                    kiln::worker::runtimes::RuntimePaths{});
+  if (!rt.ok()) return 1;
+  std::printf(
+      "\npython one-shot job `pass` (wrapper), spawn to exit, against bare python3 -c pass\n");
+  for (bool zygote : {false, true}) {
+    std::vector<double> bare, total, spawn;
+    double tt, ss;
+    if (!PythonJob(**sb, *rt, zygote, &tt, &ss)) return 1;  // starts the zygote
+    for (int i = 0; i < runs; ++i) {
+      bare.push_back(Bare(programs[0]));
+      if (!PythonJob(**sb, *rt, zygote, &tt, &ss)) return 1;
+      total.push_back(tt);
+      spawn.push_back(ss);
+    }
+    Stats b = Summarize(bare), t = Summarize(total), s = Summarize(spawn);
+    std::printf("%-22s %8.2fms %8.2fms %8.2fms %8.2fms %6.2fx %8.2fms %8.2fms\n",
+                zygote ? "job, zygote" : "job, exec", b.median, b.p90, t.median, t.p90,
+                t.median / b.median, s.median, s.p90);
+  }
+  // Throughput: `threads` loops, each running zygote-born jobs back to back.
+  const int threads = 4;
+  const auto window = std::chrono::seconds(3);
+  for (bool zygote : {false, true}) {
+    std::atomic<int> done{0};
+    std::atomic<bool> failed{false};
+    auto end = Clock::now() + window;
+    std::vector<std::thread> loops;
+    for (int i = 0; i < threads; ++i) {
+      loops.emplace_back([&] {
+        double tt, ss;
+        while (Clock::now() < end) {
+          if (!PythonJob(**sb, *rt, zygote, &tt, &ss)) {
+            failed = true;
+            return;
+          }
+          ++done;
+        }
+      });
+    }
+    for (auto& t : loops) t.join();
+    if (failed) return 1;
+    std::printf("%s: %d concurrent loops, %.1f jobs/s\n", zygote ? "zygote" : "exec", threads,
+                done.load() / std::chrono::duration<double>(window).count());
   }
   return 0;
 }

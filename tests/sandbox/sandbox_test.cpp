@@ -34,6 +34,7 @@
 #include <sstream>
 #include <thread>
 
+#include "worker/runtimes/runtime.hpp"
 #include "worker/sandbox/cgroups.hpp"
 #include "worker/sandbox/contain.hpp"
 #include "worker/sandbox/fs_util.hpp"
@@ -66,6 +67,8 @@ struct RunOptions {
   std::function<void(SandboxProcess&)> before_input;
   // Called after Wait, before the process object is destroyed.
   std::function<void(SandboxProcess&)> after_exit;
+  // SpawnSpec::zygote_argv: fork the program from this zygote.
+  std::vector<std::string> zygote_argv;
 };
 
 // Pids on the host whose real uid is `uid`.
@@ -143,6 +146,7 @@ class SandboxTest : public ::testing::TestWithParam<std::string> {
     spec.argv = std::move(argv);
     spec.env = opt.env;
     spec.limits = opt.limits;
+    spec.zygote_argv = opt.zygote_argv;
     if (opt.give_stdin)
       spec.stdin_fd = UniqueFd(in[0]);
     else
@@ -1011,6 +1015,112 @@ TEST_P(SandboxTest, MissingProgramIsAClearError) {
   SpawnSpec rel;
   rel.argv = {"python3"};
   EXPECT_EQ(sandbox_->Spawn(std::move(rel)).status().code(), common::Code::kInvalidRequest);
+}
+
+// --- Zygote-born sandboxes (zygote.hpp) ---------------------------------------
+
+// This process's zygotes: its children running python_zygote.py.
+std::vector<pid_t> OwnZygotes() {
+  std::vector<pid_t> out;
+  DIR* d = ::opendir("/proc");
+  while (struct dirent* e = ::readdir(d)) {
+    pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+    if (pid <= 0) continue;
+    std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    size_t paren = text.rfind(')');
+    long ppid = 0;
+    if (paren == std::string::npos ||
+        std::sscanf(text.c_str() + paren + 1, " %*c %ld", &ppid) != 1 || ppid != ::getpid()) {
+      continue;
+    }
+    std::ifstream cmd(std::string("/proc/") + e->d_name + "/cmdline");
+    std::string line((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+    if (line.find("kiln_zygote_spawn") != std::string::npos) out.push_back(pid);
+  }
+  ::closedir(d);
+  return out;
+}
+
+// A python one-shot job through the wrapper, forked from the zygote.
+RunOptions ZygoteJob(const std::string& code) {
+  auto rt = runtimes::Runtime::Create(runtimes::Language::kPython, {});
+  EXPECT_TRUE(rt.ok());
+  runtimes::Launch launch = rt->OneShotLaunch();
+  RunOptions opt;
+  opt.env = launch.env;
+  opt.zygote_argv = launch.zygote_argv;
+  opt.control_fd = true;
+  opt.stdin_data = *rt->EncodeJob(code, "", {});
+  return opt;
+}
+std::vector<std::string> OneShotArgv() {
+  return runtimes::Runtime::Create(runtimes::Language::kPython, {})->OneShotLaunch().argv;
+}
+
+TEST_P(SandboxTest, ZygoteBornJobsGetTheJobsLimits) {
+  const std::string probe =
+      "import os, resource\n"
+      "print(os.path.exists('/proc/self/maps') and any(l.rstrip().endswith('libkiln-zygote.so') "
+      "for l in open('/proc/self/maps')), resource.getrlimit(resource.RLIMIT_CPU)[0] <= 3)\n";
+  RunOptions opt = ZygoteJob(probe);
+  SandboxLimits job;
+  job.cpu_ms = 2000;
+  job.memory_bytes = 64ull << 20;
+  opt.before_input = [&](SandboxProcess& p) { EXPECT_TRUE(p.SetLimits(job).ok()); };
+  RunResult r = Run(OneShotArgv(), opt);
+  EXPECT_EXIT0(r);
+  EXPECT_EQ(r.out, "True True\n") << r.err;
+
+  // The job's memory limit applies to the forked interpreter.
+  RunOptions bomb = ZygoteJob("b = bytearray(400 << 20)\nprint('allocated')\n");
+  bomb.before_input = [&](SandboxProcess& p) { EXPECT_TRUE(p.SetLimits(job).ok()); };
+  RunResult oom = Run(OneShotArgv(), bomb);
+  EXPECT_TRUE(oom.status.oom_killed) << oom.out << oom.err;
+  EXPECT_THAT(oom.out, Not(HasSubstr("allocated")));
+}
+
+TEST_P(SandboxTest, AKilledZygoteIsReplacedAndItsSandboxesLiveOn) {
+  // A sandbox from the current zygote, waiting for its job.
+  RunOptions first = ZygoteJob("print('first')");
+  std::vector<pid_t> before;
+  first.before_input = [&](SandboxProcess&) {
+    before = OwnZygotes();
+    ASSERT_EQ(before.size(), 1u);
+    ::kill(before[0], SIGKILL);
+    ASSERT_TRUE([&] {
+      for (int i = 0; i < 500; ++i) {
+        if (OwnZygotes() != before) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      return false;
+    }()) << "the killed zygote is still there";
+  };
+  RunResult r = Run(OneShotArgv(), first);
+  EXPECT_EXIT0(r);
+  EXPECT_EQ(r.out, "first\n") << "a sandbox died with its zygote: " << r.err;
+  // The next sandbox comes from a new zygote.
+  RunResult next = Run(OneShotArgv(), ZygoteJob("print('next')"));
+  EXPECT_EXIT0(next);
+  EXPECT_EQ(next.out, "next\n") << next.err;
+  std::vector<pid_t> after = OwnZygotes();
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_NE(after[0], before[0]);
+}
+
+TEST_P(SandboxTest, ConcurrentZygoteSpawnsFromManyThreads) {
+  std::vector<std::future<RunResult>> runs;
+  for (int i = 0; i < 12; ++i) {
+    runs.push_back(std::async(std::launch::async, [this, i] {
+      return Run(OneShotArgv(),
+                 ZygoteJob("import os\nprint(" + std::to_string(i) + ", os.getpid())"));
+    }));
+  }
+  for (int i = 0; i < 12; ++i) {
+    RunResult r = runs[i].get();
+    EXPECT_EXIT0(r);
+    EXPECT_EQ(r.out, std::to_string(i) + " 2\n") << r.err;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(CgroupModes, SandboxTest, ::testing::Values("v1", "v2"),

@@ -9,7 +9,8 @@
 // Spawn returns after execve) so the warm-pool cost is known.
 // Then a python one-shot job (`pass`, through the real wrapper) from spawn to
 // exit, exec'd and forked from the zygote, against bare `python3 -c pass`;
-// and how many zygote-born jobs per second `threads` concurrent loops run.
+// and how many jobs per second 4 concurrent loops run, exec'd and zygote-born;
+// and what creating and removing a sandbox's cgroups costs.
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "worker/runtimes/runtime.hpp"
+#include "worker/sandbox/cgroups.hpp"
 #include "worker/sandbox/sandbox.hpp"
 
 using namespace kiln::worker::sandbox;
@@ -182,6 +184,28 @@ int main(int argc, char** argv) {
     std::printf("%-22s %8.2fms %8.2fms %8.2fms %8.2fms %6.2fx %8.2fms %8.2fms\n",
                 zygote ? "job, zygote" : "job, exec", b.median, b.p90, t.median, t.p90,
                 t.median / b.median, s.median, s.p90);
+  }
+  // What a per-sandbox cgroup costs the spawning thread: create (mkdir and
+  // limits in every hierarchy) and destroy (rmdir), no process inside.
+  {
+    auto manager = CgroupManager::Create({config.cgroup_mode, "kiln-bench-cg", 1000});
+    if (manager.ok()) {
+      std::vector<double> create, destroy;
+      for (int i = 0; i < runs * 4; ++i) {
+        auto t0 = Clock::now();
+        auto cg = (*manager)->CreateFor("bench-" + std::to_string(i), SandboxLimits{}, false);
+        auto t1 = Clock::now();
+        if (!cg.ok()) break;
+        (void)(*cg)->Destroy();
+        create.push_back(Ms(t0, t1));
+        destroy.push_back(Ms(t1, Clock::now()));
+      }
+      if (!create.empty()) {
+        std::printf("\ncgroup (%s) create p50 %.3f ms, destroy p50 %.3f ms\n",
+                    (*manager)->version().c_str(), Summarize(create).median,
+                    Summarize(destroy).median);
+      }
+    }
   }
   // Throughput: `threads` loops, each running zygote-born jobs back to back.
   const int threads = 4;

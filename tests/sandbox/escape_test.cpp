@@ -1421,7 +1421,7 @@ print(json.dumps(res))
 // nothing one job does is visible to the next.
 
 // The worker's zygotes: root processes forked by worker `worker_pid` whose
-// command line is python_zygote.py's.
+// command line is python_zygote.py's, in the host's pid namespace.
 std::vector<pid_t> ZygotesOf(pid_t worker_pid) {
   std::vector<pid_t> out;
   for (auto& p : ProcessesMatching("kiln_zygote_spawn")) {
@@ -1431,7 +1431,16 @@ std::vector<pid_t> ZygotesOf(pid_t worker_pid) {
     if (paren == std::string::npos) continue;
     long ppid = 0;
     if (std::sscanf(stat.c_str() + paren + 1, " %*c %ld", &ppid) != 1) continue;
-    if (ppid == worker_pid) out.push_back(p.pid);
+    if (ppid != worker_pid) continue;
+    // Not a clone still running its contain steps (the zygote's command
+    // line, the worker as parent through CLONE_PARENT): that one is pid 1 of
+    // its own pid namespace, so NSpid lists two pids.
+    std::istringstream status(ReadFile("/proc/" + std::to_string(p.pid) + "/status"));
+    size_t nspids = 0;
+    for (std::string l; std::getline(status, l);) {
+      if (l.rfind("NSpid:", 0) == 0) nspids = escape::Words(l.substr(6)).size();
+    }
+    if (nspids == 1) out.push_back(p.pid);
   }
   return out;
 }

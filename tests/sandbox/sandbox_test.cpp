@@ -1019,6 +1019,13 @@ TEST_P(SandboxTest, MissingProgramIsAClearError) {
 
 // --- Zygote-born sandboxes (zygote.hpp) ---------------------------------------
 
+size_t Words(const std::string& s) {
+  std::istringstream in(s);
+  size_t n = 0;
+  for (std::string w; in >> w;) ++n;
+  return n;
+}
+
 // This process's zygotes: its children running python_zygote.py.
 std::vector<pid_t> OwnZygotes() {
   std::vector<pid_t> out;
@@ -1036,7 +1043,16 @@ std::vector<pid_t> OwnZygotes() {
     }
     std::ifstream cmd(std::string("/proc/") + e->d_name + "/cmdline");
     std::string line((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
-    if (line.find("kiln_zygote_spawn") != std::string::npos) out.push_back(pid);
+    if (line.find("kiln_zygote_spawn") == std::string::npos) continue;
+    // Not a clone still running its contain steps (it has the zygote's
+    // command line and, through CLONE_PARENT, our pid as parent): that one
+    // is pid 1 of its own pid namespace (NSpid lists two pids).
+    std::ifstream status(std::string("/proc/") + e->d_name + "/status");
+    bool own_namespace = false;
+    for (std::string l; std::getline(status, l);) {
+      if (l.rfind("NSpid:", 0) == 0) own_namespace = Words(l.substr(6)) > 1;
+    }
+    if (!own_namespace) out.push_back(pid);
   }
   ::closedir(d);
   return out;
@@ -1106,6 +1122,24 @@ TEST_P(SandboxTest, AKilledZygoteIsReplacedAndItsSandboxesLiveOn) {
   std::vector<pid_t> after = OwnZygotes();
   ASSERT_EQ(after.size(), 1u);
   EXPECT_NE(after[0], before[0]);
+}
+
+TEST_P(SandboxTest, APlanTheZygoteRefusesIsExecdInstead) {
+  // 1.2 MB of environment: over the zygote's bound for a plan (1 MiB), well
+  // within what execve takes. The zygote answers EINVAL; the sandbox is
+  // exec'd, and the zygote keeps serving.
+  const std::string probe =
+      "import os\nprint(any(l.rstrip().endswith('libkiln-zygote.so') for l in "
+      "open('/proc/self/maps')), len(os.environ['BIG0']))\n";
+  RunOptions big = ZygoteJob(probe);
+  for (int i = 0; i < 20; ++i)
+    big.env.push_back("BIG" + std::to_string(i) + "=" + std::string(60000, 'x'));
+  RunResult r = Run(OneShotArgv(), big);
+  EXPECT_EXIT0(r);
+  EXPECT_EQ(r.out, "False 60000\n") << r.err;
+  RunResult next = Run(OneShotArgv(), ZygoteJob(probe.substr(0, probe.find(", len(")) + ")\n"));
+  EXPECT_EXIT0(next);
+  EXPECT_EQ(next.out, "True\n") << next.err;
 }
 
 TEST_P(SandboxTest, ConcurrentZygoteSpawnsFromManyThreads) {

@@ -258,26 +258,19 @@ class LinuxSandboxProcess final : public SandboxProcess {
     pidfd_.Reset(pidfd);
     listener_theirs.Reset();
     status_theirs.Reset();
+    status_ = std::move(status_ours);
     if (zygote_) {
-      if (Status st = AwaitContained(status_ours.get(), &plan); !st.ok()) {
-        Kill();
-        (void)Wait();
-        return st;
-      }
+      // Its contain steps run while the caller goes on (a warm pool starts
+      // the next one): the first call that needs them done waits
+      // (EnsureContained), before any job is given to the program.
+      contained_ = false;
+      pending_listener_ = std::move(listener_ours);
+      seccomp_ = plan.seccomp;
+      return Status::Ok();
     }
     if (plan.failed_step != nullptr) {
       (void)Wait();
-      std::string what = std::string("sandbox setup failed at step '") + plan.failed_step + "'";
-      const char* layer = LayerOfStep(plan.failed_step);
-      if (layer[0] != '\0') what += std::string(" (layer ") + layer + ")";
-      if (plan.failed_detail != nullptr) what += std::string(" on ") + plan.failed_detail;
-      what += std::string(": ") + std::strerror(plan.failed_errno);
-      failed_layer_ = layer;
-      failed_step_ = plan.failed_step;
-      bool missing_program = std::strcmp(plan.failed_step, "execve") == 0 &&
-                             (plan.failed_errno == ENOENT || plan.failed_errno == EACCES);
-      return Status(missing_program ? common::Code::kRuntimeUnavailable : common::Code::kInternal,
-                    what);
+      return SetupFailed(plan.failed_step, plan.failed_detail, plan.failed_errno);
     }
     if (plan.seccomp) {
       // The child sent its listener before exec (clone returned after it).
@@ -288,8 +281,48 @@ class LinuxSandboxProcess final : public SandboxProcess {
         return st;
       }
     }
-    status_ = std::move(status_ours);
     return Status::Ok();
+  }
+
+  Status SetupFailed(const char* step, const char* detail, int err) {
+    std::string what = std::string("sandbox setup failed at step '") + step + "'";
+    const char* layer = LayerOfStep(step);
+    if (layer[0] != '\0') what += std::string(" (layer ") + layer + ")";
+    if (detail != nullptr) what += std::string(" on ") + detail;
+    what += std::string(": ") + std::strerror(err);
+    failed_layer_ = layer;
+    failed_step_ = step;
+    bool missing_program = std::strcmp(step, "execve") == 0 && (err == ENOENT || err == EACCES);
+    return Status(missing_program ? common::Code::kRuntimeUnavailable : common::Code::kInternal,
+                  what);
+  }
+
+  // Reaps a process that Kill() ended (its status is of no interest).
+  bool ReapQuietly() {
+    siginfo_t info;
+    std::memset(&info, 0, sizeof info);
+    long rc;
+    do {
+      rc = ::syscall(SYS_waitid, P_PIDFD, pidfd_.get(), &info, WEXITED, nullptr);
+    } while (rc != 0 && errno == EINTR);
+    return true;
+  }
+
+  // A zygote-born sandbox: waits (once) until its contain steps are done and
+  // starts watching its seccomp listener. The sandbox is killed when they
+  // failed; every later call gets the same error.
+  Status EnsureContained() {
+    if (contained_) return setup_;
+    contained_ = true;
+    ChildPlan plan;
+    setup_ = AwaitContained(status_.get(), &plan);
+    if (setup_.ok() && plan.failed_step != nullptr) {
+      setup_ = SetupFailed(plan.failed_step, plan.failed_detail, plan.failed_errno);
+    }
+    if (setup_.ok() && seccomp_) setup_ = WatchForViolations(pending_listener_.get());
+    pending_listener_.Reset();
+    if (!setup_.ok()) Kill();
+    return setup_;
   }
 
   // A zygote's clone runs its contain steps after the zygote answered: wait
@@ -351,6 +384,7 @@ class LinuxSandboxProcess final : public SandboxProcess {
 
   Status SetLimits(const SandboxLimits& limits) override {
     if (reaped_) return common::InvalidRequest("the sandbox has already exited");
+    RETURN_IF_ERROR(EnsureContained());
     if (cgroup_) RETURN_IF_ERROR(cgroup_->SetLimits(limits));
     // On the program itself: it was forked before the limits were known.
     pid_t program = ProgramPid();
@@ -404,6 +438,7 @@ class LinuxSandboxProcess final : public SandboxProcess {
   Status Freeze(bool frozen) override {
     if (!cgroup_) return common::Unavailable("no cgroups: the sandbox cannot be frozen");
     if (pid_ <= 0 || reaped_) return common::Internal("no process");
+    RETURN_IF_ERROR(EnsureContained());
     Status st = cgroup_->Freeze(frozen);
     // A failed freeze may have stopped some: counted as frozen, so Kill thaws.
     frozen_ = frozen || !st.ok();
@@ -413,6 +448,11 @@ class LinuxSandboxProcess final : public SandboxProcess {
   StatusOr<ExitStatus> Wait() override {
     if (pid_ <= 0) return common::Internal("no process");
     if (reaped_) return common::InvalidRequest("Wait() called twice");
+    // Takes the setup's own reports off the status pipe first.
+    if (Status st = EnsureContained(); !st.ok()) {
+      reaped_ = ReapQuietly();
+      return st;
+    }
     siginfo_t info;
     std::memset(&info, 0, sizeof info);
     struct rusage ru;
@@ -454,6 +494,11 @@ class LinuxSandboxProcess final : public SandboxProcess {
   // The zygote this sandbox was forked from (its launcher thread is the
   // sandbox's parent): released after the sandbox is reaped.
   std::shared_ptr<Zygote> zygote_;
+  // A zygote-born sandbox's contain steps may still run: EnsureContained().
+  bool contained_ = true;
+  Status setup_;               // their outcome, once known
+  bool seccomp_ = false;       // the plan loads seccomp: a listener is coming
+  UniqueFd pending_listener_;  // where it comes
   uint32_t uid_;
   UidLease uid_lease_;  // the host-wide hold on uid_, given back last
   std::string id_;

@@ -7,6 +7,7 @@
 #
 #   sudo tests/bench/run_bench.sh [--jobs N] [--slots N] [--warm N] [--brokers N] [--no-build]
 #        [--only RUN,...] [--worker-bin PATH] [--cpu-weight] [--isolation standard|gvisor]
+#        [--no-zygote]
 #
 # Must run as root: the workers create namespaces and cgroups. Figures on a small
 # shared VM are noisy: compare medians and ratios, not single runs.
@@ -22,6 +23,7 @@ ONLY=""
 WORKER_BIN=""
 CPU_WEIGHT=0
 ISOLATION=standard
+ZYGOTE=true
 PAUSE_MS=100
 usage() {
   sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
@@ -35,6 +37,7 @@ usage() {
   echo "       --cpu-weight (cgroup v1 hosts: the cluster and its sandboxes run in a cpu cgroup"
   echo "       weighted 256x the default, so other load on a shared host yields to them),"
   echo "       --isolation LEVEL (standard or gvisor: both workers and the tenant at that level),"
+  echo "       --no-zygote (sandbox.zygote: false: python one-shot sandboxes exec their interpreter),"
   echo "       --pause-ms N (pause between the paced runs' jobs, default $PAUSE_MS)"
 }
 while [[ $# -gt 0 ]]; do
@@ -48,6 +51,7 @@ while [[ $# -gt 0 ]]; do
     --worker-bin) WORKER_BIN="$2"; shift 2 ;;
     --cpu-weight) CPU_WEIGHT=1; shift ;;
     --isolation) ISOLATION="$2"; shift 2 ;;
+    --no-zygote) ZYGOTE=false; shift ;;
     --pause-ms) PAUSE_MS="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "run_bench.sh: unknown flag $1" >&2; usage >&2; exit 2 ;;
@@ -203,6 +207,7 @@ sandbox:
   uid_base: $((400000 + 10000 * i))
   uid_count: 10000
   isolation: $ISOLATION
+  zygote: $ZYGOTE
 log: {level: warn}
 EOF
   "$WORKER_BIN" --config "$TMP/worker$i.yaml" >"$TMP/worker$i.log" 2>&1 &
@@ -219,7 +224,7 @@ workers_listed() {  # on every broker
 wait_for 30 "both workers in GET /v1/workers" workers_listed
 echo "== workers registered: ${WORKER_IDS[*]}"
 echo "== host: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "== isolation level: $ISOLATION"
+echo "== isolation level: $ISOLATION, zygote: $ZYGOTE"
 echo "== worker binary: $WORKER_BIN${CGROUP_PARENT:+, cluster in cpu cgroup ${CGROUP_PARENT%/} (cpu.shares 262144)}"
 
 FAILED_RUNS=()

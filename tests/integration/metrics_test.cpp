@@ -164,7 +164,7 @@ TEST_F(MetricsTest, BrokerAndWorkersCountWhatJobsDid) {
   auto workers = cluster_->Request("GET", "/v1/workers", "", TestCluster::kAdminToken);
   ASSERT_EQ(workers.status, 200) << workers.raw;
   ASSERT_EQ(workers.body["workers"].size(), 2u) << workers.raw;
-  double exits = 0, timeouts = 0, starts = 0;
+  double exits = 0, timeouts = 0, starts = 0, zygote_born = 0;
   for (const auto& w : workers.body["workers"]) {
     const std::string endpoint = w.value("metrics_endpoint", "");
     ASSERT_THAT(endpoint, StartsWith("127.0.0.1:")) << workers.raw;
@@ -206,11 +206,15 @@ TEST_F(MetricsTest, BrokerAndWorkersCountWhatJobsDid) {
     double s = Sample(text, "kiln_worker_sandbox_start_seconds_count", {python});
     EXPECT_GE(s, 1) << text;
     starts += s;
+    // Python one-shot sandboxes are forked from the worker's zygote.
+    zygote_born += std::max(
+        0.0, Sample(text, "kiln_worker_sandbox_start_seconds_count", {python, "birth=\"zygote\""}));
     CheckWithPromtool(text, cluster_->dir(), "worker-" + w.value("id", ""));
   }
   EXPECT_EQ(exits, 3);
   EXPECT_EQ(timeouts, 1);
   EXPECT_GE(starts, 4 + 2);
+  EXPECT_GE(zygote_born, 4 + 2);
 }
 
 TEST_F(MetricsTest, MetricsNeedNoTokenAndAreReadOnly) {

@@ -95,8 +95,10 @@ common::StatusOr<WarmSandbox> WarmPool::Spawn(runtimes::Language language, bool 
   }
   sb.spawned_at = common::SteadyClock::now();
   sb.spawn_ms = common::MsSince(start);
-  if (metrics_)
-    metrics_->SandboxStarted(std::string(runtimes::LanguageName(language)), sb.spawn_ms);
+  if (metrics_) {
+    metrics_->SandboxStarted(std::string(runtimes::LanguageName(language)), sb.spawn_ms,
+                             sb.process->zygote_born() ? "zygote" : "exec");
+  }
   return sb;
 }
 

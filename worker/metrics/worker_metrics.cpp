@@ -53,7 +53,9 @@ WorkerMetrics::WorkerMetrics(uint32_t slots) : registry_(std::make_shared<promet
                    .Register(r);
   sandbox_start_ = &prometheus::BuildHistogram()
                         .Name("kiln_worker_sandbox_start_seconds")
-                        .Help("Time to start a sandbox with its interpreter")
+                        .Help(
+                            "Time to start a sandbox with its interpreter (birth: exec, or "
+                            "zygote: forked, its contain steps still running)")
                         .Register(r);
   warm_ = &prometheus::BuildGauge()
                .Name("kiln_worker_warm_sandboxes")
@@ -144,8 +146,10 @@ void WorkerMetrics::JobFinished(const std::string& language, const std::string& 
   finished_->Add({{"language", language}, {"reason", reason}}).Increment();
 }
 
-void WorkerMetrics::SandboxStarted(const std::string& language, double spawn_ms) {
-  sandbox_start_->Add({{"language", language}}, SecondsBuckets()).Observe(spawn_ms / 1000.0);
+void WorkerMetrics::SandboxStarted(const std::string& language, double spawn_ms,
+                                   const std::string& birth) {
+  sandbox_start_->Add({{"language", language}, {"birth", birth}}, SecondsBuckets())
+      .Observe(spawn_ms / 1000.0);
 }
 
 void WorkerMetrics::SetWarm(const std::string& language, size_t ready) {

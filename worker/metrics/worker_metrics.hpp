@@ -55,7 +55,8 @@ class WorkerMetrics {
   void SessionsReclaimed(size_t n);
   // `reason` is protocol::EndReasonName of the job's Result.
   void JobFinished(const std::string& language, const std::string& reason);
-  void SandboxStarted(const std::string& language, double spawn_ms);
+  // birth: "zygote" (forked from the runtime's zygote) or "exec".
+  void SandboxStarted(const std::string& language, double spawn_ms, const std::string& birth);
   void SetWarm(const std::string& language, size_t ready);
   // The cgroup usage of all this worker's sandboxes (CgroupManager::Usage):
   // sets kiln_worker_sandbox_memory_bytes and adds the CPU used since the

@@ -379,6 +379,7 @@ class LinuxSandboxProcess final : public SandboxProcess {
   const std::string& failed_step() const { return failed_step_; }
 
   pid_t pid() const override { return pid_; }
+  bool zygote_born() const override { return zygote_ != nullptr; }
   int exit_fd() const override { return pidfd_.get(); }
   const std::string& workspace_path() const override { return workspace_; }
 

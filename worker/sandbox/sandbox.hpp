@@ -156,6 +156,8 @@ class SandboxProcess {
   virtual common::Status Freeze(bool frozen) = 0;
   // Reaps the process; blocks until it has exited. Call once.
   virtual common::StatusOr<ExitStatus> Wait() = 0;
+  // Forked from a zygote (SpawnSpec::zygote_argv) rather than exec'd.
+  virtual bool zygote_born() const { return false; }
 };
 
 class CgroupManager;

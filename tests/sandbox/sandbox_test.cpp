@@ -1142,6 +1142,49 @@ TEST_P(SandboxTest, APlanTheZygoteRefusesIsExecdInstead) {
   EXPECT_EQ(next.out, "True\n") << next.err;
 }
 
+TEST_P(SandboxTest, AZygoteBornSandboxThatCannotContainItselfSaysWhere) {
+  // A sandbox whose read-only bind vanished after Create: its mount step
+  // fails in the zygote's clone, which reports the step over the status
+  // pipe; the first call that needs the sandbox gets the same error an
+  // exec'd spawn gets from Spawn itself.
+  const std::string dir = "/var/tmp/kiln-sandbox-test-vanishing-" + GetParam();
+  ::rmdir(dir.c_str());
+  ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0);
+  SandboxConfig config = ConfigFor(GetParam());
+  config.state_dir += "-vanishing";
+  config.cgroup_prefix += "-vanishing";
+  config.uid_base += 500;
+  config.ro_binds = {dir};
+  auto sb = Sandbox::Create(config);
+  ASSERT_TRUE(sb.ok()) << sb.status().ToString();
+  ASSERT_EQ(::rmdir(dir.c_str()), 0);
+
+  auto rt = runtimes::Runtime::Create(runtimes::Language::kPython, {});
+  ASSERT_TRUE(rt.ok());
+  runtimes::Launch launch = rt->OneShotLaunch();
+  SpawnSpec spec;
+  spec.argv = launch.argv;
+  spec.env = launch.env;
+  spec.zygote_argv = launch.zygote_argv;
+  auto proc = (*sb)->Spawn(std::move(spec));
+  ASSERT_TRUE(proc.ok()) << proc.status().ToString();
+  EXPECT_TRUE((*proc)->zygote_born());
+  common::Status st = (*proc)->SetLimits(SandboxLimits{});
+  EXPECT_EQ(st.code(), common::Code::kInternal) << st.ToString();
+  EXPECT_THAT(st.message(), HasSubstr("step 'mount tree' (layer filesystem)"));
+  EXPECT_THAT(st.message(), HasSubstr("No such file or directory"));
+  auto exit = (*proc)->Wait();
+  EXPECT_FALSE(exit.ok());
+  EXPECT_EQ(exit.status().message(), st.message());
+
+  SpawnSpec exec_spec;
+  exec_spec.argv = launch.argv;
+  exec_spec.env = launch.env;
+  auto exec = (*sb)->Spawn(std::move(exec_spec));
+  ASSERT_FALSE(exec.ok());
+  EXPECT_THAT(exec.status().message(), HasSubstr("step 'mount tree' (layer filesystem)"));
+}
+
 TEST_P(SandboxTest, ConcurrentZygoteSpawnsFromManyThreads) {
   std::vector<std::future<RunResult>> runs;
   for (int i = 0; i < 12; ++i) {

@@ -36,6 +36,7 @@
 #include "common/log/logging.hpp"
 #include "worker/sandbox/cgroups.hpp"
 #include "worker/sandbox/contain.hpp"
+#include "worker/sandbox/fd_passing.hpp"
 #include "worker/sandbox/fs_util.hpp"
 #include "worker/sandbox/gvisor_spec.hpp"
 #include "worker/sandbox/init_reports.hpp"
@@ -150,30 +151,6 @@ Status RunRunsc(const std::vector<std::string>& args) {
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status::Ok();
   return common::Internal("runsc " + args[args.size() - 2] + " " + args.back() +
                           " failed (status " + std::to_string(status) + ")");
-}
-
-// `fds` to the peer of `sock` in one message (SCM_RIGHTS), with one byte.
-Status SendFds(int sock, const std::vector<int>& fds) {
-  for (int fd : fds) {
-    if (fd < 0) return common::InvalidRequest("the sandbox's stdio must be valid descriptors");
-  }
-  char byte = 'F';
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = CMSG_SPACE(fds.size() * sizeof(int));
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(fds.size() * sizeof(int));
-  std::memcpy(CMSG_DATA(c), fds.data(), fds.size() * sizeof(int));
-  if (::sendmsg(sock, &msg, MSG_NOSIGNAL) != 1) {
-    return common::ErrnoStatus("passing the job's descriptors into the gVisor sandbox", errno);
-  }
-  return Status::Ok();
 }
 
 StatusOr<UniqueFd> Listen(const std::string& path) {
@@ -319,7 +296,8 @@ class GvisorProcess final : public SandboxProcess {
     for (int fd : fds) {
       if (::fchmod(fd, 0666) != 0) return common::ErrnoStatus("fchmod the job's pipes", errno);
     }
-    RETURN_IF_ERROR(SendFds(conn.get(), fds));
+    RETURN_IF_ERROR(SendWithFds(conn.get(), "F", fds)
+                        .WithContext("passing the job's descriptors into the gVisor sandbox"));
     status_ = std::move(conn);
     return Status::Ok();
   }

@@ -31,6 +31,7 @@
 #include "common/log/logging.hpp"
 #include "worker/sandbox/cgroups.hpp"
 #include "worker/sandbox/contain.hpp"
+#include "worker/sandbox/fd_passing.hpp"
 #include "worker/sandbox/fs_util.hpp"
 #include "worker/sandbox/gvisor_sandbox.hpp"
 #include "worker/sandbox/host_probe.hpp"
@@ -110,29 +111,6 @@ struct Shared {
   Shared(const SandboxConfig& c) : config(c), uids(c.uid_base, c.uid_count, c.uid_lock_dir) {}
   bool Has(const char* layer) const { return layers.count(layer) != 0; }
 };
-
-// One descriptor sent with SCM_RIGHTS, without waiting.
-StatusOr<UniqueFd> ReceiveFd(int sock) {
-  char byte;
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  if (::recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC) != 1) {
-    return common::ErrnoStatus("receiving the sandbox's seccomp listener", errno);
-  }
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  if (c == nullptr || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
-      c->cmsg_len != CMSG_LEN(sizeof(int))) {
-    return common::Internal("the sandbox sent no seccomp listener");
-  }
-  int fd;
-  std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
-  return UniqueFd(fd);
-}
 
 int PidfdSendSignal(int pidfd, int sig) {
   return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
@@ -369,7 +347,11 @@ class LinuxSandboxProcess final : public SandboxProcess {
   }
 
   Status WatchForViolations(int sock) {
-    ASSIGN_OR_RETURN(UniqueFd listener, ReceiveFd(sock));
+    // Sent before the child's exec or its "R" report: there without waiting.
+    auto got = ReceiveWithFds(sock, 1, 1, MSG_DONTWAIT);
+    if (!got.ok()) return got.status().WithContext("receiving the sandbox's seccomp listener");
+    if (got->fds.size() != 1) return common::Internal("the sandbox sent no seccomp listener");
+    UniqueFd listener = std::move(got->fds[0]);
     if (!shared_->violations) return common::Internal("no violation watcher");
     ASSIGN_OR_RETURN(violation_, shared_->violations->Add(std::move(listener), pidfd_.get()));
     return Status::Ok();

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <future>
 
+#include "worker/sandbox/fd_passing.hpp"
 #include "worker/sandbox/namespaces.hpp"
 
 namespace kiln::worker::sandbox {
@@ -24,7 +25,6 @@ using common::StatusOr;
 using common::UniqueFd;
 
 constexpr int kReplyTimeoutMs = 10000;  // covers the zygote's own start (~50 ms)
-constexpr int kMaxFds = 16;             // python_zygote.py's _MAX_FDS
 
 struct ExecPlan {
   const char* const* argv;
@@ -163,61 +163,28 @@ uint64_t Zygote::spawned() const {
 }
 
 StatusOr<ZygoteChild> Zygote::Spawn(const std::string& message, const std::vector<int>& fds) {
-  if (fds.size() > kMaxFds) return common::Internal("too many descriptors for the zygote");
+  if (fds.size() > kMaxPassedFds) return common::Internal("too many descriptors for the zygote");
   std::lock_guard lock(mu_);
   auto died = [&](const std::string& why) {
     dead_ = true;
     return common::Unavailable("the zygote is gone: " + why);
   };
   if (dead_) return common::Unavailable("the zygote is gone");
-  iovec iov{const_cast<char*>(message.data()), message.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(kMaxFds * sizeof(int))];
-  std::memset(control, 0, sizeof control);
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  if (!fds.empty()) {
-    msg.msg_control = control;
-    msg.msg_controllen = CMSG_SPACE(fds.size() * sizeof(int));
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(fds.size() * sizeof(int));
-    std::memcpy(CMSG_DATA(c), fds.data(), fds.size() * sizeof(int));
-  }
-  ssize_t sent;
-  do {
-    sent = ::sendmsg(sock_.get(), &msg, MSG_NOSIGNAL);
-  } while (sent < 0 && errno == EINTR);
-  if (sent != static_cast<ssize_t>(message.size())) return died(std::strerror(errno));
-
+  if (Status st = SendWithFds(sock_.get(), message, fds); !st.ok()) return died(st.message());
   pollfd p{sock_.get(), POLLIN, 0};
   int n;
   do {
     n = ::poll(&p, 1, kReplyTimeoutMs);
   } while (n < 0 && errno == EINTR);
   if (n == 0) return died("no answer in time");
-  int32_t reply[2] = {0, 0};
-  iovec riov{reply, sizeof reply};
-  alignas(cmsghdr) char rcontrol[CMSG_SPACE(sizeof(int))];
-  msghdr rmsg{};
-  rmsg.msg_iov = &riov;
-  rmsg.msg_iovlen = 1;
-  rmsg.msg_control = rcontrol;
-  rmsg.msg_controllen = sizeof rcontrol;
-  ssize_t got;
-  do {
-    got = ::recvmsg(sock_.get(), &rmsg, MSG_CMSG_CLOEXEC);
-  } while (got < 0 && errno == EINTR);
-  if (got != sizeof reply) return died(got == 0 ? "it exited" : "a malformed answer");
-  cmsghdr* c = CMSG_FIRSTHDR(&rmsg);
+  auto got = ReceiveWithFds(sock_.get(), 2 * sizeof(int32_t), 1);
+  if (!got.ok()) return died(got.status().message());
+  if (got->bytes.empty()) return died("it exited");
+  if (got->bytes.size() != 2 * sizeof(int32_t)) return died("a malformed answer");
+  int32_t reply[2];
+  std::memcpy(reply, got->bytes.data(), sizeof reply);
   UniqueFd pidfd;
-  if (c != nullptr && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-      c->cmsg_len == CMSG_LEN(sizeof(int))) {
-    int fd;
-    std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
-    pidfd.Reset(fd);
-  }
+  if (got->fds.size() == 1) pidfd = std::move(got->fds[0]);
   if (reply[0] <= 0) {
     return common::ErrnoStatus("the zygote could not clone a sandbox", reply[1]);
   }

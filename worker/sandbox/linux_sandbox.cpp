@@ -276,14 +276,14 @@ class LinuxSandboxProcess final : public SandboxProcess {
   }
 
   // Reaps a process that Kill() ended (its status is of no interest).
-  bool ReapQuietly() {
+  void ReapQuietly() {
     siginfo_t info;
     std::memset(&info, 0, sizeof info);
     long rc;
     do {
       rc = ::syscall(SYS_waitid, P_PIDFD, pidfd_.get(), &info, WEXITED, nullptr);
     } while (rc != 0 && errno == EINTR);
-    return true;
+    reaped_ = true;
   }
 
   // A zygote-born sandbox: waits (once) until its contain steps are done and
@@ -433,7 +433,7 @@ class LinuxSandboxProcess final : public SandboxProcess {
     if (reaped_) return common::InvalidRequest("Wait() called twice");
     // Takes the setup's own reports off the status pipe first.
     if (Status st = EnsureContained(); !st.ok()) {
-      reaped_ = ReapQuietly();
+      ReapQuietly();
       return st;
     }
     siginfo_t info;

@@ -36,8 +36,8 @@ def _rehearse():
 
 def _make_private():
     # Every page this process could write, copied from the zygote now
-    # (MADV_POPULATE_WRITE, Linux 5.14+; elsewhere a no-op): ~1 ms of CPU
-    # while the sandbox waits, instead of copy-on-write faults in the job.
+    # (MADV_POPULATE_WRITE, Linux 5.14+; elsewhere a no-op): a few ms of
+    # CPU while the sandbox waits, instead of copy-on-write faults in the job.
     libc = ctypes.CDLL(None, use_errno=True)
     with open("/proc/self/maps") as maps:
         for line in maps:
@@ -88,7 +88,8 @@ def _serve():
             pid = -90  # EMSGSIZE
         else:
             env_len = int.from_bytes(buf[0:4], "little")
-            env = [e.decode() for e in bytes(buf[4:4 + env_len]).split(b"\0")[:-1]]
+            env = [e.decode(errors="surrogateescape")
+                   for e in bytes(buf[4:4 + env_len]).split(b"\0")[:-1]]
             fd_array = (ctypes.c_int * max(len(fds), 1))(*fds)
             _api.PyOS_BeforeFork()
             pid = _spawn(ctypes.addressof(view), n, ctypes.addressof(fd_array), len(fds),
@@ -99,7 +100,7 @@ def _serve():
             _api.PyOS_AfterFork_Parent()
         for fd in fds:
             os.close(fd)
-        buf[:n] = bytes(n)  # keep no earlier sandbox's plan in memory a child could read
+        buf[:n] = bytes(n)  # the next child does not find this sandbox's plan here
         if pid > 0:
             sock.sendmsg([struct.pack("<ii", pid, 0)],
                          [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [pidfd.value]))])

@@ -16,8 +16,9 @@
 //
 // Status channel: descriptor 5 (a pipe to the worker; close-on-exec here so
 // the program never holds it). Records of 5 bytes: "E" + errno when the
-// program cannot be executed; "X" + its wait status when it has ended. The
-// worker finds the program itself as this process's first child.
+// program cannot be executed; "X" + its wait status when it has ended; "R"
+// + its pid when an adopted one (below) is supervised. The worker finds the
+// program itself as this process's first child.
 //
 //   kiln-init PROGRAM [ARG...]
 //   kiln-init --connect SOCKET PROGRAM [ARG...]
@@ -25,7 +26,8 @@
 //
 // --adopt (a zygote-born sandbox, worker/sandbox/zygote_child.cpp): the
 // program is already running as this process's child PID (forked from a
-// zygote's interpreter before this exec); it is supervised as above.
+// zygote's interpreter before this exec); it is supervised as above, and
+// "R" + PID is reported once this init is in place.
 //
 // --connect (the gVisor level, where runsc passes no descriptor of the
 // worker's into the sandbox): fd 5 is a connection to the worker's Unix
@@ -258,6 +260,9 @@ int main(int argc, char** argv) {
   sigfillset(&all);
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &all, nullptr);
+  // An adopted program's sandbox is ready from here on: the worker waits
+  // for this before it gives the program its job.
+  if (adopted != 0) Report('R', adopted);
 
   pid_t program = adopted != 0 ? adopted : fork();
   if (program < 0) {

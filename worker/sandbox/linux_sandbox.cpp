@@ -304,9 +304,9 @@ class LinuxSandboxProcess final : public SandboxProcess {
   }
 
   // A zygote's clone runs its contain steps after the zygote answered: wait
-  // for its report on the status pipe, "R" (contained, the program forked)
-  // or "F" errno + "S" step (plan.failed_* are set as a vfork'd child would
-  // set them). Non-OK only when no report came.
+  // for a report on the status pipe, "R" (from kiln-init: contained, the
+  // program forked, its init in place) or "F" errno + "S" step (plan.failed_*
+  // are set as a vfork'd child would set them). Non-OK when none came.
   Status AwaitContained(int status_fd, ChildPlan* plan) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     char rec[5];
@@ -347,7 +347,7 @@ class LinuxSandboxProcess final : public SandboxProcess {
   }
 
   Status WatchForViolations(int sock) {
-    // Sent before the child's exec or its "R" report: there without waiting.
+    // Sent before the child's exec (and so before "R"): there without waiting.
     auto got = ReceiveWithFds(sock, 1, 1, MSG_DONTWAIT);
     if (!got.ok()) return got.status().WithContext("receiving the sandbox's seccomp listener");
     if (got->fds.size() != 1) return common::Internal("the sandbox sent no seccomp listener");

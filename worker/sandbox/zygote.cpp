@@ -39,7 +39,10 @@ struct ExecPlan {
 int ExecZygote(void* arg) {
   const ExecPlan& p = *static_cast<const ExecPlan*>(arg);
   if (::unshare(CLONE_FILES) != 0) ::_exit(126);
-  if (::dup2(p.dev_null, 0) < 0 || ::dup2(p.dev_null, 1) < 0 || ::dup2(p.sock, 3) < 0) {
+  // Both above 9 first: a dup2 onto the descriptor itself (the socket
+  // already at 3) would keep its close-on-exec flag.
+  const int sock = ::fcntl(p.sock, F_DUPFD, 10), null = ::fcntl(p.dev_null, F_DUPFD, 10);
+  if (sock < 0 || null < 0 || ::dup2(null, 0) < 0 || ::dup2(null, 1) < 0 || ::dup2(sock, 3) < 0) {
     ::_exit(126);
   }
   ::syscall(SYS_close_range, 4, ~0u, 0);

@@ -12,9 +12,9 @@
 // CLONE_PIDFD. Then, in three processes:
 //   - the zygote: returns A's pid (> 0) and pidfd, or -errno;
 //   - A (pid 1 of the new pid namespace): runs every contain step
-//     (contain.hpp: cgroups, mounts, uid, Landlock, seccomp...), forks B,
-//     reports "R" + B's pid on the status channel and execs kiln-init
-//     --adopt, which supervises B as it would a program it had forked
+//     (contain.hpp: cgroups, mounts, uid, Landlock, seccomp...), forks B
+//     and execs kiln-init --adopt B, which reports "R" + B's pid on the
+//     status channel and supervises B as it would a program it had forked
 //     (worker/init/main.cpp). A failed step is reported as "F" + errno,
 //     "S" + the step's index (contain.hpp, StepIndex), then A exits 127;
 //   - B (the program): returns 0 into the interpreter, which runs the job.
@@ -80,7 +80,7 @@ void RunChild(ChildPlan& p, const sigset_t& caller_mask) {
     ::sigprocmask(SIG_SETMASK, &caller_mask, nullptr);
     return;
   }
-  Report(p.status_fd, 'R', b);
+  // kiln-init reports "R" once it runs: the sandbox is ready only then.
   // exec resets caught signals but keeps ignored ones: start kiln-init clean.
   struct sigaction dfl;
   std::memset(&dfl, 0, sizeof dfl);

@@ -1576,7 +1576,9 @@ res['ptrace init'] = err(libc.ptrace(16, 1, 0, 0))
 res['kill_all'] = k(-1, signal.SIGKILL)
 # The zygote's library is mapped here too: it can do nothing without the
 # privileges this process lacks.
-lib = [l.split()[-1] for l in open('/proc/self/maps') if l.rstrip().endswith('libkiln-zygote.so')][0]
+# By the name the zygote loaded it with (its last argument; /proc/self/maps
+# may show another path for it, e.g. under a chroot): dlopen finds it loaded.
+lib = open('/proc/self/cmdline', 'rb').read().split(b'\0')[-2].decode()
 spawn = ctypes.CDLL(lib).kiln_zygote_spawn
 pidfd = ctypes.c_int(-1)
 res['spawn garbage'] = spawn(b'\x00' * 64, 64, None, 0, ctypes.byref(pidfd))

@@ -5,6 +5,7 @@
 
 #include "broker/api/event_stream.hpp"
 #include "broker/api/sse_events.hpp"
+#include "broker/job/lifecycle.hpp"
 #include "broker/metrics/broker_metrics.hpp"
 #include "common/clock.hpp"
 #include "common/json/bounded_json.hpp"
@@ -498,26 +499,26 @@ void HttpApi::Cancel(Call& call) {
   }
   auto handle = deps_.waiters->Add(id);
   auto drop = [&] { deps_.waiters->Wait(handle, SteadyClock::now()); };
-  if (record->status == JobStatus::kQueued) {
-    // Queued jobs live in Redis: any broker ends them, unless one has just
-    // started it (then it is cancelled like a running one).
-    JobRecord ended = *record;
-    ended.status = JobStatus::kCancelled;
-    ended.error = JobError{"CANCELLED", "cancelled before it started", false, "", ""};
-    ended.queue_position.reset();
-    ended.wait_reason.clear();
-    ended.finished_ms = common::NowMs();
-    auto out = deps_.dispatcher->EndJob(ended, FinishExpect::kQueued);
-    if (!out.ok()) {
+  auto t = JobLifecycle::Apply(*record, {.event = JobEvent::kCancel, .now_ms = common::NowMs()});
+  if (!t.ok()) {
+    drop();
+    return call.Fail(t.status());
+  }
+  // Queued or held jobs live in Redis: any broker ends them, unless one has
+  // just started it (then the cancel below reaches it like a running one).
+  if (t->Has(JobAction::kStoreEnd)) {
+    if (auto out = deps_.dispatcher->EndJob(*t); !out.ok()) {
       drop();
       return call.Fail(StoreError(out.status()));
     }
   }
   // Running: the broker that owns it tells its worker; the worker's Result
   // (reason cancelled) ends it.
-  if (auto st = schedule_->PublishCancel(id); !st.ok()) {
-    drop();
-    return call.Fail(StoreError(st));
+  if (t->Has(JobAction::kTellWorker)) {
+    if (auto st = schedule_->PublishCancel(id); !st.ok()) {
+      drop();
+      return call.Fail(StoreError(st));
+    }
   }
   AwaitEnd(call.ex, id, SteadyClock::now() + kCancelWait, std::move(handle), std::move(hold),
            /*cancel=*/true);
@@ -546,6 +547,11 @@ void HttpApi::Approve(Call& call) {
     return call.Fail(record.status().code() == Code::kNotFound ? record.status()
                                                                : StoreError(record.status()));
   }
+  // The approve script decides under Redis's lock; a job plainly not held
+  // is answered without it.
+  if (auto t = JobLifecycle::Apply(*record, {.event = JobEvent::kApprove}); !t.ok()) {
+    return call.Fail(t.status());
+  }
   auto out =
       deps_.dispatcher->Approve(id, trust, "admin:" + std::to_string(call.caller.admin_index));
   if (!out.ok()) return call.Fail(StoreError(out.status()));
@@ -556,11 +562,9 @@ void HttpApi::Approve(Call& call) {
       return call.Fail(common::InvalidRequest(
           "execution " + id + " is not awaiting approval (it is " + out->status + ")"));
     case ApproveOutcome::Kind::kSessionGone: {
-      JobRecord ended = *record;
-      ended.status = JobStatus::kCancelled;
-      ended.error = JobError{"CANCELLED", "its session was deleted before approval", false, "", ""};
-      ended.finished_ms = common::NowMs();
-      (void)deps_.dispatcher->EndJob(ended, FinishExpect::kAwaitingApproval);
+      auto t = JobLifecycle::Apply(*record,
+                                   {.event = JobEvent::kSessionDeleted, .now_ms = common::NowMs()});
+      if (t.ok() && t->Has(JobAction::kStoreEnd)) (void)deps_.dispatcher->EndJob(*t);
       return call.Reply(200, {{"id", id}, {"status", "cancelled"}});
     }
     default:
@@ -579,18 +583,13 @@ void HttpApi::Deny(Call& call) {
     return call.Fail(record.status().code() == Code::kNotFound ? record.status()
                                                                : StoreError(record.status()));
   }
-  if (record->status != JobStatus::kAwaitingApproval) {
-    return call.Fail(common::InvalidRequest("execution " + id +
-                                            " is not awaiting approval (it is " +
-                                            JobStatusName(record->status) + ")"));
-  }
-  JobRecord ended = *record;
-  ended.status = JobStatus::kRejected;
-  ended.error =
-      JobError{"APPROVAL_DENIED", "denied by admin:" + std::to_string(call.caller.admin_index),
-               false, "", ""};
-  ended.finished_ms = common::NowMs();
-  auto out = deps_.dispatcher->EndJob(ended, FinishExpect::kAwaitingApproval);
+  auto t =
+      JobLifecycle::Apply(*record, {.event = JobEvent::kDeny,
+                                    .now_ms = common::NowMs(),
+                                    .detail = "admin:" + std::to_string(call.caller.admin_index)});
+  if (!t.ok()) return call.Fail(t.status());
+  const JobRecord& ended = t->record;
+  auto out = deps_.dispatcher->EndJob(*t);
   if (!out.ok()) return call.Fail(StoreError(out.status()));
   if (out->kind != FinishOutcome::Kind::kStored) {
     return call.Fail(common::InvalidRequest(
@@ -687,14 +686,14 @@ void HttpApi::DeleteSession(Call& call) {
   for (const auto& id : deleted->queued_jobs) {
     auto record = store_->Load(id);
     if (!record.ok() || record->status != JobStatus::kQueued) continue;
-    JobRecord ended = *record;
-    ended.status = JobStatus::kCancelled;
-    ended.error = JobError{"CANCELLED", "its session was deleted", false, "", ""};
-    ended.queue_position.reset();
-    ended.wait_reason.clear();
-    ended.finished_ms = common::NowMs();
-    if (deps_.dispatcher->EndJob(ended, FinishExpect::kQueued).ok()) cancelled.push_back(id);
+    auto t = JobLifecycle::Apply(*record,
+                                 {.event = JobEvent::kSessionDeleted, .now_ms = common::NowMs()});
+    if (t.ok() && t->Has(JobAction::kStoreEnd) && deps_.dispatcher->EndJob(*t).ok()) {
+      cancelled.push_back(id);
+    }
   }
+  // Its running execution (JobAction::kTellWorker of a running job; its
+  // record is not read for it): the worker's Result ends it.
   if (!deleted->running_job.empty()) {
     (void)schedule_->PublishCancel(deleted->running_job);
     cancelled.push_back(deleted->running_job);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "broker/api/submit_request.hpp"
+#include "broker/job/lifecycle.hpp"
 #include "broker/metrics/broker_metrics.hpp"
 #include "common/clock.hpp"
 
@@ -169,9 +170,12 @@ common::StatusOr<SubmitResult> SubmitService::RejectBlocked(JobSpec submitted,
   // What is refused is not kept whole: a bounded excerpt with the digests of
   // the submission goes to Redis and to the audit trail (docs/audit.md).
   const JobSpec spec = submitted.Excerpt();
-  JobRecord record =
-      JobRecord::Ended(spec, JobStatus::kRejected, blocked.code(), blocked.message());
-  record.finished_ms = common::NowMs();
+  auto refused = JobLifecycle::Begin(spec, {.event = JobEvent::kRefuse,
+                                            .now_ms = common::NowMs(),
+                                            .code = blocked.code(),
+                                            .detail = blocked.message()});
+  if (!refused.ok()) return refused.status();
+  const JobRecord& record = refused->record;
   // Stored and audited like any job, so an operator sees what was refused.
   if (auto st = store_->CreateEnded(spec, record); !st.ok()) return StoreError(st);
   if (metrics_) metrics_->Finished(record);

@@ -68,20 +68,6 @@ std::optional<T> OptFrom(const json& j, const char* key) {
   return it->get<T>();
 }
 
-// ": <call>" for a violation's message. The worker is not trusted with the
-// tenant's error text: only a short call name or the foreign-ABI phrase
-// (letters, digits, spaces and "_(),") passes; anything else is dropped.
-std::string ViolationDetail(const std::string& call) {
-  constexpr size_t kMaxDetail = 96;
-  if (call.empty() || call.size() > kMaxDetail) return "";
-  for (char c : call) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == ' ' || c == '(' || c == ')' || c == ',';
-    if (!ok) return "";
-  }
-  return ": " + call;
-}
-
 }  // namespace
 
 const char* JobStatusName(JobStatus s) {
@@ -219,93 +205,6 @@ JobRecord JobRecord::Queued(const JobSpec& spec) {
   r.created_ms = spec.created_ms;
   r.warnings = spec.warnings;
   return r;
-}
-
-JobRecord JobRecord::Ended(const JobSpec& spec, JobStatus status, Code code, std::string message) {
-  JobRecord r = Queued(spec);
-  r.status = status;
-  r.error = JobError{std::string(common::CodeName(code)), std::move(message),
-                     common::IsRetryable(code), "", ""};
-  return r;
-}
-
-void JobRecord::ApplyResult(const protocol::Result& res, int64_t now_ms) {
-  finished_ms = now_ms;
-  exit_code = res.exit_code;
-  signal = res.signal;
-  stdout_data = res.stdout_data;
-  stderr_data = res.stderr_data;
-  truncated = res.truncated;
-  result_json = res.result_json;
-  duration_ms = res.duration_ms;
-  cpu_ms = res.cpu_ms;
-  max_rss_kb = res.max_rss_kb;
-  files = res.files;
-  files_truncated = res.files_truncated;
-  files_omitted = res.files_omitted;
-  redactions = res.redactions;
-  end_reason = protocol::EndReasonName(res.reason);
-  // The worker reports an epoch once it runs sessions; until then the broker's stands.
-  if (!session_id.empty() && res.session_epoch != 0) session_epoch = res.session_epoch;
-  queue_position.reset();
-  wait_reason.clear();
-  auto fail = [&](JobStatus s, Code code, std::string message) {
-    status = s;
-    error = JobError{std::string(common::CodeName(code)), std::move(message),
-                     common::IsRetryable(code), "", ""};
-  };
-  switch (res.reason) {
-    case protocol::EndReason::kExit:
-      if (res.exit_code && *res.exit_code == 0 && !res.error) {
-        status = JobStatus::kSucceeded;
-      } else {
-        status = JobStatus::kFailed;
-        if (res.error) {
-          error = JobError{"EXECUTION_FAILED", res.error->message, false, res.error->type,
-                           res.error->traceback};
-        } else if (res.signal) {
-          error = JobError{"EXECUTION_FAILED",
-                           "the program was killed by signal " + std::to_string(*res.signal), false,
-                           "", ""};
-        } else {
-          error =
-              JobError{"EXECUTION_FAILED",
-                       "the program exited with code " + std::to_string(res.exit_code.value_or(-1)),
-                       false, "", ""};
-        }
-      }
-      break;
-    case protocol::EndReason::kTimeout:
-      fail(JobStatus::kTimedOut, Code::kTimeout,
-           "execution exceeded its time limit (" + std::to_string(res.duration_ms) + " ms)");
-      break;
-    case protocol::EndReason::kMemoryExceeded:
-      fail(JobStatus::kMemoryExceeded, Code::kMemoryExceeded,
-           "execution exceeded its memory limit");
-      break;
-    case protocol::EndReason::kOutputLimit:
-      fail(JobStatus::kFailed, Code::kOutputLimit, "execution exceeded its output limit");
-      break;
-    case protocol::EndReason::kCancelled:
-      fail(JobStatus::kCancelled, Code::kCancelled, "execution was cancelled");
-      break;
-    case protocol::EndReason::kSandboxViolation:
-      fail(JobStatus::kFailed, Code::kSecurityBlocked,
-           "the sandbox killed the program for a forbidden system call" +
-               ViolationDetail(res.worker_error));
-      break;
-    case protocol::EndReason::kRefused:  // requeued by the dispatcher; here only if misused
-    case protocol::EndReason::kError:
-      // The worker is not trusted to pick any code: only a fault in the
-      // job's own input (a file path its code made a FIFO, files too large
-      // for the workspace) is passed on; everything else is INTERNAL.
-      fail(JobStatus::kError,
-           res.worker_error_code == common::CodeName(Code::kInvalidRequest)  ? Code::kInvalidRequest
-           : res.worker_error_code == common::CodeName(Code::kLimitExceeded) ? Code::kLimitExceeded
-                                                                             : Code::kInternal,
-           "the worker could not run the job: " + res.worker_error);
-      break;
-  }
 }
 
 size_t JobRecord::ApproxJsonBytes() const {

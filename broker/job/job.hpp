@@ -126,12 +126,9 @@ struct JobRecord {
   int64_t started_ms = 0;
   int64_t finished_ms = 0;
 
+  // The record of a job just admitted; every later one comes from
+  // JobLifecycle (broker/job/lifecycle.hpp).
   static JobRecord Queued(const JobSpec& spec);
-  // A terminal record for a job that ended without running (or lost its worker).
-  static JobRecord Ended(const JobSpec& spec, JobStatus status, common::Code code,
-                         std::string message);
-  // Fills this record from a worker's Result.
-  void ApplyResult(const common::protocol::Result& result, int64_t now_ms);
 
   nlohmann::json ToJson() const;
   static common::StatusOr<JobRecord> FromJson(const nlohmann::json& j);

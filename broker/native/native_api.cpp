@@ -4,6 +4,7 @@
 #include <thread>
 #include <zmq_addon.hpp>
 
+#include "broker/job/lifecycle.hpp"
 #include "broker/metrics/broker_metrics.hpp"
 #include "broker/store/job_store.hpp"
 #include "broker/store/schedule_store.hpp"
@@ -244,21 +245,19 @@ void NativeApi::OnCancel(const std::string& identity, const Caller& caller,
   if (!record.ok()) return SendError(identity, m.request_id, record.status(), m.id);
   // Cancelling a finished job changes nothing: answer with its record.
   if (IsTerminal(record->status)) return SendRecord(identity, caller, m.request_id, *record);
-  if (record->status == JobStatus::kQueued) {
-    // As POST /v1/executions/{id}/cancel: queued jobs end here, unless one
-    // has just started it (then the cancel below reaches its worker).
-    JobRecord ended = *record;
-    ended.status = JobStatus::kCancelled;
-    ended.error = JobError{"CANCELLED", "cancelled before it started", false, "", ""};
-    ended.queue_position.reset();
-    ended.wait_reason.clear();
-    ended.finished_ms = common::NowMs();
-    if (auto out = dispatcher_->EndJob(ended, FinishExpect::kQueued); !out.ok()) {
+  auto t = JobLifecycle::Apply(*record, {.event = JobEvent::kCancel, .now_ms = common::NowMs()});
+  if (!t.ok()) return SendError(identity, m.request_id, t.status(), m.id);
+  // As POST /v1/executions/{id}/cancel: queued and held jobs end here,
+  // unless one has just started it (then the cancel below reaches its worker).
+  if (t->Has(JobAction::kStoreEnd)) {
+    if (auto out = dispatcher_->EndJob(*t); !out.ok()) {
       return SendError(identity, m.request_id, submits_.StoreError(out.status()), m.id);
     }
   }
-  if (auto st = schedule_->PublishCancel(m.id); !st.ok()) {
-    return SendError(identity, m.request_id, submits_.StoreError(st), m.id);
+  if (t->Has(JobAction::kTellWorker)) {
+    if (auto st = schedule_->PublishCancel(m.id); !st.ok()) {
+      return SendError(identity, m.request_id, submits_.StoreError(st), m.id);
+    }
   }
   auto now = store_->Load(m.id);
   if (!now.ok()) return SendError(identity, m.request_id, submits_.StoreError(now.status()), m.id);

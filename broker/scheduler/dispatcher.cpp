@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "broker/job/isolation.hpp"
+#include "broker/job/lifecycle.hpp"
 #include "broker/metrics/broker_metrics.hpp"
 #include "broker/scheduler/audit_writer.hpp"
 #include "common/clock.hpp"
@@ -217,7 +218,12 @@ std::vector<std::string> Dispatcher::RuntimesAt(std::string_view level) const {
   return {all.begin(), all.end()};
 }
 
-common::StatusOr<FinishOutcome> Dispatcher::EndJob(JobRecord record, FinishExpect expect) {
+common::StatusOr<FinishOutcome> Dispatcher::EndJob(const JobTransition& t) {
+  const JobRecord& record = t.record;
+  const FinishExpect expect = t.from == JobStatus::kQueued ? FinishExpect::kQueued
+                              : t.from == JobStatus::kAwaitingApproval
+                                  ? FinishExpect::kAwaitingApproval
+                                  : FinishExpect::kAny;
   auto t0 = Clock::now();
   auto out = stores_.schedule->Finish(record, expect, Candidates(), common::NowMs());
   if (options_.metrics) options_.metrics->RedisCall("finish", SecondsSince(t0));
@@ -252,13 +258,11 @@ common::StatusOr<ApproveOutcome> Dispatcher::Approve(const std::string& job_id, 
 void Dispatcher::ExpireApprovals(const std::vector<std::string>& ids) {
   for (const auto& id : ids) {
     auto record = stores_.jobs->Load(id);
-    if (!record.ok() || record->status != JobStatus::kAwaitingApproval) continue;
-    JobRecord r = *record;
-    r.status = JobStatus::kRejected;
-    r.error = JobError{"APPROVAL_EXPIRED", "no admin approved it within the approval window", false,
-                       "", ""};
-    r.finished_ms = common::NowMs();
-    auto out = EndJob(std::move(r), FinishExpect::kAwaitingApproval);
+    if (!record.ok()) continue;
+    auto t = JobLifecycle::Apply(*record,
+                                 {.event = JobEvent::kApprovalExpired, .now_ms = common::NowMs()});
+    if (!t.ok() || !t->Has(JobAction::kStoreEnd)) continue;
+    auto out = EndJob(*t);
     if (out.ok() && out->kind == FinishOutcome::Kind::kStored && options_.metrics) {
       options_.metrics->Approval(record->tenant, "expired");
     }
@@ -345,12 +349,16 @@ void Dispatcher::SendStart(StartRequest req) {
     execute.session_epoch = req.session_epoch.value_or(0);
     execute.session_ttl_ms = stores_.schedule->settings().session_ttl_ms;
   }
-  JobRecord record = JobRecord::Queued(spec);
-  record.status = JobStatus::kRunning;
-  record.worker = req.worker;
-  record.session_epoch = req.session_epoch;
-  record.started_ms = common::NowMs();
-  record.queued_ms = static_cast<double>(record.started_ms - spec.created_ms);
+  const JobRecord queued = JobRecord::Queued(spec);
+  auto started = JobLifecycle::Apply(queued, {.event = JobEvent::kStart,
+                                              .now_ms = common::NowMs(),
+                                              .worker = req.worker,
+                                              .session_epoch = req.session_epoch});
+  if (!started.ok()) {
+    kJobsLog.Error({.job = spec.id}, "cannot start: {}", started.status().ToString());
+    return;
+  }
+  JobRecord record = std::move(started->record);
   const std::string id = spec.id;
   if (!table_.Known(req.worker)) {
     // The worker left between the script and now: the job goes back to its
@@ -367,13 +375,14 @@ void Dispatcher::SendStart(StartRequest req) {
     kJobsLog.Warn(
         {.job = id, .session = spec.session_id, .tenant = spec.tenant, .worker = req.worker},
         "the session's worker registered anew before the execution reached it");
-    JobRecord lost = JobRecord::Ended(spec, JobStatus::kError, Code::kSessionLost,
-                                      "the worker holding session " + spec.session_id +
-                                          " restarted before this execution reached it");
-    lost.worker = req.worker;
-    lost.session_epoch = req.session_epoch;
-    lost.finished_ms = common::NowMs();
-    Finish(std::move(lost));
+    auto lost =
+        JobLifecycle::Apply(queued, {.event = JobEvent::kSessionLost,
+                                     .now_ms = common::NowMs(),
+                                     .detail = "the worker holding session " + spec.session_id +
+                                               " restarted before this execution reached it",
+                                     .worker = req.worker,
+                                     .session_epoch = req.session_epoch});
+    if (lost.ok()) Finish(std::move(lost->record));
     return;
   }
   // If the gateway cannot hand it over, an Undeliverable event requeues it.
@@ -489,7 +498,17 @@ void Dispatcher::OnResult(WorkerResult& e) {
     FinishForeign(identity, res);
     return;
   }
-  if (res.reason == protocol::EndReason::kRefused) {
+  auto t = JobLifecycle::Apply(
+      it->second.record, {.event = res.reason == protocol::EndReason::kRefused ? JobEvent::kRefused
+                                                                               : JobEvent::kResult,
+                          .now_ms = common::NowMs(),
+                          .result = &res});
+  if (!t.ok()) {
+    kJobsLog.Error({.job = res.job_id, .worker = identity}, "result not applied: {}",
+                   t.status().ToString());
+    return;
+  }
+  if (t->Has(JobAction::kSchedule)) {
     // It never ran (the worker's slots are taken, or it is draining): back to
     // its place in the queue; the worker gets nothing until its next heartbeat.
     kJobsLog.Debug({.job = res.job_id, .worker = identity}, "refused by the worker: {}",
@@ -502,12 +521,11 @@ void Dispatcher::OnResult(WorkerResult& e) {
     if (Requeue(res.job_id)) Send(identity, protocol::ResultAck{res.job_id});
     return;
   }
-  JobRecord record = std::move(it->second.record);
+  JobRecord record = std::move(t->record);
   JobSpec spec = std::move(it->second.spec);
   const StoredOutput stored = it->second.stored;
   in_flight_.erase(it);
   table_.Release(identity, res.job_id);
-  record.ApplyResult(res, common::NowMs());
   RenewEpoch(res, &record);
   Finish(std::move(record), res.session_reset, &spec, identity, &stored);
 }
@@ -541,19 +559,24 @@ void Dispatcher::FinishForeign(const std::string& identity, const protocol::Resu
     if (options_.metrics) options_.metrics->RedisError();
     return;
   }
-  if (!record.ok() || IsTerminal(record->status)) {
-    // A worker may send results for any job id.
+  // A worker may send results for any job id: only a running job takes one.
+  auto t =
+      record.ok()
+          ? JobLifecycle::Apply(
+                *record, {.event = JobEvent::kResult, .now_ms = common::NowMs(), .result = &res})
+          : common::StatusOr<JobTransition>(record.status());
+  if (!t.ok() || !t->Has(JobAction::kStoreEnd)) {
     static common::LogLimiter limit(kHostileLines, kLogWindow);
     kJobsLog.Warn(limit, {.job = res.job_id, .worker = identity}, "result ignored: {}",
-                  record.ok() ? "it has already ended" : record.status().ToString());
+                  !t.ok() ? t.status().ToString() : "it has already ended");
     Send(identity, protocol::ResultAck{res.job_id});
     return;
   }
-  record->ApplyResult(res, common::NowMs());
-  RenewEpoch(res, &*record);
-  kJobsLog.Info({.job = res.job_id, .tenant = record->tenant, .worker = identity},
+  JobRecord ended = std::move(t->record);
+  RenewEpoch(res, &ended);
+  kJobsLog.Info({.job = res.job_id, .tenant = ended.tenant, .worker = identity},
                 "storing the result of a job another broker dispatched");
-  Finish(std::move(*record), res.session_reset, nullptr, identity);
+  Finish(std::move(ended), res.session_reset, nullptr, identity);
 }
 
 void Dispatcher::OnGone(WorkerGone& e) {
@@ -734,10 +757,8 @@ void Dispatcher::FailOverdue() {
     Send(f.worker, protocol::Cancel{id});
     kJobsLog.Error({.job = id, .tenant = f.record.tenant, .worker = f.record.worker},
                    "no result {} ms after the timeout: ending the job", kResultGraceMs);
-    f.record.status = JobStatus::kError;
-    f.record.error = JobError{"INTERNAL", "the worker sent no result for this job", true, "", ""};
-    f.record.finished_ms = now;
-    Finish(std::move(f.record));
+    auto t = JobLifecycle::Apply(f.record, {.event = JobEvent::kOverdue, .now_ms = now});
+    if (t.ok()) Finish(std::move(t->record));
   }
 }
 
@@ -747,15 +768,15 @@ size_t Dispatcher::LoseJobs(const std::string& worker, const std::vector<std::st
   for (const auto& id : job_ids) {
     auto it = in_flight_.find(id);
     if (it == in_flight_.end()) continue;
-    JobRecord r = std::move(it->second.record);
+    auto t = JobLifecycle::Apply(
+        it->second.record,
+        {.event = JobEvent::kWorkerLost, .now_ms = common::NowMs(), .detail = why});
     in_flight_.erase(it);
-    r.status = JobStatus::kError;
-    r.error = JobError{"WORKER_LOST", why + "; the job may have partly run and is not retried",
-                       true, "", ""};
-    r.finished_ms = common::NowMs();
+    if (!t.ok()) continue;
+    const JobRecord& r = t->record;
     kJobsLog.Warn({.job = id, .session = r.session_id, .tenant = r.tenant, .worker = worker},
                   "job lost with its worker");
-    Finish(std::move(r));
+    Finish(std::move(t->record));
     ++lost;
   }
   if (options_.metrics && lost > 0) options_.metrics->JobsWorkerLost(lost);
@@ -793,12 +814,13 @@ bool Dispatcher::LoseSessions(const std::string& worker) {
 }
 
 void Dispatcher::EndLostExecution(const JobSpec& spec) {
-  JobRecord r = JobRecord::Ended(
-      spec, JobStatus::kError, Code::kSessionLost,
-      "the worker holding session " + spec.session_id + " was lost before this execution started");
-  r.finished_ms = common::NowMs();
+  auto t = JobLifecycle::Apply(JobRecord::Queued(spec),
+                               {.event = JobEvent::kSessionLost,
+                                .now_ms = common::NowMs(),
+                                .detail = "the worker holding session " + spec.session_id +
+                                          " was lost before this execution started"});
   // If Redis refuses, the next pump names the execution again.
-  (void)EndJob(std::move(r), FinishExpect::kQueued);
+  if (t.ok()) (void)EndJob(*t);
 }
 
 void Dispatcher::Finish(JobRecord record, bool session_reset, const JobSpec* spec,

@@ -43,6 +43,7 @@
 #include <zmq.hpp>
 
 #include "broker/job/job.hpp"
+#include "broker/job/lifecycle.hpp"
 #include "broker/scheduler/job_waiters.hpp"
 #include "broker/scheduler/output_buffer.hpp"
 #include "broker/scheduler/renewal_gate.hpp"
@@ -136,10 +137,11 @@ class Dispatcher {
   void Cancel(const std::string& job_id);
   // A deleted session: its worker destroys the session's sandbox.
   void CloseSession(const std::string& worker, const std::string& session_id);
-  // Ends a job that has not run (cancelled, lost session, ...): stores the
-  // terminal record if the job is still in `expect` state, counts it, wakes
-  // its waiters, and starts whatever its slot lets run.
-  common::StatusOr<FinishOutcome> EndJob(JobRecord record, FinishExpect expect);
+  // Carries out a lifecycle transition's JobAction::kStoreEnd for a job that
+  // is not in flight here (cancelled, denied, lost session, ...): stores the
+  // terminal record if the job is still in `t.from`, counts it, wakes its
+  // waiters, and starts whatever its slot lets run.
+  common::StatusOr<FinishOutcome> EndJob(const JobTransition& t);
   // An admin approved a job awaiting approval; starts it if a slot is free.
   common::StatusOr<ApproveOutcome> Approve(const std::string& job_id, bool trust_session,
                                            const std::string& approver);

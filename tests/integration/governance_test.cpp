@@ -144,6 +144,27 @@ TEST_F(GovernanceTest, DeniedJobIsRejected) {
   EXPECT_EQ(rec["stdout"], "");
 }
 
+// A tenant may take back a job it submitted while it waits for an admin:
+// it ends cancelled at once, leaves the approval list, and cannot be
+// approved any more.
+TEST_F(GovernanceTest, HeldJobCancelledByItsTenantNeverRuns) {
+  std::string id = SubmitNoWait({{"language", "shell"}, {"code", "echo never"}}, kGateToken);
+  ASSERT_EQ(Get(id)["status"], "awaiting_approval");
+  auto cancel = cluster_->Request("POST", "/v1/executions/" + id + "/cancel", "", kGateToken);
+  EXPECT_EQ(cancel.status, 200) << cancel.raw;
+  EXPECT_EQ(cancel.body.value("status", ""), "cancelled") << cancel.raw;
+  json rec = Get(id);
+  EXPECT_EQ(rec["status"], "cancelled") << rec.dump();
+  EXPECT_EQ(rec["error"]["code"], "CANCELLED");
+  EXPECT_TRUE(rec["worker"].is_null());
+  for (const auto& a : Admin("GET", "/v1/approvals").body["approvals"]) {
+    EXPECT_NE(a["id"], id) << "a cancelled job is still listed for approval";
+  }
+  auto approve = Admin("POST", "/v1/executions/" + id + "/approve", "{}");
+  EXPECT_EQ(approve.status, 400) << approve.raw;
+  EXPECT_EQ(Get(id)["status"], "cancelled");
+}
+
 TEST_F(GovernanceTest, TrustSessionApprovesTheRestOfThatSessionOnly) {
   json body = {{"language", "python"}, {"code", "print('s')"}, {"session_id", "trusted-1"}};
   std::string first = SubmitNoWait(body, kGateToken);

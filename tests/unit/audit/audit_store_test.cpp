@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "broker/job/lifecycle.hpp"
 #include "broker/scheduler/audit_writer.hpp"
 #include "broker/store/job_store.hpp"
 #include "common/audit/sha256.hpp"
@@ -360,9 +361,11 @@ TEST_F(AuditStoreTest, SweepWritesTheEntriesABrokerDidNot) {
   spec.language = "python";
   spec.code = "print('left behind')";
   spec.created_ms = common::NowMs() - 1000;
-  JobRecord record = JobRecord::Ended(spec, JobStatus::kRejected, common::Code::kSecurityBlocked,
-                                      "blocked by rule x");
-  record.finished_ms = common::NowMs() - 500;
+  JobRecord record = JobLifecycle::Begin(spec, {.event = JobEvent::kRefuse,
+                                                .now_ms = common::NowMs() - 500,
+                                                .code = common::Code::kSecurityBlocked,
+                                                .detail = "blocked by rule x"})
+                         ->record;
   ASSERT_TRUE(jobs.CreateEnded(spec, record).ok());
   // A pending id whose record expired before anyone wrote its entry.
   ASSERT_TRUE(Cmd({"ZADD", AuditStore::kPendingKey, "1", "ex_gone"}).ok());
@@ -413,9 +416,11 @@ TEST_F(AuditStoreTest, RefusedSubmissionIsKeptAsAnExcerpt) {
   spec.env = {{"TOKEN", "hunter2-hunter2"}};
   spec.files = {{"data.bin", std::string(1 << 16, 'd')}};
   spec.created_ms = common::NowMs() - 1000;
-  JobRecord record = JobRecord::Ended(spec, JobStatus::kRejected, common::Code::kSecurityBlocked,
-                                      "blocked by rule python-ctypes");
-  record.finished_ms = common::NowMs() - 500;
+  JobRecord record = JobLifecycle::Begin(spec, {.event = JobEvent::kRefuse,
+                                                .now_ms = common::NowMs() - 500,
+                                                .code = common::Code::kSecurityBlocked,
+                                                .detail = "blocked by rule python-ctypes"})
+                         ->record;
   ASSERT_TRUE(jobs.CreateEnded(spec, record).ok());  // given the whole spec: keeps the excerpt
   auto stored = Cmd({"HGET", JobStore::JobKey("ex_big"), "spec"});
   ASSERT_TRUE(stored.ok());

@@ -2,12 +2,21 @@
 
 #include <gtest/gtest.h>
 
+#include "broker/job/lifecycle.hpp"
 #include "common/audit/sha256.hpp"
 
 namespace kiln::broker {
 namespace {
 
 namespace protocol = common::protocol;
+
+// `r` after its worker's Result: the lifecycle's Result transition of it running.
+void ApplyResult(JobRecord& r, const protocol::Result& res, int64_t now_ms) {
+  r.status = JobStatus::kRunning;
+  auto t = JobLifecycle::Apply(r, {.event = JobEvent::kResult, .now_ms = now_ms, .result = &res});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  r = t->record;
+}
 
 JobSpec Spec() {
   JobSpec s;
@@ -148,7 +157,7 @@ TEST(Job, ResultsMapOntoStatuses) {
     res.reason = c.reason;
     res.exit_code = c.exit_code;
     if (c.error) res.error = protocol::ErrorInfo{"ValueError", "bad", "tb"};
-    r.ApplyResult(res, 5);
+    ApplyResult(r, res, 5);
     EXPECT_EQ(r.status, c.status) << protocol::EndReasonName(c.reason);
     if (c.code.empty()) {
       EXPECT_FALSE(r.error.has_value());
@@ -177,7 +186,7 @@ TEST(Job, WorkerErrorCodesArePassedOnOnlyForTheJobsOwnInput) {
     res.reason = protocol::EndReason::kError;
     res.worker_error = "writing input files: d.csv is not a regular file";
     res.worker_error_code = sent;
-    r.ApplyResult(res, 5);
+    ApplyResult(r, res, 5);
     EXPECT_EQ(r.status, JobStatus::kError);
     ASSERT_TRUE(r.error.has_value());
     EXPECT_EQ(r.error->code, answered) << sent;
@@ -203,7 +212,7 @@ TEST(Job, ViolationsNameTheCallOnlyWhenItLooksLikeOne) {
     protocol::Result res;
     res.reason = protocol::EndReason::kSandboxViolation;
     res.worker_error = sent;
-    r.ApplyResult(res, 5);
+    ApplyResult(r, res, 5);
     EXPECT_EQ(r.status, JobStatus::kFailed);
     ASSERT_TRUE(r.error.has_value());
     EXPECT_EQ(r.error->code, "SECURITY_BLOCKED");
@@ -225,7 +234,7 @@ TEST(Job, RecordRoundTripsThroughJson) {
   res.max_rss_kb = 900;
   res.files = {{"o.txt", "data"}};
   r.worker = "w1";
-  r.ApplyResult(res, 99);
+  ApplyResult(r, res, 99);
   auto j = r.ToJson();
   EXPECT_EQ(j["result"]["x"][1], 2);
   EXPECT_EQ(j["error"]["type"], "ValueError");
@@ -243,7 +252,7 @@ TEST(Job, RecordSaysWhenCollectLeftFilesOut) {
   res.files = {{"a.txt", "a"}};
   res.files_truncated = true;
   res.files_omitted = 44;
-  r.ApplyResult(res, 1);
+  ApplyResult(r, res, 1);
   auto j = r.ToJson();
   EXPECT_EQ(j["files"].size(), 1u);
   EXPECT_EQ(j["files_truncated"], true);

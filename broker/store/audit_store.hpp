@@ -39,6 +39,7 @@
 
 #include "broker/job/job.hpp"
 #include "broker/store/redis_connection.hpp"
+#include "broker/store/redis_keys.hpp"
 #include "common/audit/audit_chain.hpp"
 #include "common/audit/audit_entry.hpp"
 #include "common/status.hpp"
@@ -47,10 +48,10 @@ namespace kiln::broker {
 
 class AuditStore {
  public:
-  static constexpr const char* kStreamKey = "{kiln}:audit";
-  static constexpr const char* kHeadKey = "{kiln}:audit:head";
-  static constexpr const char* kAnchorKey = "{kiln}:audit:anchor";
-  static constexpr const char* kPendingKey = "{kiln}:audit:pending";
+  static constexpr const char* kStreamKey = keys::kAudit;
+  static constexpr const char* kHeadKey = keys::kAuditHead;
+  static constexpr const char* kAnchorKey = keys::kAuditAnchor;
+  static constexpr const char* kPendingKey = keys::kAuditPending;
   static constexpr int kMaxAttempts = 100;
 
   // max_entries: retention; each append trims the stream to about that many

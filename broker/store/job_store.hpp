@@ -26,6 +26,7 @@
 
 #include "broker/job/job.hpp"
 #include "broker/store/redis_connection.hpp"
+#include "broker/store/redis_keys.hpp"
 #include "common/status.hpp"
 
 namespace kiln::broker {
@@ -48,7 +49,7 @@ class JobStore {
  public:
   JobStore(RedisPool* pool, uint64_t ttl_s) : pool_(pool), ttl_s_(std::to_string(ttl_s)) {}
 
-  static std::string JobKey(const std::string& id) { return "{kiln}:job:" + id; }
+  static std::string JobKey(const std::string& id) { return keys::Job(id); }
 
   // Stores a job that ended before it was admitted (blocked by policy): its
   // record is terminal from the start, and of its spec only the bounded
@@ -82,7 +83,7 @@ class JobStore {
     common::protocol::OutputChunk chunk;
   };
   static constexpr size_t kMaxChunksKept = 10000;
-  static std::string OutputKey(const std::string& id) { return "{kiln}:out:" + id; }
+  static std::string OutputKey(const std::string& id) { return keys::Output(id); }
   // Stores each job's chunks where they continue its stored streams: a
   // chunk that would leave a gap is dropped, one that overlaps keeps only its
   // new bytes, and nothing is stored once the job has ended (its record then

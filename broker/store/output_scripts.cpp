@@ -1,5 +1,7 @@
 #include "broker/store/output_scripts.hpp"
 
+#include "broker/store/redis_keys.hpp"
+
 namespace kiln::broker::scripts {
 namespace {
 
@@ -13,8 +15,8 @@ namespace {
 // is not running.
 constexpr const char* kAppendOutput = R"lua(
 local id = ARGV[1]
-local jk = '{kiln}:job:' .. id
-local ok = '{kiln}:out:' .. id
+local jk = K.job .. id
+local ok = K.out .. id
 local f = redis.call('HMGET', jk, 'status', 'out_stdout', 'out_stderr', 'out_seq')
 if f[1] ~= 'running' then return {-1, -1, 0} end
 local ends = {stdout = tonumber(f[2]) or 0, stderr = tonumber(f[3]) or 0}
@@ -49,7 +51,7 @@ return {ends.stdout, ends.stderr, stored}
 }  // namespace
 
 const RedisScript& AppendOutput() {
-  static const RedisScript s(kAppendOutput);
+  static const RedisScript s(keys::LuaKeyTable() + kAppendOutput);
   return s;
 }
 

@@ -1,8 +1,10 @@
 // The Lua scripts behind ScheduleStore and SessionStore. Each runs
 // atomically in Redis, so slots, queues and sessions stay consistent however
-// many brokers call them at once. Keys are documented in docs/architecture.md
-// ("Redis keys"); they all carry the {kiln} hash tag.
+// many brokers call them at once. Keys come from broker/store/redis_keys.hpp
+// (the table K) and are documented in docs/architecture.md ("Redis keys").
 #include "broker/store/schedule_scripts.hpp"
+
+#include "broker/store/redis_keys.hpp"
 
 namespace kiln::broker::scripts {
 namespace {
@@ -17,10 +19,9 @@ namespace {
 // offers, e.g. ",python,shell," or ",python@gvisor,": PlacementToken in
 // broker/job/isolation.hpp spells them; these scripts only compare them).
 constexpr const char* kPrelude = R"lua(
-local P = '{kiln}:'
 local TERMINAL = {succeeded = true, failed = true, timed_out = true, memory_exceeded = true,
                   cancelled = true, rejected = true, error = true}
-local function jobkey(id) return P .. 'job:' .. id end
+local function jobkey(id) return K.job .. id end
 -- Sessions are keyed '<tenant>/<id>' (broker/job/session_key.hpp); messages
 -- to the tenant name the id it chose.
 local function shown(sid) return (string.gsub(sid, '^.*/', '')) end
@@ -57,7 +58,7 @@ end
 
 -- A tenant's slot limit (0: none) and weight, published by the brokers.
 local function tenant_conf(t)
-  local v = redis.call('HGET', P .. 'tenants', t)
+  local v = redis.call('HGET', K.tenants, t)
   if v then
     local limit, weight = string.match(v, '^(%d+) (%d+)')
     if limit then return tonumber(limit), math.max(tonumber(weight), 1) end
@@ -69,20 +70,20 @@ end
 -- `placement`: the job's placement token (its language, and its isolation
 -- level unless standard), which the worker must offer.
 local function pick_worker(ctx, tenant, placement, pinned, new_session)
-  if ctx.global_limit > 0 and count_live(P .. 'lease:global', ctx.now) >= ctx.global_limit then
+  if ctx.global_limit > 0 and count_live(K.lease_global, ctx.now) >= ctx.global_limit then
     return nil, 'global'
   end
   local tlimit = tenant_conf(tenant)
-  if tlimit > 0 and count_live(P .. 'lease:t:' .. tenant, ctx.now) >= tlimit then
+  if tlimit > 0 and count_live(K.lease_t .. tenant, ctx.now) >= tlimit then
     return nil, 'tenant'
   end
   local best, best_load, best_busy, offered = nil, 0, 0, false
   for _, w in ipairs(ctx.workers) do
     if (pinned == '' or w.id == pinned) and string.find(w.runtimes, ',' .. placement .. ',', 1, true) then
       offered = true
-      local busy = count_live(P .. 'lease:w:' .. w.id, ctx.now)
+      local busy = count_live(K.lease_w .. w.id, ctx.now)
       if busy < w.slots and (not new_session or
-          redis.call('SCARD', P .. 'sessions:w:' .. w.id) < ctx.wsess_cap) then
+          redis.call('SCARD', K.sessions_w .. w.id) < ctx.wsess_cap) then
         local load = busy / w.slots
         if best == nil or load < best_load or (load == best_load and busy < best_busy) then
           best, best_load, best_busy = w.id, load, busy
@@ -102,16 +103,16 @@ end
 -- this broker; binds a new session to the worker. Returns the session epoch.
 local function start_job(ctx, id, tenant, worker, sid)
   local exp = ctx.now + ctx.lease_ms
-  redis.call('ZADD', P .. 'lease:global', exp, id)
-  redis.call('ZADD', P .. 'lease:t:' .. tenant, exp, id)
-  redis.call('ZADD', P .. 'lease:w:' .. worker, exp, id)
-  redis.call('HSET', P .. 'inflight:' .. ctx.broker, id, worker)
+  redis.call('ZADD', K.lease_global, exp, id)
+  redis.call('ZADD', K.lease_t .. tenant, exp, id)
+  redis.call('ZADD', K.lease_w .. worker, exp, id)
+  redis.call('HSET', K.inflight .. ctx.broker, id, worker)
   local epoch = ''
   if sid ~= '' then
-    local sk = P .. 'session:' .. sid
+    local sk = K.session .. sid
     if (redis.call('HGET', sk, 'worker') or '') == '' then
       redis.call('HSET', sk, 'worker', worker)
-      redis.call('SADD', P .. 'sessions:w:' .. worker, sid)
+      redis.call('SADD', K.sessions_w .. worker, sid)
     end
     epoch = redis.call('HGET', sk, 'epoch') or ''
   end
@@ -124,9 +125,9 @@ end
 -- Puts a job in its tenant's queue; a tenant that becomes active starts at
 -- the current virtual time, so an idle tenant banks no credit.
 local function enqueue(tenant, id, score)
-  redis.call('ZADD', P .. 'q:' .. tenant, score, id)
-  local v = redis.call('GET', P .. 'vtime') or '0'
-  redis.call('ZADD', P .. 'active', 'NX', v, tenant)
+  redis.call('ZADD', K.q .. tenant, score, id)
+  local v = redis.call('GET', K.vtime) or '0'
+  redis.call('ZADD', K.active, 'NX', v, tenant)
 end
 
 -- Starts up to ctx.budget queued jobs. Tenants are served by stride
@@ -143,15 +144,15 @@ local function pop(ctx)
   local started = 0
   local lost = {}
   while started < ctx.budget do
-    local active = redis.call('ZRANGE', P .. 'active', 0, -1, 'WITHSCORES')
+    local active = redis.call('ZRANGE', K.active, 0, -1, 'WITHSCORES')
     if #active == 0 then break end
     local placed = false
     for a = 1, #active, 2 do
       local tenant, pass = active[a], active[a + 1]
-      local qk = P .. 'q:' .. tenant
+      local qk = K.q .. tenant
       local ids = redis.call('ZRANGE', qk, 0, ctx.scan - 1)
       if #ids == 0 then
-        redis.call('ZREM', P .. 'active', tenant)
+        redis.call('ZREM', K.active, tenant)
       else
         for _, id in ipairs(ids) do
           local f = redis.call('HMGET', jobkey(id), 'language', 'session', 'spec', 'placement')
@@ -161,7 +162,7 @@ local function pop(ctx)
             local sid = f[2] or ''
             local pinned, state = '', ''
             if sid ~= '' then
-              local s = redis.call('HMGET', P .. 'session:' .. sid, 'worker', 'state')
+              local s = redis.call('HMGET', K.session .. sid, 'worker', 'state')
               pinned, state = s[1] or '', s[2] or ''
             end
             local w, why = nil, nil
@@ -184,9 +185,9 @@ local function pop(ctx)
               redis.call('ZREM', qk, id)
               local epoch = start_job(ctx, id, tenant, w, sid)
               local _, weight = tenant_conf(tenant)
-              redis.call('SET', P .. 'vtime', pass)
-              redis.call('ZINCRBY', P .. 'active', 1000000 / weight, tenant)
-              if redis.call('ZCARD', qk) == 0 then redis.call('ZREM', P .. 'active', tenant) end
+              redis.call('SET', K.vtime, pass)
+              redis.call('ZINCRBY', K.active, 1000000 / weight, tenant)
+              if redis.call('ZCARD', qk) == 0 then redis.call('ZREM', K.active, tenant) end
               out[#out + 1] = id
               out[#out + 1] = w
               out[#out + 1] = f[3]
@@ -213,20 +214,20 @@ end
 -- After a session's current execution ends: the next waiting one (if any)
 -- joins its tenant's queue, else the session idles and its TTL runs.
 local function session_after(sid, id, tenant, now, ttl_ms)
-  local sk = P .. 'session:' .. sid
+  local sk = K.session .. sid
   if redis.call('EXISTS', sk) == 0 then return end
   if redis.call('HGET', sk, 'head') ~= id then
-    redis.call('LREM', P .. 'sq:' .. sid, 0, id)
+    redis.call('LREM', K.sq .. sid, 0, id)
     -- An execution that never became the head (denied, cancelled while
     -- awaiting approval): the idle session's TTL runs again.
-    if redis.call('HGET', sk, 'head') == '' and redis.call('LLEN', P .. 'sq:' .. sid) == 0 then
+    if redis.call('HGET', sk, 'head') == '' and redis.call('LLEN', K.sq .. sid) == 0 then
       redis.call('PEXPIRE', sk, ttl_ms)
     end
     return
   end
   redis.call('HSET', sk, 'last_used_ms', now)
   redis.call('HINCRBY', sk, 'executions', 1)
-  local nxt = redis.call('LPOP', P .. 'sq:' .. sid)
+  local nxt = redis.call('LPOP', K.sq .. sid)
   if nxt then
     redis.call('HSET', sk, 'head', nxt)
     enqueue(tenant, nxt, redis.call('HGET', jobkey(nxt), 'score'))
@@ -244,11 +245,11 @@ end
 --       | {'error', code, message}.
 local function admit(ctx, id, tenant, placement, sid, score)
   local jk = jobkey(id)
-  local qk = P .. 'q:' .. tenant
+  local qk = K.q .. tenant
   local epoch = ''
   local pinned = ''
   if sid ~= '' then
-    local sk = P .. 'session:' .. sid
+    local sk = K.session .. sid
     if redis.call('EXISTS', sk) == 0 then
       return {'error', 'SESSION_NOT_FOUND', 'session ' .. shown(sid) .. ' was deleted'}
     end
@@ -259,7 +260,7 @@ local function admit(ctx, id, tenant, placement, sid, score)
     redis.call('PERSIST', sk)
     if (redis.call('HGET', sk, 'head') or '') ~= '' then
       -- One execution per session at a time, in submission order.
-      local n = redis.call('RPUSH', P .. 'sq:' .. sid, id)
+      local n = redis.call('RPUSH', K.sq .. sid, id)
       redis.call('HSET', jk, 'wait_reason', 'session')
       return {'queued', n + 1, 'session', epoch}
     end
@@ -301,12 +302,12 @@ local ctx = read_ctx(18)
 if late(ctx) then
   return {'error', 'UNAVAILABLE', 'redis answered the submit too late; nothing was stored'}
 end
-local idem_key = P .. 'idem:' .. tenant .. ':' .. idem
+local idem_key = K.idem .. tenant .. ':' .. idem
 if idem ~= '' then
   local earlier = redis.call('GET', idem_key)
   if earlier then return {'replay', earlier} end
 end
-local sk = P .. 'session:' .. sid
+local sk = K.session .. sid
 local epoch, new_session = '', false
 if sid ~= '' then
   local s = redis.call('HMGET', sk, 'tenant', 'language', 'state', 'head', 'epoch')
@@ -320,11 +321,11 @@ if sid ~= '' then
     end
     epoch = s[5] or ''
   else
-    local tk = P .. 'sessions:t:' .. tenant
+    local tk = K.sessions_t .. tenant
     if redis.call('ZCARD', tk) >= sess_cap then
       -- Drop expired sessions from the index before refusing.
       for _, old in ipairs(redis.call('ZRANGE', tk, 0, -1)) do
-        if redis.call('EXISTS', P .. 'session:' .. old) == 0 then redis.call('ZREM', tk, old) end
+        if redis.call('EXISTS', K.session .. old) == 0 then redis.call('ZREM', tk, old) end
       end
       if redis.call('ZCARD', tk) >= sess_cap then
         return {'error', 'SESSION_BUSY_LIMIT', 'tenant has ' .. sess_cap .. ' live sessions (the limit); delete one or let it expire'}
@@ -333,20 +334,20 @@ if sid ~= '' then
     new_session = true
   end
 end
-local qk = P .. 'q:' .. tenant
+local qk = K.q .. tenant
 if redis.call('ZCARD', qk) >= max_queue then
   return {'error', 'QUEUE_FULL', 'tenant queue holds ' .. max_queue .. ' jobs (the limit); retry later'}
 end
 if new_session then
   -- Unique across every session ever created: a session deleted and created
   -- again under the same id is a new incarnation for the worker too.
-  epoch = tostring(redis.call('INCR', P .. 'epoch'))
+  epoch = tostring(redis.call('INCR', K.epoch))
   redis.call('HSET', sk, 'tenant', tenant, 'language', language, 'state', 'idle', 'head', '',
              'worker', '', 'epoch', epoch, 'created_ms', created, 'last_used_ms', created,
              'executions', 0, 'conversation', conversation)
-  redis.call('ZADD', P .. 'sessions:t:' .. tenant, created, sid)
+  redis.call('ZADD', K.sessions_t .. tenant, created, sid)
 end
-local seq = redis.call('INCR', P .. 'seq')
+local seq = redis.call('INCR', K.seq)
 -- Priority first (9 before 0), then submission order; exact in a double.
 local score = string.format('%.0f', (9 - priority) * 1e13 + seq)
 local jk = jobkey(id)
@@ -361,7 +362,7 @@ if hold == '1' then
   else
     -- Waits for an admin; holds no slot and no place in any queue.
     redis.call('HSET', jk, 'status', 'awaiting_approval')
-    redis.call('ZADD', P .. 'approvals', approval_deadline, id)
+    redis.call('ZADD', K.approvals, approval_deadline, id)
     if sid ~= '' then redis.call('PERSIST', sk) end
     return {'held', epoch}
   end
@@ -389,25 +390,25 @@ if TERMINAL[cur[1]] then return {'ended', pop(ctx), cur[1], ''} end
 if expect ~= 'any' and cur[1] ~= expect then return {'state', {}, cur[1], ''} end
 local tenant, worker, owner, sid = cur[2], cur[3] or '', cur[4] or '', cur[5] or ''
 redis.call('HSET', jk, 'record', record, 'status', status, 'finished_ms', ctx.now_s)
-redis.call('ZADD', P .. 'audit:pending', ctx.now, id)  -- AuditStore: until its entry is written
+redis.call('ZADD', K.audit_pending, ctx.now, id)  -- AuditStore: until its entry is written
 redis.call('HDEL', jk, 'wait_reason')
 redis.call('EXPIRE', jk, ttl)
-local qk = P .. 'q:' .. tenant
+local qk = K.q .. tenant
 if redis.call('ZREM', qk, id) == 1 and redis.call('ZCARD', qk) == 0 then
-  redis.call('ZREM', P .. 'active', tenant)
+  redis.call('ZREM', K.active, tenant)
 end
-redis.call('ZREM', P .. 'lease:global', id)
-redis.call('ZREM', P .. 'lease:t:' .. tenant, id)
-redis.call('ZREM', P .. 'approvals', id)
-if worker ~= '' then redis.call('ZREM', P .. 'lease:w:' .. worker, id) end
-if owner ~= '' then redis.call('HDEL', P .. 'inflight:' .. owner, id) end
+redis.call('ZREM', K.lease_global, id)
+redis.call('ZREM', K.lease_t .. tenant, id)
+redis.call('ZREM', K.approvals, id)
+if worker ~= '' then redis.call('ZREM', K.lease_w .. worker, id) end
+if owner ~= '' then redis.call('HDEL', K.inflight .. owner, id) end
 if sid ~= '' then
-  if new_epoch ~= '' and redis.call('EXISTS', P .. 'session:' .. sid) == 1 then
-    redis.call('HSET', P .. 'session:' .. sid, 'epoch', new_epoch)
+  if new_epoch ~= '' and redis.call('EXISTS', K.session .. sid) == 1 then
+    redis.call('HSET', K.session .. sid, 'epoch', new_epoch)
   end
   session_after(sid, id, tenant, ctx.now_s, sess_ttl)
 end
-redis.call('PUBLISH', P .. 'events', 'done ' .. id)
+redis.call('PUBLISH', K.events, 'done ' .. id)
 return {'stored', pop(ctx), status, redis.call('HGET', jk, 'approval') or 'none'}
 )lua";
 
@@ -421,18 +422,18 @@ local jk = jobkey(id)
 local f = redis.call('HMGET', jk, 'status', 'tenant', 'worker', 'broker', 'session', 'score')
 if f[1] ~= 'running' then return pop(ctx) end
 local tenant, worker, owner, sid = f[2], f[3] or '', f[4] or '', f[5] or ''
-redis.call('ZREM', P .. 'lease:global', id)
-redis.call('ZREM', P .. 'lease:t:' .. tenant, id)
-redis.call('ZREM', P .. 'lease:w:' .. worker, id)
-redis.call('HDEL', P .. 'inflight:' .. owner, id)
+redis.call('ZREM', K.lease_global, id)
+redis.call('ZREM', K.lease_t .. tenant, id)
+redis.call('ZREM', K.lease_w .. worker, id)
+redis.call('HDEL', K.inflight .. owner, id)
 redis.call('HSET', jk, 'status', 'queued', 'wait_reason', 'refused')
 redis.call('HDEL', jk, 'worker', 'broker', 'started_ms', 'epoch')
 if sid ~= '' then
-  local sk = P .. 'session:' .. sid
+  local sk = K.session .. sid
   -- A session that never ran anywhere may bind to another worker.
   if redis.call('HGET', sk, 'executions') == '0' and redis.call('HGET', sk, 'worker') == worker then
     redis.call('HSET', sk, 'worker', '')
-    redis.call('SREM', P .. 'sessions:w:' .. worker, sid)
+    redis.call('SREM', K.sessions_w .. worker, sid)
   end
 end
 enqueue(tenant, id, f[6])
@@ -453,10 +454,10 @@ local f = redis.call('HMGET', jk, 'status', 'tenant', 'language', 'session', 'sc
 if not f[1] then return {'missing'} end
 if f[1] ~= 'awaiting_approval' then return {'state', f[1]} end
 local sid = f[4] or ''
-redis.call('ZREM', P .. 'approvals', id)
+redis.call('ZREM', K.approvals, id)
 redis.call('HSET', jk, 'status', 'queued', 'approval', approver)
-if trust == '1' and sid ~= '' and redis.call('EXISTS', P .. 'session:' .. sid) == 1 then
-  redis.call('HSET', P .. 'session:' .. sid, 'trusted', '1')
+if trust == '1' and sid ~= '' and redis.call('EXISTS', K.session .. sid) == 1 then
+  redis.call('HSET', K.session .. sid, 'trusted', '1')
 end
 local r = admit(ctx, id, f[2], f[7] or f[3], sid, f[5])
 if r[1] == 'dispatched' then r[#r + 1] = f[6] end
@@ -484,7 +485,7 @@ return pop(read_ctx(1))
 constexpr const char* kTick = R"lua(
 local broker, now, lease_ms, dead_after = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local n = tonumber(ARGV[5])
-redis.call('ZADD', P .. 'brokers', now, broker)
+redis.call('ZADD', K.brokers, now, broker)
 local gone = {}
 local held = {}
 for k = 0, n - 1 do
@@ -493,9 +494,9 @@ for k = 0, n - 1 do
   local f = redis.call('HMGET', jobkey(id), 'status', 'broker')
   if f[1] == 'running' and f[2] == broker then
     local exp = now + lease_ms
-    redis.call('ZADD', P .. 'lease:global', exp, id)
-    redis.call('ZADD', P .. 'lease:t:' .. tenant, exp, id)
-    redis.call('ZADD', P .. 'lease:w:' .. worker, exp, id)
+    redis.call('ZADD', K.lease_global, exp, id)
+    redis.call('ZADD', K.lease_t .. tenant, exp, id)
+    redis.call('ZADD', K.lease_w .. worker, exp, id)
   else
     gone[#gone + 1] = id
   end
@@ -506,9 +507,9 @@ local closed = {}
 local nw = tonumber(ARGV[6 + 3 * n])
 for k = 1, nw do
   local w = ARGV[6 + 3 * n + k]
-  for _, sid in ipairs(redis.call('SMEMBERS', P .. 'sessions:w:' .. w)) do
-    if redis.call('EXISTS', P .. 'session:' .. sid) == 0 and
-        redis.call('SREM', P .. 'sessions:w:' .. w, sid) == 1 then
+  for _, sid in ipairs(redis.call('SMEMBERS', K.sessions_w .. w)) do
+    if redis.call('EXISTS', K.session .. sid) == 0 and
+        redis.call('SREM', K.sessions_w .. w, sid) == 1 then
       closed[#closed + 1] = w
       closed[#closed + 1] = sid
     end
@@ -516,15 +517,15 @@ for k = 1, nw do
 end
 local stats = {}
 local sessions = 0
-for _, t in ipairs(redis.call('HKEYS', P .. 'tenants')) do
+for _, t in ipairs(redis.call('HKEYS', K.tenants)) do
   stats[#stats + 1] = t
-  stats[#stats + 1] = redis.call('ZCARD', P .. 'q:' .. t)
-  stats[#stats + 1] = count_live(P .. 'lease:t:' .. t, now)
-  sessions = sessions + redis.call('ZCARD', P .. 'sessions:t:' .. t)
+  stats[#stats + 1] = redis.call('ZCARD', K.q .. t)
+  stats[#stats + 1] = count_live(K.lease_t .. t, now)
+  sessions = sessions + redis.call('ZCARD', K.sessions_t .. t)
 end
 local stray_before = tonumber(ARGV[7 + 3 * n + nw])
 local strays = {}
-local ik = P .. 'inflight:' .. broker
+local ik = K.inflight .. broker
 local mine = redis.call('HKEYS', ik)
 for _, id in ipairs(mine) do
   if not held[id] then
@@ -536,10 +537,10 @@ for _, id in ipairs(mine) do
     end
   end
 end
-local brokers = redis.call('ZCOUNT', P .. 'brokers', now - dead_after, '+inf')
-local expired = redis.call('ZRANGEBYSCORE', P .. 'approvals', '-inf', now, 'LIMIT', 0, 100)
-return {gone, count_live(P .. 'lease:global', now), brokers, stats, sessions,
-        redis.call('ZCARD', P .. 'approvals'), expired, closed, strays}
+local brokers = redis.call('ZCOUNT', K.brokers, now - dead_after, '+inf')
+local expired = redis.call('ZRANGEBYSCORE', K.approvals, '-inf', now, 'LIMIT', 0, 100)
+return {gone, count_live(K.lease_global, now), brokers, stats, sessions,
+        redis.call('ZCARD', K.approvals), expired, closed, strays}
 )lua";
 
 // ARGV: self, dead_before ms, include_self ('1' on start-up). Takes over
@@ -548,22 +549,22 @@ return {gone, count_live(P .. 'lease:global', now), brokers, stats, sessions,
 constexpr const char* kClaim = R"lua(
 local self, dead_before, include_self = ARGV[1], ARGV[2], ARGV[3]
 local victims = {}
-for _, b in ipairs(redis.call('ZRANGEBYSCORE', P .. 'brokers', '-inf', dead_before)) do
-  if b ~= self and redis.call('ZREM', P .. 'brokers', b) == 1 then victims[#victims + 1] = b end
+for _, b in ipairs(redis.call('ZRANGEBYSCORE', K.brokers, '-inf', dead_before)) do
+  if b ~= self and redis.call('ZREM', K.brokers, b) == 1 then victims[#victims + 1] = b end
 end
 if include_self == '1' then victims[#victims + 1] = self end
 local out = {}
 for _, b in ipairs(victims) do
-  local m = redis.call('HGETALL', P .. 'inflight:' .. b)
+  local m = redis.call('HGETALL', K.inflight .. b)
   for i = 1, #m, 2 do
     if b ~= self then
-      redis.call('HSET', P .. 'inflight:' .. self, m[i], m[i + 1])
+      redis.call('HSET', K.inflight .. self, m[i], m[i + 1])
       redis.call('HSET', jobkey(m[i]), 'broker', self)
     end
     out[#out + 1] = m[i]
     out[#out + 1] = m[i + 1]
   end
-  if b ~= self then redis.call('DEL', P .. 'inflight:' .. b) end
+  if b ~= self then redis.call('DEL', K.inflight .. b) end
 end
 return out
 )lua";
@@ -573,15 +574,15 @@ return out
 // sessions' jobs that are still queued (the caller ends them SESSION_LOST).
 constexpr const char* kLoseWorker = R"lua(
 local worker, ttl = ARGV[1], ARGV[2]
-local wk = P .. 'sessions:w:' .. worker
+local wk = K.sessions_w .. worker
 local out = {}
 for _, sid in ipairs(redis.call('SMEMBERS', wk)) do
-  local sk = P .. 'session:' .. sid
+  local sk = K.session .. sid
   if redis.call('EXISTS', sk) == 1 then
     local head = redis.call('HGET', sk, 'head') or ''
     if head ~= '' and redis.call('HGET', jobkey(head), 'status') == 'queued' then out[#out + 1] = head end
-    for _, id in ipairs(redis.call('LRANGE', P .. 'sq:' .. sid, 0, -1)) do out[#out + 1] = id end
-    redis.call('DEL', P .. 'sq:' .. sid)
+    for _, id in ipairs(redis.call('LRANGE', K.sq .. sid, 0, -1)) do out[#out + 1] = id end
+    redis.call('DEL', K.sq .. sid)
     redis.call('HSET', sk, 'state', 'lost', 'head', '')
     redis.call('PEXPIRE', sk, ttl)
   end
@@ -603,11 +604,11 @@ local f = redis.call('HMGET', jobkey(id), 'status', 'worker', 'started_ms', 'epo
 if not f[1] then return nil end
 local position = -1
 if f[1] == 'queued' then
-  local r = redis.call('ZRANK', P .. 'q:' .. f[5], id)
+  local r = redis.call('ZRANK', K.q .. f[5], id)
   if r then
     position = r + 1
   elseif (f[6] or '') ~= '' then
-    local p = redis.call('LPOS', P .. 'sq:' .. f[6], id)
+    local p = redis.call('LPOS', K.sq .. f[6], id)
     if p then position = p + 2 end
   end
 end
@@ -618,10 +619,10 @@ return {f[1], f[2] or '', f[3] or '', f[4] or '', position, f[7] or ''}
 // expired ones leave the index. Returns per session {id, field, value, ...}.
 constexpr const char* kListSessions = R"lua(
 local tenant, conversation = ARGV[1], ARGV[2]
-local tk = P .. 'sessions:t:' .. tenant
+local tk = K.sessions_t .. tenant
 local out = {}
 for _, sid in ipairs(redis.call('ZRANGE', tk, 0, -1)) do
-  local sk = P .. 'session:' .. sid
+  local sk = K.session .. sid
   if redis.call('EXISTS', sk) == 0 then
     redis.call('ZREM', tk, sid)
   elseif conversation == '' or redis.call('HGET', sk, 'conversation') == conversation then
@@ -638,12 +639,12 @@ return out
 // {'deleted', worker, running job or '', {queued job ids}}.
 constexpr const char* kDeleteSession = R"lua(
 local tenant, sid = ARGV[1], ARGV[2]
-local sk = P .. 'session:' .. sid
+local sk = K.session .. sid
 local s = redis.call('HMGET', sk, 'tenant', 'worker', 'head')
 if not s[1] then return {'missing'} end
 if s[1] ~= tenant then return {'forbidden'} end
 local worker, head = s[2] or '', s[3] or ''
-local queued = redis.call('LRANGE', P .. 'sq:' .. sid, 0, -1)
+local queued = redis.call('LRANGE', K.sq .. sid, 0, -1)
 local running = ''
 if head ~= '' then
   if redis.call('HGET', jobkey(head), 'status') == 'queued' then
@@ -652,13 +653,13 @@ if head ~= '' then
     running = head
   end
 end
-redis.call('DEL', sk, P .. 'sq:' .. sid)
-redis.call('ZREM', P .. 'sessions:t:' .. tenant, sid)
-if worker ~= '' then redis.call('SREM', P .. 'sessions:w:' .. worker, sid) end
+redis.call('DEL', sk, K.sq .. sid)
+redis.call('ZREM', K.sessions_t .. tenant, sid)
+if worker ~= '' then redis.call('SREM', K.sessions_w .. worker, sid) end
 return {'deleted', worker, running, queued}
 )lua";
 
-std::string WithPrelude(const char* body) { return std::string(kPrelude) + body; }
+std::string WithPrelude(const char* body) { return keys::LuaKeyTable() + kPrelude + body; }
 
 }  // namespace
 

@@ -85,7 +85,7 @@ common::StatusOr<RedisReply> ScheduleStore::EvalFenced(const RedisScript& script
 
 Status ScheduleStore::PublishTenants(const std::vector<TenantShare>& tenants) {
   if (tenants.empty()) return Status::Ok();
-  std::vector<std::string> cmd = {"HSET", "{kiln}:tenants"};
+  std::vector<std::string> cmd = {"HSET", keys::kTenants};
   for (const auto& t : tenants) {
     cmd.push_back(t.name);
     cmd.push_back(std::to_string(t.slots) + " " + std::to_string(t.weight));
@@ -240,7 +240,7 @@ common::StatusOr<std::vector<std::pair<std::string, int64_t>>> ScheduleStore::Pe
     size_t limit) {
   auto conn = pool_->Acquire();
   auto r =
-      conn->Command({"ZRANGE", "{kiln}:approvals", "0", std::to_string(limit - 1), "WITHSCORES"});
+      conn->Command({"ZRANGE", keys::kApprovals, "0", std::to_string(limit - 1), "WITHSCORES"});
   if (!r.ok()) return r.status().WithContext("listing approvals");
   std::vector<std::pair<std::string, int64_t>> out;
   for (size_t i = 0; i + 1 < r->elements.size(); i += 2) {
@@ -315,7 +315,7 @@ common::StatusOr<std::vector<std::pair<std::string, std::string>>> ScheduleStore
 
 common::StatusOr<uint64_t> ScheduleStore::NewSessionEpoch() {
   auto conn = pool_->Acquire();
-  auto r = conn->Command({"INCR", "{kiln}:epoch"});
+  auto r = conn->Command({"INCR", keys::kSessionEpochs});
   if (!r.ok()) return r.status().WithContext("allocating a session epoch");
   return static_cast<uint64_t>(r->integer);
 }

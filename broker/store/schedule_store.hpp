@@ -23,6 +23,7 @@
 
 #include "broker/job/job.hpp"
 #include "broker/store/redis_connection.hpp"
+#include "broker/store/redis_keys.hpp"
 #include "common/status.hpp"
 
 namespace kiln::broker {
@@ -185,7 +186,7 @@ class ScheduleStore {
   // Tells every broker to cancel a running job (the one that owns it acts).
   common::Status PublishCancel(const std::string& job_id);
 
-  static constexpr const char* kEventsChannel = "{kiln}:events";
+  static constexpr const char* kEventsChannel = keys::kEvents;
 
  private:
   // Appends the scripts' scheduling context; returns where its deadline goes.

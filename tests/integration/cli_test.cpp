@@ -334,6 +334,10 @@ TEST_F(CliTest, ExitStatusFollowsTheJob) {
   r = Kiln({"run", "-l", "python", "-c", "import time; time.sleep(5)", "--timeout", "500"});
   EXPECT_EQ(r.exit_code, 124) << r.Describe();
   EXPECT_THAT(r.err, HasSubstr("timed_out"));
+  // A `result` JSON cannot hold: the program exited 0, the job failed (docs/cli.md).
+  r = Kiln({"run", "-l", "python", "-c", "result = object()"});
+  EXPECT_EQ(r.exit_code, 1) << r.Describe();
+  EXPECT_THAT(r.err, HasSubstr("is not JSON serializable"));
 }
 
 TEST_F(CliTest, RequestErrorsExitWithTheirCodes) {

@@ -302,14 +302,20 @@ common::StatusOr<JobTransition> JobLifecycle::Begin(const JobSpec& spec, const J
   }
 }
 
-common::StatusOr<JobTransition> JobLifecycle::Apply(const JobRecord& current, const JobInput& in) {
+common::StatusOr<JobTransition> JobLifecycle::Apply(JobRecord current, const JobInput& in) {
   if (in.event == JobEvent::kSubmit || in.event == JobEvent::kRefuse) {
     return Misuse(current, in.event);
   }
   JobTransition t;
   t.from = current.status;
-  t.record = current;
-  switch (current.status) {
+  // Terminal: nothing changes it any more. Approve and Deny still tell the
+  // admin why nothing happened; a Start of an ended job is a scheduler bug.
+  if (IsTerminal(current.status)) {
+    if (in.event == JobEvent::kApprove || in.event == JobEvent::kDeny) return NotAwaiting(current);
+    if (in.event == JobEvent::kStart) return Misuse(current, in.event);
+  }
+  t.record = std::move(current);
+  switch (t.from) {
     case JobStatus::kQueued:
       return FromQueued(std::move(t), in);
     case JobStatus::kAwaitingApproval:
@@ -317,13 +323,8 @@ common::StatusOr<JobTransition> JobLifecycle::Apply(const JobRecord& current, co
     case JobStatus::kRunning:
       return FromRunning(std::move(t), in);
     default:
-      break;
+      return t;
   }
-  // Terminal: nothing changes it any more. Approve and Deny still tell the
-  // admin why nothing happened; a Start of an ended job is a scheduler bug.
-  if (in.event == JobEvent::kApprove || in.event == JobEvent::kDeny) return NotAwaiting(current);
-  if (in.event == JobEvent::kStart) return Misuse(current, in.event);
-  return t;
 }
 
 }  // namespace kiln::broker

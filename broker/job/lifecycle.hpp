@@ -97,8 +97,9 @@ class JobLifecycle {
   // every event as a no-op. Approve and Deny of a job not awaiting approval
   // are INVALID_REQUEST (the client asked); any other event a state cannot
   // take (a Result for a queued job, a Start for a running one) is INTERNAL:
-  // a caller's mistake or a worker's lie, never a new state.
-  static common::StatusOr<JobTransition> Apply(const JobRecord& current, const JobInput& in);
+  // a caller's mistake or a worker's lie, never a new state. Taken by value:
+  // a caller that is done with its record moves it in.
+  static common::StatusOr<JobTransition> Apply(JobRecord current, const JobInput& in);
 };
 
 }  // namespace kiln::broker

@@ -498,6 +498,8 @@ void Dispatcher::OnResult(WorkerResult& e) {
     FinishForeign(identity, res);
     return;
   }
+  // A copy (a running record holds no output yet): should the transition
+  // be refused, the job stays in flight and the overdue check ends it.
   auto t = JobLifecycle::Apply(
       it->second.record, {.event = res.reason == protocol::EndReason::kRefused ? JobEvent::kRefused
                                                                                : JobEvent::kResult,
@@ -757,7 +759,7 @@ void Dispatcher::FailOverdue() {
     Send(f.worker, protocol::Cancel{id});
     kJobsLog.Error({.job = id, .tenant = f.record.tenant, .worker = f.record.worker},
                    "no result {} ms after the timeout: ending the job", kResultGraceMs);
-    auto t = JobLifecycle::Apply(f.record, {.event = JobEvent::kOverdue, .now_ms = now});
+    auto t = JobLifecycle::Apply(std::move(f.record), {.event = JobEvent::kOverdue, .now_ms = now});
     if (t.ok()) Finish(std::move(t->record));
   }
 }
@@ -769,7 +771,7 @@ size_t Dispatcher::LoseJobs(const std::string& worker, const std::vector<std::st
     auto it = in_flight_.find(id);
     if (it == in_flight_.end()) continue;
     auto t = JobLifecycle::Apply(
-        it->second.record,
+        std::move(it->second.record),
         {.event = JobEvent::kWorkerLost, .now_ms = common::NowMs(), .detail = why});
     in_flight_.erase(it);
     if (!t.ok()) continue;

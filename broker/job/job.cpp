@@ -1,6 +1,7 @@
 #include "broker/job/job.hpp"
 
 #include <array>
+#include <charconv>
 #include <utility>
 
 #include "common/audit/sha256.hpp"
@@ -191,6 +192,28 @@ protocol::Execute JobSpec::ToExecute() const {
   e.files = files;
   e.collect = collect;
   e.limits = limits;
+  return e;
+}
+
+std::string SessionEpoch::ToString() const {
+  return std::to_string(incarnation) + "/" + std::to_string(generation);
+}
+
+std::optional<SessionEpoch> SessionEpoch::Parse(std::string_view s) {
+  auto number = [](std::string_view d, uint64_t* out) {
+    auto [end, ec] = std::from_chars(d.data(), d.data() + d.size(), *out);
+    return ec == std::errc() && end == d.data() + d.size() && !d.empty();
+  };
+  SessionEpoch e;
+  const size_t slash = s.find('/');
+  if (slash == std::string_view::npos) {
+    if (!number(s, &e.incarnation)) return std::nullopt;
+    e.generation = 1;
+    return e;
+  }
+  if (!number(s.substr(0, slash), &e.incarnation) || !number(s.substr(slash + 1), &e.generation)) {
+    return std::nullopt;
+  }
   return e;
 }
 

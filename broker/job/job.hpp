@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "broker/job/isolation.hpp"
@@ -86,6 +87,23 @@ struct JobSpec {
   common::protocol::Execute ToExecute() const;
 };
 
+// A session's epoch. `incarnation` names its interpreter to the worker (the
+// worker protocol's session_epoch): unique across every session ever created
+// or reset, so a session deleted and created again under the same id is a
+// new one there too. `generation` is what records and the session list show:
+// 1 for a new session, one more each time its interpreter is recreated.
+// Redis keeps both as "<incarnation>/<generation>".
+struct SessionEpoch {
+  uint64_t incarnation = 0;
+  uint64_t generation = 0;
+
+  std::string ToString() const;
+  // "<incarnation>/<generation>"; a bare number (written before generations
+  // existed) is generation 1. nullopt for "" or anything else.
+  static std::optional<SessionEpoch> Parse(std::string_view s);
+  friend bool operator==(const SessionEpoch&, const SessionEpoch&) = default;
+};
+
 struct JobError {
   std::string code;  // API error code, e.g. "TIMEOUT"
   std::string message;
@@ -114,9 +132,10 @@ struct JobRecord {
   std::optional<uint64_t> max_rss_kb;
   std::string worker;
   std::vector<common::protocol::FileEntry> files;
-  bool files_truncated = false;  // `collect` matched files that `files` does not hold
-  uint32_t files_omitted = 0;    // how many of them the worker found and left out
-  std::optional<uint64_t> session_epoch;
+  bool files_truncated = false;           // `collect` matched files that `files` does not hold
+  uint32_t files_omitted = 0;             // how many of them the worker found and left out
+  std::optional<uint64_t> session_epoch;  // SessionEpoch::generation
+  uint64_t session_incarnation = 0;       // SessionEpoch::incarnation; not in the JSON
   std::optional<uint64_t> queue_position;
   std::string wait_reason;  // while queued: global, tenant, worker, runtime, session, fifo, ...
   uint32_t redactions = 0;

@@ -58,8 +58,6 @@ void ApplyResult(const protocol::Result& res, int64_t now_ms, JobRecord* r) {
   r->files_omitted = res.files_omitted;
   r->redactions = res.redactions;
   r->end_reason = protocol::EndReasonName(res.reason);
-  // The worker reports an epoch once it runs sessions; until then the broker's stands.
-  if (!r->session_id.empty() && res.session_epoch != 0) r->session_epoch = res.session_epoch;
   r->queue_position.reset();
   r->wait_reason.clear();
   auto fail = [&](JobStatus s, Code code, std::string message) {
@@ -122,6 +120,14 @@ void ApplyResult(const protocol::Result& res, int64_t now_ms, JobRecord* r) {
   }
 }
 
+void SetEpoch(JobRecord* r, const std::optional<SessionEpoch>& e) {
+  r->session_epoch.reset();
+  r->session_incarnation = 0;
+  if (!e) return;
+  r->session_epoch = e->generation;
+  r->session_incarnation = e->incarnation;
+}
+
 Status Misuse(const JobRecord& r, JobEvent e) {
   return Status(Code::kInternal, std::string("event ") + JobEventName(e) +
                                      " does not apply to execution " + r.id + " (it is " +
@@ -139,7 +145,7 @@ common::StatusOr<JobTransition> FromQueued(JobTransition t, const JobInput& in) 
     case JobEvent::kStart:
       r.status = JobStatus::kRunning;
       r.worker = in.worker;
-      r.session_epoch = in.session_epoch;
+      SetEpoch(&r, in.session_epoch);
       r.queue_position.reset();
       r.wait_reason.clear();
       r.started_ms = in.now_ms;
@@ -157,7 +163,7 @@ common::StatusOr<JobTransition> FromQueued(JobTransition t, const JobInput& in) 
     case JobEvent::kSessionLost:
       End(&r, JobStatus::kError, Code::kSessionLost, in.detail, in.now_ms);
       if (!in.worker.empty()) r.worker = in.worker;
-      if (in.session_epoch) r.session_epoch = in.session_epoch;
+      if (in.session_epoch) SetEpoch(&r, in.session_epoch);
       t.actions = Actions(JobAction::kStoreEnd);
       return t;
     case JobEvent::kApprove:

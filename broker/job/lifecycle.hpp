@@ -54,7 +54,7 @@ struct JobInput {
   std::string detail;
   // kStart, kSessionLost: the worker it was given to and the session's epoch.
   std::string worker;
-  std::optional<uint64_t> session_epoch;
+  std::optional<SessionEpoch> session_epoch;
   // kResult (required).
   const common::protocol::Result* result = nullptr;
 };

@@ -85,7 +85,7 @@ Dispatcher::Dispatcher(DispatcherOptions options, common::UniqueFd wake, Dispatc
 
 Dispatcher::~Dispatcher() = default;
 
-void Dispatcher::Start(JobSpec spec, std::string worker, std::optional<uint64_t> session_epoch,
+void Dispatcher::Start(JobSpec spec, std::string worker, std::optional<SessionEpoch> session_epoch,
                        int64_t decided_ms) {
   {
     std::lock_guard lock(mu_);
@@ -140,7 +140,10 @@ void Dispatcher::ResolveUnconfirmed() {
     if (!spec.ok()) continue;  // a stray for the tick to adopt
     kJobsLog.Info({.job = id, .tenant = spec->tenant, .worker = record->worker},
                   "a submit whose answer was lost started the job: sending it");
-    SendStart({std::move(*spec), record->worker, record->session_epoch, decided_ms});
+    std::optional<SessionEpoch> epoch;
+    if (record->session_epoch)
+      epoch = SessionEpoch{record->session_incarnation, *record->session_epoch};
+    SendStart({std::move(*spec), record->worker, epoch, decided_ms});
   }
   // Given up after a while (the tick adopts strays); kept in order otherwise.
   std::lock_guard lock(mu_);
@@ -346,7 +349,7 @@ void Dispatcher::SendStart(StartRequest req) {
     execute.secrets = s->second;
   }
   if (!spec.session_id.empty()) {
-    execute.session_epoch = req.session_epoch.value_or(0);
+    execute.session_epoch = req.session_epoch ? req.session_epoch->incarnation : 0;
     execute.session_ttl_ms = stores_.schedule->settings().session_ttl_ms;
   }
   const JobRecord queued = JobRecord::Queued(spec);
@@ -534,15 +537,18 @@ void Dispatcher::OnResult(WorkerResult& e) {
 
 void Dispatcher::RenewEpoch(const protocol::Result& res, JobRecord* record) {
   if (!res.session_reset || record->session_id.empty()) return;
-  auto epoch = stores_.schedule->NewSessionEpoch();
-  if (!epoch.ok()) {
+  auto incarnation = stores_.schedule->NewSessionEpoch();
+  if (!incarnation.ok()) {
     if (options_.metrics) options_.metrics->RedisError();
     kLog.Error({.job = record->id, .session = record->session_id, .tenant = record->tenant},
                "session lost its state but no new epoch could be allocated: {}",
-               epoch.status().ToString());
+               incarnation.status().ToString());
     return;
   }
-  record->session_epoch = *epoch;
+  // One execution of a session runs at a time: the generation it started
+  // under is the session's, and the next one is one more.
+  record->session_incarnation = *incarnation;
+  record->session_epoch = record->session_epoch.value_or(0) + 1;
 }
 
 void Dispatcher::FinishForeign(const std::string& identity, const protocol::Result& res) {

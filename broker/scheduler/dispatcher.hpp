@@ -122,7 +122,7 @@ class Dispatcher {
 
   // A job ScheduleStore started on `worker` (its leases are taken): send it.
   // `decided_ms`: the wall clock before the script that started it was sent.
-  void Start(JobSpec spec, std::string worker, std::optional<uint64_t> session_epoch,
+  void Start(JobSpec spec, std::string worker, std::optional<SessionEpoch> session_epoch,
              int64_t decided_ms);
   // Jobs a script started, as returned by ScheduleStore.
   void StartAll(const std::vector<StartedJob>& started);
@@ -171,7 +171,7 @@ class Dispatcher {
   struct StartRequest {
     JobSpec spec;
     std::string worker;
-    std::optional<uint64_t> session_epoch;
+    std::optional<SessionEpoch> session_epoch;
     int64_t decided_ms = 0;  // when the script that started it was sent
   };
   // A terminal record Redis refused, retried every tick; `worker` gets the

@@ -97,8 +97,9 @@ common::StatusOr<JobRecord> JobStore::Load(const std::string& id) {
       record.queued_ms = static_cast<double>(record.started_ms - record.created_ms);
     }
   }
-  if (!live.elements[3].str.empty()) {
-    record.session_epoch = std::strtoull(live.elements[3].str.c_str(), nullptr, 10);
+  if (auto epoch = SessionEpoch::Parse(live.elements[3].str)) {
+    record.session_epoch = epoch->generation;
+    record.session_incarnation = epoch->incarnation;
   }
   if (record.status == JobStatus::kQueued) {
     if (live.elements[4].integer > 0) record.queue_position = live.elements[4].integer;

@@ -25,6 +25,13 @@ local function jobkey(id) return K.job .. id end
 -- Sessions are keyed '<tenant>/<id>' (broker/job/session_key.hpp); messages
 -- to the tenant name the id it chose.
 local function shown(sid) return (string.gsub(sid, '^.*/', '')) end
+-- A session's epoch as the broker reads it, '<incarnation>/<generation>'
+-- (SessionEpoch in broker/job/job.hpp), or '' for no session.
+local function epoch_of(sk)
+  local e = redis.call('HMGET', sk, 'epoch', 'generation')
+  if not e[1] then return '' end
+  return e[1] .. '/' .. (e[2] or '1')
+end
 
 local function read_ctx(i)
   local c = {now = tonumber(ARGV[i]), now_s = ARGV[i], deadline = tonumber(ARGV[i + 1]),
@@ -114,7 +121,7 @@ local function start_job(ctx, id, tenant, worker, sid)
       redis.call('HSET', sk, 'worker', worker)
       redis.call('SADD', K.sessions_w .. worker, sid)
     end
-    epoch = redis.call('HGET', sk, 'epoch') or ''
+    epoch = epoch_of(sk)
   end
   redis.call('HSET', jobkey(id), 'status', 'running', 'worker', worker, 'broker', ctx.broker,
              'started_ms', ctx.now_s, 'epoch', epoch)
@@ -256,7 +263,7 @@ local function admit(ctx, id, tenant, placement, sid, score)
     if redis.call('HGET', sk, 'state') == 'lost' then
       return {'error', 'SESSION_LOST', 'the worker holding session ' .. shown(sid) .. ' was lost; its state is gone'}
     end
-    epoch = redis.call('HGET', sk, 'epoch') or ''
+    epoch = epoch_of(sk)
     redis.call('PERSIST', sk)
     if (redis.call('HGET', sk, 'head') or '') ~= '' then
       -- One execution per session at a time, in submission order.
@@ -310,7 +317,7 @@ end
 local sk = K.session .. sid
 local epoch, new_session = '', false
 if sid ~= '' then
-  local s = redis.call('HMGET', sk, 'tenant', 'language', 'state', 'head', 'epoch')
+  local s = redis.call('HMGET', sk, 'tenant', 'language', 'state', 'head')
   if s[1] then
     if s[1] ~= tenant then return {'error', 'SESSION_FORBIDDEN', 'session ' .. shown(sid) .. ' belongs to another tenant'} end
     if s[2] ~= language then
@@ -319,7 +326,7 @@ if sid ~= '' then
     if s[3] == 'lost' then
       return {'error', 'SESSION_LOST', 'the worker holding session ' .. shown(sid) .. ' was lost; its state is gone'}
     end
-    epoch = s[5] or ''
+    epoch = epoch_of(sk)
   else
     local tk = K.sessions_t .. tenant
     if redis.call('ZCARD', tk) >= sess_cap then
@@ -339,12 +346,14 @@ if redis.call('ZCARD', qk) >= max_queue then
   return {'error', 'QUEUE_FULL', 'tenant queue holds ' .. max_queue .. ' jobs (the limit); retry later'}
 end
 if new_session then
-  -- Unique across every session ever created: a session deleted and created
-  -- again under the same id is a new incarnation for the worker too.
-  epoch = tostring(redis.call('INCR', K.epoch))
+  -- Its incarnation is unique across every session ever created: a session
+  -- deleted and created again under the same id is a new one for the worker
+  -- too. Clients see the generation: 1 for a new session.
+  local incarnation = tostring(redis.call('INCR', K.epoch))
   redis.call('HSET', sk, 'tenant', tenant, 'language', language, 'state', 'idle', 'head', '',
-             'worker', '', 'epoch', epoch, 'created_ms', created, 'last_used_ms', created,
-             'executions', 0, 'conversation', conversation)
+             'worker', '', 'epoch', incarnation, 'generation', 1, 'created_ms', created,
+             'last_used_ms', created, 'executions', 0, 'conversation', conversation)
+  epoch = incarnation .. '/1'
   redis.call('ZADD', K.sessions_t .. tenant, created, sid)
 end
 local seq = redis.call('INCR', K.seq)
@@ -373,7 +382,8 @@ return admit(ctx, id, tenant, placement, sid, score)
 )lua";
 
 // ARGV: id, status, record, job ttl s, expect, session
-// ttl ms, new session epoch ('' unless the worker reset the session), then ctx. Stores a terminal
+// ttl ms, new session epoch ('<incarnation>/<generation>'; '' unless the worker reset the
+// session), then ctx. Stores a terminal
 // record unless the job has already ended (one terminal state, whoever writes first), releases its
 // leases and queue places, moves its session on, announces it, then starts queued jobs. `expect` is
 // 'any' or the status the job must still have ('queued', 'awaiting_approval'). Returns {'stored' |
@@ -404,7 +414,10 @@ if worker ~= '' then redis.call('ZREM', K.lease_w .. worker, id) end
 if owner ~= '' then redis.call('HDEL', K.inflight .. owner, id) end
 if sid ~= '' then
   if new_epoch ~= '' and redis.call('EXISTS', K.session .. sid) == 1 then
-    redis.call('HSET', K.session .. sid, 'epoch', new_epoch)
+    local incarnation, generation = string.match(new_epoch, '^(%d+)/(%d+)$')
+    if incarnation then
+      redis.call('HSET', K.session .. sid, 'epoch', incarnation, 'generation', generation)
+    end
   end
   session_after(sid, id, tenant, ctx.now_s, sess_ttl)
 end

@@ -19,10 +19,7 @@ Status Malformed(const char* script) {
   return common::Internal(std::string("redis: unexpected reply from the ") + script + " script");
 }
 
-std::optional<uint64_t> Epoch(const RedisReply& r) {
-  if (r.str.empty()) return std::nullopt;
-  return std::strtoull(r.str.c_str(), nullptr, 10);
-}
+std::optional<SessionEpoch> Epoch(const RedisReply& r) { return SessionEpoch::Parse(r.str); }
 
 // The pop output of a script: id, worker, spec, epoch per started job.
 common::StatusOr<std::vector<StartedJob>> ParseStarted(const RedisReply& r, const char* script,
@@ -161,7 +158,9 @@ common::StatusOr<FinishOutcome> ScheduleStore::Finish(const JobRecord& terminal,
                                                       const std::vector<WorkerSlots>& workers,
                                                       int64_t now_ms, bool session_reset) {
   std::string new_epoch;
-  if (session_reset && terminal.session_epoch) new_epoch = std::to_string(*terminal.session_epoch);
+  if (session_reset && terminal.session_epoch && terminal.session_incarnation != 0) {
+    new_epoch = SessionEpoch{terminal.session_incarnation, *terminal.session_epoch}.ToString();
+  }
   std::vector<std::string> args = {terminal.id,
                                    JobStatusName(terminal.status),
                                    Dump(terminal.ToJson()),

@@ -63,7 +63,7 @@ struct StartedJob {
   std::string job_id;
   std::string worker;
   std::string spec_json;
-  std::optional<uint64_t> session_epoch;
+  std::optional<SessionEpoch> session_epoch;
   int64_t decided_ms = 0;  // the broker's clock before the script was sent
 };
 
@@ -78,7 +78,7 @@ struct SubmitOutcome {
   std::string replay_id;  // kReplay: the job an earlier request with the key created
   uint64_t position = 0;  // kQueued: 1 is next
   std::string wait_reason;
-  std::optional<uint64_t> session_epoch;
+  std::optional<SessionEpoch> session_epoch;
 };
 
 enum class FinishExpect { kAny, kQueued, kAwaitingApproval };
@@ -150,12 +150,13 @@ class ScheduleStore {
                                          const TenantQuota& quota,
                                          const std::vector<WorkerSlots>& workers, int64_t now_ms);
   // `session_reset`: the worker's interpreter for the record's session lost
-  // its state; the record already carries the session's new epoch
-  // (NewSessionEpoch), which the session takes.
+  // its state; the record already carries the session's new epoch (a new
+  // incarnation from NewSessionEpoch, the next generation), which the
+  // session takes.
   common::StatusOr<FinishOutcome> Finish(const JobRecord& terminal, FinishExpect expect,
                                          const std::vector<WorkerSlots>& workers, int64_t now_ms,
                                          bool session_reset = false);
-  // A session epoch never used before (sessions are created and reset with one).
+  // An incarnation never used before (sessions are created and reset with one).
   common::StatusOr<uint64_t> NewSessionEpoch();
   // A worker refused a started job: back to its place in the queue.
   common::StatusOr<std::vector<StartedJob>> Requeue(const std::string& job_id,

@@ -48,7 +48,7 @@ common::StatusOr<std::vector<SessionInfo>> SessionStore::List(const std::string&
         s.state = v;
       else if (k == "conversation")
         s.conversation_id = v;
-      else if (k == "epoch")
+      else if (k == "generation")
         s.epoch = static_cast<uint64_t>(ToInt(v));
       else if (k == "created_ms")
         s.created_ms = ToInt(v);

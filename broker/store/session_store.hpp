@@ -26,7 +26,7 @@ struct SessionInfo {
   std::string worker;  // empty until its first execution starts
   std::string state;   // idle, busy, lost
   std::string conversation_id;
-  uint64_t epoch = 0;
+  uint64_t epoch = 1;  // SessionEpoch::generation (1 if the session predates generations)
   int64_t created_ms = 0;
   int64_t last_used_ms = 0;
   uint64_t executions = 0;

@@ -6,7 +6,8 @@
 # figure with its exact command line, and stops everything it started (by pid).
 #
 #   sudo tests/bench/run_bench.sh [--jobs N] [--slots N] [--warm N] [--brokers N] [--no-build]
-#        [--only RUN,...] [--worker-bin PATH] [--cpu-weight] [--isolation standard|gvisor]
+#        [--only RUN,...] [--worker-bin PATH] [--broker-bin PATH] [--cpu-weight]
+#        [--isolation standard|gvisor]
 #        [--no-zygote]
 #
 # Must run as root: the workers create namespaces and cgroups. Figures on a small
@@ -21,12 +22,13 @@ BROKERS=1
 BUILD=1
 ONLY=""
 WORKER_BIN=""
+BROKER_BIN=""
 CPU_WEIGHT=0
 ISOLATION=standard
 ZYGOTE=true
 PAUSE_MS=100
 usage() {
-  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
   echo "flags: --jobs N (measured jobs per run, default $JOBS), --slots N (per worker, default $SLOTS),"
   echo "       --warm N (warm sandboxes per runtime per worker, default $WARM),"
   echo "       --brokers N (brokers sharing the Redis, default $BROKERS), --no-build,"
@@ -34,6 +36,7 @@ usage() {
   echo "       --worker-bin PATH (this kiln-worker instead of the built one: A/B against a saved binary;"
   echo "         it runs the kiln-init (and libkiln-zygote.so, libkiln-gvisor-compat.so) found next to it,"
   echo "         so copy them too),"
+  echo "       --broker-bin PATH (this kiln-broker instead of the built one: A/B of the broker),"
   echo "       --cpu-weight (cgroup v1 hosts: the cluster and its sandboxes run in a cpu cgroup"
   echo "       weighted 256x the default, so other load on a shared host yields to them),"
   echo "       --isolation LEVEL (standard or gvisor: both workers and the tenant at that level),"
@@ -49,6 +52,7 @@ while [[ $# -gt 0 ]]; do
     --no-build) BUILD=0; shift ;;
     --only) ONLY=",$2,"; shift 2 ;;
     --worker-bin) WORKER_BIN="$2"; shift 2 ;;
+    --broker-bin) BROKER_BIN="$2"; shift 2 ;;
     --cpu-weight) CPU_WEIGHT=1; shift ;;
     --isolation) ISOLATION="$2"; shift 2 ;;
     --no-zygote) ZYGOTE=false; shift ;;
@@ -85,6 +89,8 @@ for b in kiln-broker kiln-worker kiln-bench; do
 done
 WORKER_BIN=${WORKER_BIN:-$BIN/kiln-worker}
 [[ -x "$WORKER_BIN" ]] || { echo "run_bench.sh: --worker-bin $WORKER_BIN is not executable" >&2; exit 2; }
+BROKER_BIN=${BROKER_BIN:-$BIN/kiln-broker}
+[[ -x "$BROKER_BIN" ]] || { echo "run_bench.sh: --broker-bin $BROKER_BIN is not executable" >&2; exit 2; }
 
 TMP=$(mktemp -d /tmp/kiln-bench.XXXXXX)
 SUFFIX=${TMP##*.}
@@ -183,7 +189,7 @@ tenants:
 admin_tokens: ["$ADMIN"]
 log: {level: warn}
 EOF
-  "$BIN/kiln-broker" --config "$TMP/broker$b.yaml" >"$TMP/broker$b.log" 2>&1 &
+  "$BROKER_BIN" --config "$TMP/broker$b.yaml" >"$TMP/broker$b.log" 2>&1 &
   PIDS+=($!)
   wait_for 15 "kiln-broker $b" curl -sf "http://127.0.0.1:${HTTP_PORTS[b]}/v1/health"
   URL_ARGS+=(--url "http://127.0.0.1:${HTTP_PORTS[b]}")
@@ -225,6 +231,7 @@ wait_for 30 "both workers in GET /v1/workers" workers_listed
 echo "== workers registered: ${WORKER_IDS[*]}"
 echo "== host: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== isolation level: $ISOLATION, zygote: $ZYGOTE"
+echo "== broker binary: $BROKER_BIN"
 echo "== worker binary: $WORKER_BIN${CGROUP_PARENT:+, cluster in cpu cgroup ${CGROUP_PARENT%/} (cpu.shares 262144)}"
 
 FAILED_RUNS=()

@@ -157,7 +157,9 @@ TEST_F(GovernanceTest, HeldJobCancelledByItsTenantNeverRuns) {
   EXPECT_EQ(rec["status"], "cancelled") << rec.dump();
   EXPECT_EQ(rec["error"]["code"], "CANCELLED");
   EXPECT_TRUE(rec["worker"].is_null());
-  for (const auto& a : Admin("GET", "/v1/approvals").body["approvals"]) {
+  const HttpReply approvals = Admin("GET", "/v1/approvals");
+  ASSERT_EQ(approvals.status, 200) << approvals.raw;
+  for (const auto& a : approvals.body["approvals"]) {
     EXPECT_NE(a["id"], id) << "a cancelled job is still listed for approval";
   }
   auto approve = Admin("POST", "/v1/executions/" + id + "/approve", "{}");

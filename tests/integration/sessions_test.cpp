@@ -169,10 +169,18 @@ TEST_F(SessionsTest, HungSessionIsDestroyedAndGetsANewEpoch) {
                "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass",
                {{"limits", {{"timeout_ms", 1000}}}});
   EXPECT_EQ(t["status"], "timed_out") << t.dump();
-  EXPECT_NE(t["session_epoch"], first["session_epoch"]) << "the record must say state is lost";
+  // A new session is epoch 1; the record that lost its state says 2.
+  EXPECT_EQ(first["session_epoch"], 1) << first.dump();
+  EXPECT_EQ(t["session_epoch"], 2) << "the record must say state is lost: " << t.dump();
   json after = Run("hang-1", "python", "print('kept' in globals())");
   EXPECT_EQ(after["stdout"], "False\n") << after.dump();
-  EXPECT_EQ(after["session_epoch"], t["session_epoch"]);
+  EXPECT_EQ(after["session_epoch"], 2) << after.dump();
+  bool listed = false;
+  const HttpReply list = cluster_->Request("GET", "/v1/sessions");
+  for (const auto& s : list.body["sessions"]) {
+    if (s["id"] == "hang-1") listed = s["epoch"] == 2;
+  }
+  EXPECT_TRUE(listed) << "the session list shows the same epoch: " << list.raw;
   EXPECT_EQ(after["status"], "succeeded");
 }
 
@@ -186,10 +194,12 @@ TEST_F(SessionsTest, IdleSessionExpiresAndItsSandboxIsGone) {
   EXPECT_TRUE(gone) << "the session's sandbox outlived its TTL";
   auto list = cluster_->Request("GET", "/v1/sessions");
   for (const auto& s : list.body["sessions"]) EXPECT_NE(s["id"], "ttl-1");
-  // Using the id again starts a new session with a new epoch.
+  // Using the id again starts a new session: epoch 1 again, and a fresh
+  // interpreter even on the same worker (its incarnation is new there).
   json b = Run("ttl-1", "python", "print('x' in globals())");
   EXPECT_EQ(b["stdout"], "False\n");
-  EXPECT_NE(b["session_epoch"], a["session_epoch"]);
+  EXPECT_EQ(a["session_epoch"], 1) << a.dump();
+  EXPECT_EQ(b["session_epoch"], 1) << b.dump();
 }
 
 TEST_F(SessionsTest, DeleteDestroysTheSandbox) {
@@ -199,6 +209,20 @@ TEST_F(SessionsTest, DeleteDestroysTheSandbox) {
   auto d = cluster_->Request("DELETE", "/v1/sessions/del-1");
   EXPECT_EQ(d.status, 200) << d.raw;
   EXPECT_TRUE(WaitFor([&] { return ProcessesWithUidIn(uid, uid).empty(); }, seconds(10)));
+}
+
+// A session deleted and created again at once under the same id is a new
+// session: epoch 1, and none of the old one's state, whichever worker it
+// lands on (the worker knows it by a new incarnation).
+TEST_F(SessionsTest, AnIdUsedAgainAfterDeleteStartsAfreshAtEpochOne) {
+  json a = Run("again-1", "python", "x = 41");
+  EXPECT_EQ(a["session_epoch"], 1) << a.dump();
+  auto d = cluster_->Request("DELETE", "/v1/sessions/again-1");
+  ASSERT_EQ(d.status, 200) << d.raw;
+  json b = Run("again-1", "python", "print('x' in globals())");
+  EXPECT_EQ(b["status"], "succeeded") << b.dump();
+  EXPECT_EQ(b["stdout"], "False\n") << b.dump();
+  EXPECT_EQ(b["session_epoch"], 1) << b.dump();
 }
 
 // Nothing of a session runs between its executions: a busy loop the code

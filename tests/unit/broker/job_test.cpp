@@ -220,6 +220,15 @@ TEST(Job, ViolationsNameTheCallOnlyWhenItLooksLikeOne) {
   }
 }
 
+TEST(Job, SessionEpochsParseAsRedisKeepsThem) {
+  EXPECT_EQ(SessionEpoch::Parse("17/3"), (SessionEpoch{17, 3}));
+  EXPECT_EQ(SessionEpoch::Parse("17"), (SessionEpoch{17, 1})) << "written before generations";
+  EXPECT_EQ((SessionEpoch{17, 3}).ToString(), "17/3");
+  for (const char* bad : {"", "/", "17/", "/3", "x/3", "17/3/1", "-1/2", "17 /3", "1e3"}) {
+    EXPECT_FALSE(SessionEpoch::Parse(bad).has_value()) << bad;
+  }
+}
+
 TEST(Job, RecordRoundTripsThroughJson) {
   JobRecord r = JobRecord::Queued(Spec());
   protocol::Result res;

@@ -216,12 +216,15 @@ TEST(JobLifecycle, BeginAdmitsOrRefuses) {
 }
 
 TEST(JobLifecycle, StartNamesTheWorkerAndTheWait) {
-  auto t =
-      JobLifecycle::Apply(RecordIn(S::kQueued),
-                          {.event = E::kStart, .now_ms = 1750, .worker = "w7", .session_epoch = 4});
+  auto t = JobLifecycle::Apply(
+      RecordIn(S::kQueued),
+      {.event = E::kStart, .now_ms = 1750, .worker = "w7", .session_epoch = SessionEpoch{40, 4}});
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(t->record.worker, "w7");
-  EXPECT_EQ(t->record.session_epoch, 4u);
+  EXPECT_EQ(t->record.session_epoch, 4u) << "records show the generation";
+  EXPECT_EQ(t->record.session_incarnation, 40u);
+  EXPECT_EQ(t->record.ToJson().dump().find("40"), std::string::npos)
+      << "the incarnation is the worker's name for it, not the client's";
   EXPECT_EQ(t->record.started_ms, 1750);
   EXPECT_EQ(t->record.queued_ms, 750.0);
   EXPECT_FALSE(t->record.queue_position.has_value());
@@ -244,11 +247,12 @@ TEST(JobLifecycle, MessagesSayWhatHappened) {
                                                             .now_ms = 1,
                                                             .detail = "gone",
                                                             .worker = "w3",
-                                                            .session_epoch = 9});
+                                                            .session_epoch = SessionEpoch{90, 9}});
   ASSERT_TRUE(session.ok());
   EXPECT_EQ(session->record.error->message, "gone");
   EXPECT_EQ(session->record.worker, "w3");
   EXPECT_EQ(session->record.session_epoch, 9u);
+  EXPECT_EQ(session->record.session_incarnation, 90u);
 
   auto cancelled = JobLifecycle::Apply(RecordIn(S::kQueued), {.event = E::kCancel, .now_ms = 1});
   ASSERT_TRUE(cancelled.ok());

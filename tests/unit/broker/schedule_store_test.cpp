@@ -366,7 +366,8 @@ TEST_F(ScheduleStoreTest, SessionRunsOneAtATimeInOrderOnItsWorker) {
   std::vector<WorkerSlots> w = {Worker("a", 4), Worker("b", 4)};
   auto first = Submit(Spec("t", "s1"), w);
   ASSERT_EQ(first.kind, SubmitOutcome::Kind::kStarted);
-  EXPECT_EQ(first.session_epoch, 1u);
+  ASSERT_TRUE(first.session_epoch.has_value());
+  EXPECT_EQ(first.session_epoch->generation, 1u);
   const std::string home = first.worker;
   // Load the other worker so least-loaded would pick it.
   Submit(Spec("t"), w);
@@ -380,7 +381,7 @@ TEST_F(ScheduleStoreTest, SessionRunsOneAtATimeInOrderOnItsWorker) {
   ASSERT_EQ(fin.started.size(), 1u);
   EXPECT_EQ(fin.started[0].job_id, "ex_4");
   EXPECT_EQ(fin.started[0].worker, home);
-  EXPECT_EQ(fin.started[0].session_epoch, 1u);
+  EXPECT_EQ(fin.started[0].session_epoch, first.session_epoch);
   fin = End("ex_4", w);
   ASSERT_EQ(fin.started.size(), 1u);
   EXPECT_EQ(fin.started[0].job_id, "ex_5");

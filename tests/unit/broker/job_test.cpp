@@ -132,43 +132,6 @@ TEST(Job, ExcerptNeverSplitsAUtf8Character) {
   EXPECT_EQ(e.excerpt_of->code_sha256, common::Sha256Hex(s.code));
 }
 
-TEST(Job, ResultsMapOntoStatuses) {
-  struct Case {
-    protocol::EndReason reason;
-    std::optional<int> exit_code;
-    bool error;
-    JobStatus status;
-    std::string code;
-  };
-  std::vector<Case> cases = {
-      {protocol::EndReason::kExit, 0, false, JobStatus::kSucceeded, ""},
-      {protocol::EndReason::kExit, 2, false, JobStatus::kFailed, "EXECUTION_FAILED"},
-      {protocol::EndReason::kExit, 1, true, JobStatus::kFailed, "EXECUTION_FAILED"},
-      {protocol::EndReason::kTimeout, std::nullopt, false, JobStatus::kTimedOut, "TIMEOUT"},
-      {protocol::EndReason::kMemoryExceeded, std::nullopt, false, JobStatus::kMemoryExceeded,
-       "MEMORY_EXCEEDED"},
-      {protocol::EndReason::kCancelled, std::nullopt, false, JobStatus::kCancelled, "CANCELLED"},
-      {protocol::EndReason::kOutputLimit, std::nullopt, false, JobStatus::kFailed, "OUTPUT_LIMIT"},
-      {protocol::EndReason::kError, std::nullopt, false, JobStatus::kError, "INTERNAL"},
-  };
-  for (const auto& c : cases) {
-    JobRecord r = JobRecord::Queued(Spec());
-    protocol::Result res;
-    res.reason = c.reason;
-    res.exit_code = c.exit_code;
-    if (c.error) res.error = protocol::ErrorInfo{"ValueError", "bad", "tb"};
-    ApplyResult(r, res, 5);
-    EXPECT_EQ(r.status, c.status) << protocol::EndReasonName(c.reason);
-    if (c.code.empty()) {
-      EXPECT_FALSE(r.error.has_value());
-    } else {
-      ASSERT_TRUE(r.error.has_value());
-      EXPECT_EQ(r.error->code, c.code);
-    }
-    EXPECT_TRUE(IsTerminal(r.status));
-  }
-}
-
 // A worker's error code is passed on only when it blames the job's input; a
 // (possibly hostile) worker cannot make the broker answer any other code.
 TEST(Job, WorkerErrorCodesArePassedOnOnlyForTheJobsOwnInput) {

@@ -6,7 +6,6 @@
 #include <thread>
 
 #include "broker/api/http_api.hpp"
-#include "broker/api/rate_limiter.hpp"
 #include "broker/config.hpp"
 #include "broker/metrics/broker_metrics.hpp"
 #include "broker/native/native_api.hpp"
@@ -14,6 +13,7 @@
 #include "broker/scheduler/audit_writer.hpp"
 #include "broker/scheduler/dispatcher.hpp"
 #include "broker/scheduler/event_bus.hpp"
+#include "broker/service/rate_limiter.hpp"
 #include "broker/store/audit_store.hpp"
 #include "broker/store/job_store.hpp"
 #include "broker/store/redis_probe.hpp"
@@ -125,14 +125,15 @@ int main(int argc, char** argv) {
   broker::RedisProbe probe(*endpoint);
   broker::OutputFollower follower(*endpoint, &store, &waiters);
   broker::UnreadBudget unread;  // outlives both front ends and the follower's readers
-  broker::HttpApiDeps http_deps{stores, dispatcher->get(), &waiters,  &follower, &unread,
-                                &probe, &metrics,          governance};
+  broker::ExecutionService service(*cfg, stores, dispatcher->get(), &waiters, &unread, &metrics,
+                                   governance);
+  broker::HttpApiDeps http_deps{&service, dispatcher->get(), &waiters, &follower, &unread,
+                                &probe,   &metrics};
   auto api = broker::HttpApi::Create(*cfg, http_deps);
   if (!api.ok()) return Fail(api.status());
   std::unique_ptr<broker::NativeApi> native;  // the native client protocol, unless off
   if (!cfg->native.endpoint.empty()) {
-    auto n = broker::NativeApi::Create(*cfg, &zmq_ctx, stores, dispatcher->get(), &waiters,
-                                       &follower, &unread, &metrics, governance);
+    auto n = broker::NativeApi::Create(*cfg, &zmq_ctx, &service, &follower, &unread, &metrics);
     if (!n.ok()) return Fail(n.status());
     native = std::move(*n);
   }

@@ -1,16 +1,12 @@
 #include "broker/api/http_api.hpp"
 
 #include <algorithm>
-#include <charconv>
 
 #include "broker/api/event_stream.hpp"
+#include "broker/api/http_call.hpp"
 #include "broker/api/sse_events.hpp"
-#include "broker/job/lifecycle.hpp"
 #include "broker/metrics/broker_metrics.hpp"
-#include "common/clock.hpp"
-#include "common/json/bounded_json.hpp"
 #include "common/log/logging.hpp"
-#include "common/protocol/session_key.hpp"
 
 namespace kiln::broker {
 namespace {
@@ -31,22 +27,6 @@ constexpr auto kRecheckMax = std::chrono::milliseconds(8000);
 // A finished job's record up to this size (output and result) is answered on
 // the thread that learnt of the end.
 constexpr size_t kInlineAnswerBytes = 64u << 10;
-// How long GET /v1/health waits for Redis to answer a PING.
-constexpr auto kHealthWait = std::chrono::milliseconds(500);
-
-std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-HttpResponse JsonResponse(int status, const json& body, HttpHeaders headers = {}) {
-  return HttpResponse{status, Dump(body), "application/json", std::move(headers)};
-}
-
-HttpResponse ErrorResponse(const Status& st) {
-  HttpHeaders headers;
-  if (st.code() == Code::kUnauthorized) headers.emplace_back("WWW-Authenticate", "Bearer");
-  const int status = common::HttpStatusFor(st.code());
-  if (status == 429 || status == 503) headers.emplace_back("Retry-After", "1");
-  return JsonResponse(status, ErrorJson(st), std::move(headers));
-}
 
 // The route table: one line per route (method, path, metrics label, who,
 // blocking), and its handler at the same index.
@@ -56,19 +36,6 @@ struct RouteLine {
 };
 
 }  // namespace
-
-struct HttpApi::Call {
-  std::shared_ptr<HttpExchange> ex;
-  Caller caller;
-  std::vector<std::string> params;
-  QuotaCounter::Hold request_hold;  // released when the handler returns
-
-  const HttpRequest& req() const { return ex->request(); }
-  void Reply(int status, const json& body, HttpHeaders headers = {}) const {
-    ex->Reply(JsonResponse(status, body, std::move(headers)));
-  }
-  void Fail(const Status& st) const { ex->Reply(ErrorResponse(st)); }
-};
 
 // One request waiting for a job's end: answered once, by whichever comes
 // first — the JobWaiters notice, a re-read that finds it ended, the
@@ -147,13 +114,7 @@ common::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Create(const BrokerConfig& c
 }
 
 HttpApi::HttpApi(const BrokerConfig& config, HttpApiDeps deps)
-    : config_(config),
-      deps_(deps),
-      store_(deps.stores.jobs),
-      schedule_(deps.stores.schedule),
-      sessions_(deps.stores.sessions),
-      submits_(config, deps.stores, deps.dispatcher, deps.waiters, deps.metrics, deps.governance),
-      routes_({}) {
+    : config_(config), deps_(deps), service_(deps.service), routes_({}) {
   const std::vector<RouteLine> lines = {
       {{"POST", "/v1/executions", "submit", Access::kToken, true}, &HttpApi::Submit},
       {{"GET", "/v1/executions/{id}", "get", Access::kToken, true}, &HttpApi::Get},
@@ -259,25 +220,6 @@ void HttpApi::Handle(std::shared_ptr<HttpExchange> ex) {
   }
 }
 
-Status HttpApi::StoreError(const Status& st) const {
-  if (deps_.metrics) deps_.metrics->RedisError();
-  return Status(Code::kUnavailable, st.message());
-}
-
-common::StatusOr<JobRecord> HttpApi::LoadForCaller(const Call& call) const {
-  const std::string& id = call.params.at(0);
-  auto record = store_->Load(id);
-  if (!record.ok()) {
-    if (record.status().code() == Code::kNotFound) return record.status();
-    return StoreError(record.status());
-  }
-  // Another tenant's job is indistinguishable from a missing one.
-  if (!call.caller.admin && record->tenant != call.caller.tenant) {
-    return common::NotFound("no execution with id " + id);
-  }
-  return record;
-}
-
 void HttpApi::OnPool(std::function<void()> fn) {
   if (!pool_->TryPost(fn)) fn();
 }
@@ -314,10 +256,10 @@ void HttpApi::AwaitEnd(std::shared_ptr<HttpExchange> ex, const std::string& id,
       return;
     }
   } else {
-    auto r = store_->Load(id);
+    auto r = service_->LoadOwned(id);
     if (!r.ok() || IsTerminal(r->status)) {
       if (!w->Claim()) return;
-      if (!r.ok()) return ex->Reply(ErrorResponse(StoreError(r.status())));
+      if (!r.ok()) return ex->Reply(ErrorResponse(r.status()));
       return w->Answer(*r);
     }
   }
@@ -332,7 +274,7 @@ void HttpApi::Recheck(const std::shared_ptr<Waiting>& w, std::chrono::millisecon
     if (w->finished()) return;
     w->api->OnPool([w] {
       if (w->finished()) return;
-      auto r = w->api->store_->Load(w->id);
+      auto r = w->api->service_->LoadOwned(w->id);
       const bool due = SteadyClock::now() >= w->deadline;
       if (r.ok() && !IsTerminal(r->status) && !due) {
         w->backoff = std::min(w->backoff * 2, kRecheckMax);
@@ -340,7 +282,7 @@ void HttpApi::Recheck(const std::shared_ptr<Waiting>& w, std::chrono::millisecon
       }
       if (!r.ok() && !due) return w->api->Recheck(w, w->backoff);
       if (!w->Claim()) return;
-      if (!r.ok()) return w->ex->Reply(ErrorResponse(w->api->StoreError(r.status())));
+      if (!r.ok()) return w->ex->Reply(ErrorResponse(r.status()));
       w->Answer(*r);
     });
   });
@@ -362,8 +304,8 @@ void HttpApi::Submit(Call& call) {
   };
   // Taken, not copied: a waiting request does not hold its body.
   const std::string body = call.ex->TakeBody();
-  auto out = submits_.Submit(call.caller, body, std::string(call.req().Header("idempotency-key")),
-                             /*register_waiter=*/true, admit);
+  auto out = service_->Submit(call.caller, body, std::string(call.req().Header("idempotency-key")),
+                              /*register_waiter=*/true, admit);
   if (!out.ok()) return call.Fail(out.status());
   switch (out->kind) {
     case SubmitResult::Kind::kBlocked: {
@@ -382,8 +324,8 @@ void HttpApi::Submit(Call& call) {
     case SubmitResult::Kind::kReplay: {
       // A retry: the job the first request created.
       if (!out->wait) {
-        auto record = store_->Load(out->id);
-        if (!record.ok()) return call.Fail(StoreError(record.status()));
+        auto record = service_->LoadOwned(out->id);
+        if (!record.ok()) return call.Fail(record.status());
         return call.Reply(202, {{"id", out->id}, {"status", JobStatusName(record->status)}},
                           {{"Idempotent-Replay", "true"}});
       }
@@ -398,66 +340,23 @@ void HttpApi::Submit(Call& call) {
 }
 
 void HttpApi::Get(Call& call) {
-  const std::string& id = call.params.at(0);
-  auto peek = store_->PeekRecord(id);
-  if (!peek.ok()) {
-    return call.Fail(peek.status().code() == Code::kNotFound ? peek.status()
-                                                             : StoreError(peek.status()));
-  }
-  // Another tenant's job is indistinguishable from a missing one.
-  if (!call.caller.admin && peek->tenant != call.caller.tenant) {
-    return call.Fail(common::NotFound("no execution with id " + id));
-  }
-  if (!IsTerminal(peek->status)) {
-    // Live fields join the stored record (which holds no output yet).
-    auto record = LoadForCaller(call);
-    if (!record.ok()) return call.Fail(record.status());
-    return ReplyRecord(call, *record);
-  }
-  // A terminal record is answered as stored: charged before it is read,
-  // and never parsed (one copy of up to max_output_bytes, not six).
-  Status refused;
-  auto charge = ChargeBytes(call, peek->record_bytes, &refused);
-  if (!charge) return call.Fail(refused);
-  auto text = store_->RecordText(id);
-  if (!text.ok()) {
-    return call.Fail(text.status().code() == Code::kNotFound ? text.status()
-                                                             : StoreError(text.status()));
-  }
-  HttpResponse res{200, std::move(*text), "application/json", {}, std::move(charge)};
-  call.ex->Reply(std::move(res));
-}
-
-UnreadBudget::Charge HttpApi::ChargeBytes(const Call& call, size_t bytes, Status* refused) {
-  const TenantConfig* tenant =
-      call.caller.admin ? nullptr : FindTenant(config_, call.caller.tenant);
-  const size_t limit =
-      tenant ? TenantMaxUnreadBytes(config_, *tenant) : config_.quotas.tenant_max_unread_bytes;
-  const std::string who = tenant ? tenant->name : std::string("admin");
-  auto charge = deps_.unread->TryCharge(who, bytes, limit);
-  if (!charge) {
-    *refused = Status(Code::kRateLimited,
-                      "the clients of " + who + " have " + std::to_string(deps_.unread->held(who)) +
-                          " bytes of answers they have not read yet on this broker "
-                          "(quotas.tenant_max_unread_bytes " +
-                          std::to_string(limit) + "); read them, then retry");
-  }
-  return charge;
+  auto answer = service_->Read(call.caller, call.params.at(0));
+  if (!answer.ok()) return call.Fail(answer.status());
+  call.ex->Reply(HttpResponse{
+      200, std::move(answer->json), "application/json", {}, std::move(answer->charge)});
 }
 
 void HttpApi::ReplyRecord(Call& call, const JobRecord& record) {
-  Status refused;
-  auto charge = ChargeBytes(call, record.ApproxJsonBytes(), &refused);
-  if (!charge) return call.Fail(refused);
-  HttpResponse res = JsonResponse(200, record.ToJson());
-  res.keep = std::move(charge);
-  call.ex->Reply(std::move(res));
+  auto answer = service_->Answer(call.caller, record);
+  if (!answer.ok()) return call.Fail(answer.status());
+  call.ex->Reply(HttpResponse{
+      200, std::move(answer->json), "application/json", {}, std::move(answer->charge)});
 }
 
 void HttpApi::Events(Call& call) {
   auto last = ParseLastEventId(call.req().Header("last-event-id"));
   if (!last.ok()) return call.Fail(last.status());
-  auto record = LoadForCaller(call);
+  auto record = service_->Load(call.caller, call.params.at(0));
   if (!record.ok()) return call.Fail(record.status());
   if (last->kind == LastEventId::Kind::kEnd) {
     // The client saw the end event: nothing more will come. 204 tells an
@@ -481,289 +380,49 @@ void HttpApi::Events(Call& call) {
 }
 
 void HttpApi::Cancel(Call& call) {
-  auto record = LoadForCaller(call);
-  if (!record.ok()) return call.Fail(record.status());
-  const std::string id = record->id;
-  // Cancelling a finished job changes nothing: answer with its record.
-  if (IsTerminal(record->status)) return ReplyRecord(call, *record);
+  const std::string& id = call.params.at(0);
   const TenantConfig* tenant =
       call.caller.admin ? nullptr : FindTenant(config_, call.caller.tenant);
   QuotaCounter::Hold hold;
-  if (tenant) {
-    hold = waits_.TryAcquire(tenant->name, TenantMaxWaits(config_, *tenant));
-    if (!hold) {
-      return call.Fail(Status(Code::kRateLimited, "tenant " + tenant->name +
-                                                      " has too many requests waiting on this "
-                                                      "broker"));
+  JobWaiters::Handle handle;
+  // A job not over yet is waited for: counted against the tenant's waits,
+  // and watched before the cancel can end it.
+  auto admit = [&](const JobRecord&) -> Status {
+    if (tenant) {
+      hold = waits_.TryAcquire(tenant->name, TenantMaxWaits(config_, *tenant));
+      if (!hold) {
+        return Status(Code::kRateLimited,
+                      "tenant " + tenant->name + " has too many requests waiting on this broker");
+      }
     }
+    handle = deps_.waiters->Add(id);
+    return Status::Ok();
+  };
+  auto out = service_->Cancel(call.caller, id, admit);
+  if (!out.ok()) {
+    if (handle) deps_.waiters->Wait(handle, SteadyClock::now());
+    return call.Fail(out.status());
   }
-  auto handle = deps_.waiters->Add(id);
-  auto drop = [&] { deps_.waiters->Wait(handle, SteadyClock::now()); };
-  auto t = JobLifecycle::Apply(*record, {.event = JobEvent::kCancel, .now_ms = common::NowMs()});
-  if (!t.ok()) {
-    drop();
-    return call.Fail(t.status());
-  }
-  // Queued or held jobs live in Redis: any broker ends them, unless one has
-  // just started it (then the cancel below reaches it like a running one).
-  if (t->Has(JobAction::kStoreEnd)) {
-    if (auto out = deps_.dispatcher->EndJob(*t); !out.ok()) {
-      drop();
-      return call.Fail(StoreError(out.status()));
-    }
-  }
-  // Running: the broker that owns it tells its worker; the worker's Result
-  // (reason cancelled) ends it.
-  if (t->Has(JobAction::kTellWorker)) {
-    if (auto st = schedule_->PublishCancel(id); !st.ok()) {
-      drop();
-      return call.Fail(StoreError(st));
-    }
-  }
+  // Over before the cancel: it changed nothing.
+  if (!handle) return ReplyRecord(call, out->record);
   AwaitEnd(call.ex, id, SteadyClock::now() + kCancelWait, std::move(handle), std::move(hold),
            /*cancel=*/true);
 }
 
-void HttpApi::Approve(Call& call) {
-  bool trust = false;
-  const std::string body_text = call.ex->TakeBody();
-  if (!body_text.empty()) {
-    auto body = common::ParseJson(body_text, {}, "request body");
-    if (!body.ok()) return call.Fail(body.status());
-    if (!body->is_object()) return call.Fail(common::InvalidRequest("body must be a JSON object"));
-    for (const auto& [key, value] : body->items()) {
-      if (key != "trust_session") {
-        return call.Fail(common::InvalidRequest("unknown field '" + key + "'"));
-      }
-      if (!value.is_boolean()) {
-        return call.Fail(common::InvalidRequest("trust_session: expected true or false"));
-      }
-      trust = value.get<bool>();
-    }
-  }
-  const std::string& id = call.params.at(0);
-  auto record = store_->Load(id);
-  if (!record.ok()) {
-    return call.Fail(record.status().code() == Code::kNotFound ? record.status()
-                                                               : StoreError(record.status()));
-  }
-  // The approve script decides under Redis's lock; a job plainly not held
-  // is answered without it.
-  if (auto t = JobLifecycle::Apply(*record, {.event = JobEvent::kApprove}); !t.ok()) {
-    return call.Fail(t.status());
-  }
-  auto out =
-      deps_.dispatcher->Approve(id, trust, "admin:" + std::to_string(call.caller.admin_index));
-  if (!out.ok()) return call.Fail(StoreError(out.status()));
-  switch (out->kind) {
-    case ApproveOutcome::Kind::kMissing:
-      return call.Fail(common::NotFound("no execution with id " + id));
-    case ApproveOutcome::Kind::kNotAwaiting:
-      return call.Fail(common::InvalidRequest(
-          "execution " + id + " is not awaiting approval (it is " + out->status + ")"));
-    case ApproveOutcome::Kind::kSessionGone: {
-      auto t = JobLifecycle::Apply(*record,
-                                   {.event = JobEvent::kSessionDeleted, .now_ms = common::NowMs()});
-      if (t.ok() && t->Has(JobAction::kStoreEnd)) (void)deps_.dispatcher->EndJob(*t);
-      return call.Reply(200, {{"id", id}, {"status", "cancelled"}});
-    }
-    default:
-      break;
-  }
-  if (deps_.metrics) deps_.metrics->Approval(record->tenant, "approved");
-  call.Reply(200, {{"id", id},
-                   {"status", out->kind == ApproveOutcome::Kind::kStarted ? "running" : "queued"},
-                   {"trust_session", trust}});
-}
-
-void HttpApi::Deny(Call& call) {
-  const std::string& id = call.params.at(0);
-  auto record = store_->Load(id);
-  if (!record.ok()) {
-    return call.Fail(record.status().code() == Code::kNotFound ? record.status()
-                                                               : StoreError(record.status()));
-  }
-  auto t =
-      JobLifecycle::Apply(*record, {.event = JobEvent::kDeny,
-                                    .now_ms = common::NowMs(),
-                                    .detail = "admin:" + std::to_string(call.caller.admin_index)});
-  if (!t.ok()) return call.Fail(t.status());
-  const JobRecord& ended = t->record;
-  auto out = deps_.dispatcher->EndJob(*t);
-  if (!out.ok()) return call.Fail(StoreError(out.status()));
-  if (out->kind != FinishOutcome::Kind::kStored) {
-    return call.Fail(common::InvalidRequest(
-        "execution " + id + " is no longer awaiting approval (it is " + out->status + ")"));
-  }
-  if (deps_.metrics) deps_.metrics->Approval(record->tenant, "denied");
-  call.Reply(200, ended.ToJson());
-}
-
-void HttpApi::ListApprovals(Call& call) {
-  auto pending = schedule_->PendingApprovals(500);
-  if (!pending.ok()) return call.Fail(StoreError(pending.status()));
-  json list = json::array();
-  for (const auto& [id, deadline] : *pending) {
-    auto spec = store_->LoadSpec(id);
-    if (!spec.ok()) continue;
-    list.push_back(
-        {{"id", id},
-         {"tenant", spec->tenant},
-         {"language", spec->language},
-         {"session_id", spec->session_id.empty() ? json(nullptr) : json(spec->session_id)},
-         {"code", spec->code},
-         {"warnings", spec->warnings},
-         {"created_at", spec->created_ms},
-         {"expires_at", deadline}});
-  }
-  call.Reply(200, {{"approvals", list}});
-}
-
-void HttpApi::ReadAudit(Call& call) {
-  if (!deps_.governance.audit) return call.Fail(common::NotFound("the audit trail is off"));
-  size_t count = 500;
-  if (call.req().query.count("count")) {
-    const std::string c = call.req().Param("count");
-    auto [p, ec] = std::from_chars(c.data(), c.data() + c.size(), count);
-    if (ec != std::errc() || p != c.data() + c.size() || count == 0 || count > 10000) {
-      return call.Fail(common::InvalidRequest("count: 1-10000"));
-    }
-  }
-  auto page = deps_.governance.audit->Read(call.req().Param("after"), count);
-  if (!page.ok()) {
-    return call.Fail(page.status().code() == Code::kInvalidRequest ? page.status()
-                                                                   : StoreError(page.status()));
-  }
-  json entries = json::array();
-  for (const auto& e : page->entries) entries.push_back(e.ToExportJson());
-  call.Reply(200,
-             {{"entries", entries},
-              {"anchor", page->anchor},
-              {"head", page->head},
-              {"next", page->entries.empty() ? json(nullptr) : json(page->entries.back().id)}});
-}
-
-void HttpApi::VerifyAudit(Call& call) {
-  if (!deps_.governance.audit) return call.Fail(common::NotFound("the audit trail is off"));
-  auto report = deps_.governance.audit->Verify();
-  if (!report.ok()) return call.Fail(StoreError(report.status()));
-  json body = {{"ok", !report->broken}, {"checked", report->checked}, {"broken", nullptr}};
-  if (report->broken) {
-    body["broken"] = {{"index", report->broken->index},
-                      {"id", report->broken->id},
-                      {"reason", report->broken->reason}};
-  }
-  call.Reply(200, body);
-}
-
 void HttpApi::ListSessions(Call& call) {
-  std::string tenant = call.caller.tenant;
-  if (call.caller.admin) {
-    tenant = call.req().Param("tenant");
-    if (FindTenant(config_, tenant) == nullptr) {
-      return call.Fail(common::InvalidRequest("tenant: an admin names a tenant with ?tenant="));
-    }
-  }
-  auto list = sessions_->List(tenant, call.req().Param("conversation_id"));
-  if (!list.ok()) return call.Fail(StoreError(list.status()));
+  auto list = service_->ListSessions(call.caller, call.req().Param("tenant"),
+                                     call.req().Param("conversation_id"));
+  if (!list.ok()) return call.Fail(list.status());
   json out = json::array();
   for (const auto& s : *list) out.push_back(s.ToJson());
   call.Reply(200, {{"sessions", out}});
 }
 
 void HttpApi::DeleteSession(Call& call) {
-  if (call.caller.admin) {
-    return call.Fail(Status(Code::kForbidden, "sessions are deleted with a tenant's token"));
-  }
   const std::string& sid = call.params.at(0);
-  auto deleted = sessions_->Delete(call.caller.tenant, sid);
-  if (!deleted.ok()) {
-    return call.Fail(deleted.status().code() == Code::kSessionNotFound
-                         ? deleted.status()
-                         : StoreError(deleted.status()));
-  }
-  json cancelled = json::array();
-  for (const auto& id : deleted->queued_jobs) {
-    auto record = store_->Load(id);
-    if (!record.ok() || record->status != JobStatus::kQueued) continue;
-    auto t = JobLifecycle::Apply(*record,
-                                 {.event = JobEvent::kSessionDeleted, .now_ms = common::NowMs()});
-    if (t.ok() && t->Has(JobAction::kStoreEnd) && deps_.dispatcher->EndJob(*t).ok()) {
-      cancelled.push_back(id);
-    }
-  }
-  // Its running execution (JobAction::kTellWorker of a running job; its
-  // record is not read for it): the worker's Result ends it.
-  if (!deleted->running_job.empty()) {
-    (void)schedule_->PublishCancel(deleted->running_job);
-    cancelled.push_back(deleted->running_job);
-  }
-  // Its sandbox goes now (once a running execution has ended).
-  if (!deleted->worker.empty()) {
-    deps_.dispatcher->CloseSession(deleted->worker,
-                                   common::protocol::SessionKey(call.caller.tenant, sid));
-  }
-  call.Reply(200, {{"id", sid}, {"state", "deleted"}, {"cancelled", cancelled}});
-}
-
-void HttpApi::Capabilities(Call& call) {
-  const TenantConfig* t = call.caller.admin ? nullptr : FindTenant(config_, call.caller.tenant);
-  call.Reply(200, {{"tenant", t ? json(t->name) : json(nullptr)},
-                   {"code_execution", t != nullptr && t->enabled},
-                   {"auto_approve", t != nullptr && t->auto_approve},
-                   {"isolation", t ? json(t->isolation) : json(nullptr)},
-                   // What this tenant's jobs can run on: its own level's workers.
-                   {"runtimes",
-                    t ? deps_.dispatcher->RuntimesAt(t->isolation) : deps_.dispatcher->Runtimes()},
-                   {"isolation_levels", deps_.dispatcher->IsolationLevels()}});
-}
-
-void HttpApi::ListWorkers(Call& call) {
-  json workers = json::array();
-  for (const auto& w : deps_.dispatcher->Workers()) {
-    workers.push_back({{"id", w.id},
-                       {"hostname", w.hostname},
-                       {"runtimes", w.runtimes},
-                       {"sandbox_layers", w.sandbox_layers},
-                       {"isolation", w.isolation},
-                       {"slots", w.slots},
-                       {"running", w.running},
-                       {"load", w.slots ? static_cast<double>(w.running) / w.slots : 0.0},
-                       {"draining", w.draining},
-                       {"registered_at_ms", w.registered_at_ms},
-                       {"last_heartbeat_ms", w.last_heartbeat_ms},
-                       {"metrics_endpoint", w.metrics_endpoint}});
-  }
-  call.Reply(200, {{"workers", workers}});
-}
-
-void HttpApi::Metrics(Call& call) {
-  if (!deps_.metrics) return call.Fail(common::NotFound("metrics are off"));
-  deps_.metrics->SetHttpFront(server_->connections(), server_->reserve_connections(),
-                              waits_.total(), streams_.total(),
-                              deps_.follower ? deps_.follower->size() : 0);
-  call.ex->Reply(HttpResponse{200, deps_.metrics->Render(), "text/plain; version=0.0.4", {}});
-}
-
-void HttpApi::Health(Call& call) {
-  // Never a Redis call on this thread: the probe pings (one PING for every
-  // health request waiting), and a PING slower than kHealthWait is an answer
-  // too — health answers within it while Redis stalls.
-  auto answer = [this, ex = call.ex](const RedisProbe::State& redis) {
-    json body = {
-        {"status", redis.ok ? "ok" : "unavailable"},
-        {"redis", redis.ok ? "ok" : redis.error},
-        {"workers", deps_.dispatcher->Workers().size()},
-        {"queued", deps_.dispatcher->QueueDepth()}};      // every tenant's, as of the last tick
-    ex->Reply(JsonResponse(redis.ok ? 200 : 503, body));  // the first answer wins
-  };
-  if (!deps_.probe) return answer(RedisProbe::State{true});
-  deps_.probe->Fresh(answer);
-  server_->After(kHealthWait, [answer] {
-    RedisProbe::State late;
-    late.error = "redis: no answer to PING within " + std::to_string(kHealthWait.count()) + " ms";
-    answer(late);
-  });
+  auto cancelled = service_->DeleteSession(call.caller, sid);
+  if (!cancelled.ok()) return call.Fail(cancelled.status());
+  call.Reply(200, {{"id", sid}, {"state", "deleted"}, {"cancelled", *cancelled}});
 }
 
 }  // namespace kiln::broker

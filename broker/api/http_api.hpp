@@ -1,5 +1,7 @@
 // HttpApi: the broker's HTTP/JSON API (docs/api.md) on HttpServer — the
-// route table, authentication, per-tenant quotas and the handlers.
+// route table, authentication, per-tenant quotas, request parsing and the
+// handlers, which leave every rule about executions and sessions to
+// ExecutionService (shared with the native API) and map its errors to HTTP.
 //
 //   ASSIGN_OR_RETURN(auto api, HttpApi::Create(config, deps));
 //   api->Start();   // serves until Stop()
@@ -25,7 +27,6 @@
 #include <memory>
 #include <string>
 
-#include "broker/api/submit_service.hpp"
 #include "broker/config.hpp"
 #include "broker/http/http_server.hpp"
 #include "broker/http/quota_counter.hpp"
@@ -33,6 +34,7 @@
 #include "broker/http/work_pool.hpp"
 #include "broker/scheduler/dispatcher.hpp"
 #include "broker/scheduler/job_waiters.hpp"
+#include "broker/service/execution_service.hpp"
 #include "broker/store/redis_probe.hpp"
 #include "broker/stream/output_follower.hpp"
 #include "broker/stream/unread_budget.hpp"
@@ -43,14 +45,13 @@ namespace kiln::broker {
 class BrokerMetrics;
 
 struct HttpApiDeps {
-  DispatcherStores stores;
-  Dispatcher* dispatcher = nullptr;
+  ExecutionService* service = nullptr;  // every rule about executions and sessions
+  Dispatcher* dispatcher = nullptr;     // workers, runtimes, queue depth (from memory)
   JobWaiters* waiters = nullptr;
   OutputFollower* follower = nullptr;
   UnreadBudget* unread = nullptr;
   RedisProbe* probe = nullptr;
   BrokerMetrics* metrics = nullptr;  // optional
-  Governance governance;             // optional parts
 };
 
 class HttpApi {
@@ -78,11 +79,6 @@ class HttpApi {
   void Handle(std::shared_ptr<HttpExchange> ex);
   void Observe(const HttpRequest* req, int status, size_t bytes);
   common::StatusOr<Caller> Authenticate(const HttpRequest& req) const;
-  // The job named by the route's parameter, if the caller may see it
-  // (another tenant's job answers NOT_FOUND, like a missing one).
-  common::StatusOr<JobRecord> LoadForCaller(const Call& call) const;
-  // UNAVAILABLE for a failed store call, counted as a Redis error.
-  common::Status StoreError(const common::Status& st) const;
 
   // Answers `ex` with the job's terminal record when it ends (or with the
   // record as it is at `deadline`); `blocking` is a JobWaiters handle taken
@@ -96,9 +92,6 @@ class HttpApi {
 
   void Submit(Call& call);
   void Get(Call& call);
-  // `bytes` of an answer against the caller's UnreadBudget; null (and
-  // `refused` says why) when it holds too much already.
-  UnreadBudget::Charge ChargeBytes(const Call& call, size_t bytes, common::Status* refused);
   // 200 with the record, charged; 429 RATE_LIMITED when refused.
   void ReplyRecord(Call& call, const JobRecord& record);
   void Events(Call& call);
@@ -117,10 +110,7 @@ class HttpApi {
 
   const BrokerConfig& config_;
   HttpApiDeps deps_;
-  JobStore* store_;
-  ScheduleStore* schedule_;
-  SessionStore* sessions_;
-  SubmitService submits_;
+  ExecutionService* service_;
   RouteTable routes_;
   std::vector<Handler> handlers_;  // by route index
   QuotaCounter requests_;          // per tenant: requests on the pool

@@ -4,10 +4,7 @@
 #include <thread>
 #include <zmq_addon.hpp>
 
-#include "broker/job/lifecycle.hpp"
 #include "broker/metrics/broker_metrics.hpp"
-#include "broker/store/job_store.hpp"
-#include "broker/store/schedule_store.hpp"
 #include "common/clock.hpp"
 #include "common/log/logging.hpp"
 #include "common/protocol/client_codec.hpp"
@@ -30,20 +27,15 @@ using Clock = std::chrono::steady_clock;
 // How soon frames waiting for a full client pipe are tried again.
 constexpr auto kRetryFull = std::chrono::milliseconds(10);
 
-// As the HTTP API writes JSON: invalid UTF-8 in output becomes U+FFFD.
-std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
 }  // namespace
 
 common::StatusOr<std::unique_ptr<NativeApi>> NativeApi::Create(
-    const BrokerConfig& config, zmq::context_t* ctx, DispatcherStores stores,
-    Dispatcher* dispatcher, JobWaiters* waiters, OutputFollower* follower, UnreadBudget* unread,
-    BrokerMetrics* metrics, Governance governance) {
+    const BrokerConfig& config, zmq::context_t* ctx, ExecutionService* service,
+    OutputFollower* follower, UnreadBudget* unread, BrokerMetrics* metrics) {
   if (config.native.endpoint.empty()) {
     return common::InvalidRequest("broker.clients.endpoint is empty: the native API is off");
   }
-  std::unique_ptr<NativeApi> api(new NativeApi(config, ctx, stores, dispatcher, waiters, follower,
-                                               unread, metrics, governance));
+  std::unique_ptr<NativeApi> api(new NativeApi(config, ctx, service, follower, unread, metrics));
   try {
     api->router_ = zmq::socket_t(*ctx, zmq::socket_type::router);
     api->router_.set(zmq::sockopt::router_mandatory, 1);  // a full pipe is seen, not hidden
@@ -72,16 +64,12 @@ common::StatusOr<std::unique_ptr<NativeApi>> NativeApi::Create(
   return api;
 }
 
-NativeApi::NativeApi(const BrokerConfig& config, zmq::context_t* ctx, DispatcherStores stores,
-                     Dispatcher* dispatcher, JobWaiters* waiters, OutputFollower* follower,
-                     UnreadBudget* unread, BrokerMetrics* metrics, Governance governance)
+NativeApi::NativeApi(const BrokerConfig& config, zmq::context_t* ctx, ExecutionService* service,
+                     OutputFollower* follower, UnreadBudget* unread, BrokerMetrics* metrics)
     : config_(config),
       ctx_(ctx),
-      store_(stores.jobs),
-      schedule_(stores.schedule),
-      dispatcher_(dispatcher),
+      service_(service),
       metrics_(metrics),
-      submits_(config, stores, dispatcher, waiters, metrics, governance),
       follower_(follower),
       unread_(unread) {}
 
@@ -204,8 +192,8 @@ void NativeApi::OnSubmit(const std::string& identity, const Caller& caller,
 }
 
 Status NativeApi::Admit(const Caller& caller, const client::Submit& m, client::Accepted* accepted) {
-  ASSIGN_OR_RETURN(SubmitResult out, submits_.Submit(caller, m.request_json, m.idempotency_key,
-                                                     /*register_waiter=*/false));
+  ASSIGN_OR_RETURN(SubmitResult out, service_->Submit(caller, m.request_json, m.idempotency_key,
+                                                      /*register_waiter=*/false));
   accepted->id = out.id;
   accepted->status = out.status;
   switch (out.kind) {
@@ -213,10 +201,10 @@ Status NativeApi::Admit(const Caller& caller, const client::Submit& m, client::A
     case SubmitResult::Kind::kUnconfirmed:  // the error carries the id
       return out.blocked;
     case SubmitResult::Kind::kReplay: {
-      auto record = store_->Load(out.id);
+      auto record = service_->LoadOwned(out.id);
       if (!record.ok()) {
         accepted->id.clear();
-        return submits_.StoreError(record.status());
+        return record.status();
       }
       accepted->status = JobStatusName(record->status);
       break;
@@ -231,7 +219,7 @@ void NativeApi::OnSubscribe(const std::string& identity, const Caller& caller,
                             const client::Subscribe& m) {
   // Counted first: a request over the limit costs no Redis call.
   if (auto st = Reserve(caller); !st.ok()) return SendError(identity, m.request_id, st, m.id);
-  auto record = LoadFor(caller, m.id);
+  auto record = service_->Load(caller, m.id);
   if (!record.ok()) {
     Release(caller.tenant);
     return SendError(identity, m.request_id, record.status(), m.id);
@@ -241,63 +229,23 @@ void NativeApi::OnSubscribe(const std::string& identity, const Caller& caller,
 
 void NativeApi::OnCancel(const std::string& identity, const Caller& caller,
                          const client::Cancel& m) {
-  auto record = LoadFor(caller, m.id);
-  if (!record.ok()) return SendError(identity, m.request_id, record.status(), m.id);
-  // Cancelling a finished job changes nothing: answer with its record.
-  if (IsTerminal(record->status)) return SendRecord(identity, caller, m.request_id, *record);
-  auto t = JobLifecycle::Apply(*record, {.event = JobEvent::kCancel, .now_ms = common::NowMs()});
-  if (!t.ok()) return SendError(identity, m.request_id, t.status(), m.id);
-  // As POST /v1/executions/{id}/cancel: queued and held jobs end here,
-  // unless one has just started it (then the cancel below reaches its worker).
-  if (t->Has(JobAction::kStoreEnd)) {
-    if (auto out = dispatcher_->EndJob(*t); !out.ok()) {
-      return SendError(identity, m.request_id, submits_.StoreError(out.status()), m.id);
-    }
-  }
-  if (t->Has(JobAction::kTellWorker)) {
-    if (auto st = schedule_->PublishCancel(m.id); !st.ok()) {
-      return SendError(identity, m.request_id, submits_.StoreError(st), m.id);
-    }
-  }
-  auto now = store_->Load(m.id);
-  if (!now.ok()) return SendError(identity, m.request_id, submits_.StoreError(now.status()), m.id);
+  auto out = service_->Cancel(caller, m.id);
+  if (!out.ok()) return SendError(identity, m.request_id, out.status(), m.id);
+  if (IsTerminal(out->record.status))
+    return SendRecord(identity, caller, m.request_id, out->record);
+  // Its worker was told: the record may already say it ended.
+  auto now = service_->LoadOwned(m.id);
+  if (!now.ok()) return SendError(identity, m.request_id, now.status(), m.id);
   if (IsTerminal(now->status)) return SendRecord(identity, caller, m.request_id, *now);
   // Still ending: the worker's result will say (a subscriber sees it).
   Send(identity, client::Accepted{m.request_id, m.id, JobStatusName(now->status)});
 }
 
 void NativeApi::OnGet(const std::string& identity, const Caller& caller, const client::Get& m) {
-  auto peek = store_->PeekRecord(m.id);
-  if (!peek.ok()) {
-    return SendError(identity, m.request_id,
-                     peek.status().code() == Code::kNotFound ? peek.status()
-                                                             : submits_.StoreError(peek.status()),
-                     m.id);
-  }
-  // Another tenant's job is indistinguishable from a missing one.
-  if (!caller.admin && peek->tenant != caller.tenant) {
-    return SendError(identity, m.request_id, common::NotFound("no execution with id " + m.id),
-                     m.id);
-  }
-  if (!IsTerminal(peek->status)) {
-    // Live fields join the stored record (which holds no output yet).
-    auto record = LoadFor(caller, m.id);
-    if (!record.ok()) return SendError(identity, m.request_id, record.status(), m.id);
-    return SendRecord(identity, caller, m.request_id, *record);
-  }
-  // A terminal record is answered as stored (HttpApi::Get): charged before
-  // it is read, never parsed.
-  auto charge = ChargeRecord(caller, peek->record_bytes);
-  if (!charge.ok()) return SendError(identity, m.request_id, charge.status(), m.id);
-  auto text = store_->RecordText(m.id);
-  if (!text.ok()) {
-    return SendError(identity, m.request_id,
-                     text.status().code() == Code::kNotFound ? text.status()
-                                                             : submits_.StoreError(text.status()),
-                     m.id);
-  }
-  Deliver({identity, client::Encode(client::Result{m.request_id, m.id, std::move(*text)}), nullptr,
-           false, std::move(*charge)});
+  auto answer = service_->Read(caller, m.id);
+  if (!answer.ok()) return SendError(identity, m.request_id, answer.status(), m.id);
+  Deliver({identity, client::Encode(client::Result{m.request_id, m.id, std::move(answer->json)}),
+           nullptr, false, std::move(answer->charge)});
 }
 
 size_t NativeApi::UnreadLimit(const std::string& tenant) const {
@@ -305,38 +253,12 @@ size_t NativeApi::UnreadLimit(const std::string& tenant) const {
   return t ? TenantMaxUnreadBytes(config_, *t) : config_.quotas.tenant_max_unread_bytes;
 }
 
-common::StatusOr<UnreadBudget::Charge> NativeApi::ChargeRecord(const Caller& caller, size_t bytes) {
-  const size_t limit = UnreadLimit(caller.tenant);
-  auto charge = unread_->TryCharge(caller.tenant, bytes, limit);
-  if (!charge) {
-    return Status(Code::kRateLimited, "the clients of tenant " + caller.tenant + " have " +
-                                          std::to_string(unread_->held(caller.tenant)) +
-                                          " bytes of answers they have not read yet on this broker "
-                                          "(quotas.tenant_max_unread_bytes " +
-                                          std::to_string(limit) + "); read them, then retry");
-  }
-  return charge;
-}
-
 void NativeApi::SendRecord(const std::string& identity, const Caller& caller, uint64_t request_id,
                            const JobRecord& record) {
-  auto charge = ChargeRecord(caller, record.ApproxJsonBytes());
-  if (!charge.ok()) return SendError(identity, request_id, charge.status(), record.id);
-  Deliver({identity, client::Encode(client::Result{request_id, record.id, Dump(record.ToJson())}),
-           nullptr, false, std::move(*charge)});
-}
-
-common::StatusOr<JobRecord> NativeApi::LoadFor(const Caller& caller, const std::string& id) {
-  auto record = store_->Load(id);
-  if (!record.ok()) {
-    if (record.status().code() == Code::kNotFound) return record.status();
-    return submits_.StoreError(record.status());
-  }
-  // Another tenant's job is indistinguishable from a missing one.
-  if (!caller.admin && record->tenant != caller.tenant) {
-    return common::NotFound("no execution with id " + id);
-  }
-  return record;
+  auto answer = service_->Answer(caller, record);
+  if (!answer.ok()) return SendError(identity, request_id, answer.status(), record.id);
+  Deliver({identity, client::Encode(client::Result{request_id, record.id, std::move(answer->json)}),
+           nullptr, false, std::move(answer->charge)});
 }
 
 void NativeApi::Send(const std::string& identity, const client::Message& m) {

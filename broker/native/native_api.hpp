@@ -2,12 +2,12 @@
 // the client protocol (common/protocol/client_messages.hpp, docs/protocol.md
 // "Client protocol") for clients that need the highest rate.
 //
-//   ASSIGN_OR_RETURN(auto native, NativeApi::Create(config, &ctx, stores, &dispatcher, &waiters));
+//   ASSIGN_OR_RETURN(auto native, NativeApi::Create(config, &ctx, &service, &follower, &unread));
 //   std::jthread t([&](std::stop_token st) { native->Run(st); });
 //
-// Requests: submit (the same checks and scheduling as POST /v1/executions,
-// through SubmitService), subscribe (stored output, then live output, then
-// exactly one result), cancel, get. Every reply echoes the request's
+// Requests: submit, cancel and get (served by ExecutionService, as the HTTP
+// API's are), subscribe (stored output, then live output, then exactly one
+// result). Every reply echoes the request's
 // request_id, so a DEALER may keep many requests in flight. A frame that does
 // not decode is answered with an INVALID_REQUEST error and changes nothing.
 //
@@ -47,11 +47,10 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "broker/api/submit_service.hpp"
 #include "broker/config.hpp"
 #include "broker/native/client_connections.hpp"
 #include "broker/native/native_subscription.hpp"
-#include "broker/scheduler/dispatcher.hpp"
+#include "broker/service/execution_service.hpp"
 #include "broker/stream/output_follower.hpp"
 #include "common/protocol/client_messages.hpp"
 #include "common/status.hpp"
@@ -80,9 +79,8 @@ class NativeApi {
 
   // Binds config.native.endpoint (which must not be empty).
   static common::StatusOr<std::unique_ptr<NativeApi>> Create(
-      const BrokerConfig& config, zmq::context_t* ctx, DispatcherStores stores,
-      Dispatcher* dispatcher, JobWaiters* waiters, OutputFollower* follower, UnreadBudget* unread,
-      BrokerMetrics* metrics = nullptr, Governance governance = {});
+      const BrokerConfig& config, zmq::context_t* ctx, ExecutionService* service,
+      OutputFollower* follower, UnreadBudget* unread, BrokerMetrics* metrics = nullptr);
   ~NativeApi();
   NativeApi(const NativeApi&) = delete;
   NativeApi& operator=(const NativeApi&) = delete;
@@ -104,9 +102,8 @@ class NativeApi {
     int fd = -1;  // the connection its last request came from (-1: unknown)
   };
 
-  NativeApi(const BrokerConfig& config, zmq::context_t* ctx, DispatcherStores stores,
-            Dispatcher* dispatcher, JobWaiters* waiters, OutputFollower* follower,
-            UnreadBudget* unread, BrokerMetrics* metrics, Governance governance);
+  NativeApi(const BrokerConfig& config, zmq::context_t* ctx, ExecutionService* service,
+            OutputFollower* follower, UnreadBudget* unread, BrokerMetrics* metrics);
 
   // Loop thread. `fd` is the connection a frame came from (-1: unknown).
   void HandleFrame(const std::string& identity, int fd, std::string_view frame);
@@ -122,15 +119,11 @@ class NativeApi {
                 const common::protocol::client::Cancel& m);
   void OnGet(const std::string& identity, const Caller& caller,
              const common::protocol::client::Get& m);
-  // The job if the caller may see it (another tenant's is NOT_FOUND).
-  common::StatusOr<JobRecord> LoadFor(const Caller& caller, const std::string& id);
   // Answers with a record, charged to the caller's UnreadBudget (over it:
   // RATE_LIMITED instead).
   void SendRecord(const std::string& identity, const Caller& caller, uint64_t request_id,
                   const JobRecord& record);
   size_t UnreadLimit(const std::string& tenant) const;
-  // `bytes` against the caller's UnreadBudget, or RATE_LIMITED saying why.
-  common::StatusOr<UnreadBudget::Charge> ChargeRecord(const Caller& caller, size_t bytes);
   void Send(const std::string& identity, const common::protocol::client::Message& m);
   void SendFrame(const std::string& identity, std::string_view frame);
   void SendError(const std::string& identity, uint64_t request_id, const common::Status& st,
@@ -158,11 +151,8 @@ class NativeApi {
 
   const BrokerConfig& config_;
   zmq::context_t* ctx_;
-  JobStore* store_;
-  ScheduleStore* schedule_;
-  Dispatcher* dispatcher_;
+  ExecutionService* service_;
   BrokerMetrics* metrics_;  // may be null
-  SubmitService submits_;
   OutputFollower* follower_;
   UnreadBudget* unread_;
   zmq::socket_t router_;

@@ -1,6 +1,6 @@
 // libFuzzer target for the JSON a client hands the broker: ParseJson
 // (common/json/bounded_json.hpp) and the POST /v1/executions body
-// (broker/api/submit_request.hpp, also the native Submit's request_json).
+// (broker/service/submit_request.hpp, also the native Submit's request_json).
 //
 //   tests/fuzz/fuzz.sh build-fuzz 600 submit_fuzz   # build, then fuzz for 10 minutes
 //
@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include "broker/api/submit_request.hpp"
+#include "broker/service/submit_request.hpp"
 #include "broker/config.hpp"
 #include "broker/job/job.hpp"
 #include "common/identifier.hpp"

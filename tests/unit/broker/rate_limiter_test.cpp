@@ -1,4 +1,4 @@
-#include "broker/api/rate_limiter.hpp"
+#include "broker/service/rate_limiter.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,10 +1,10 @@
-#include "broker/api/submit_service.hpp"
+#include "broker/service/submit_service.hpp"
 
 #include <algorithm>
 
-#include "broker/api/submit_request.hpp"
 #include "broker/job/lifecycle.hpp"
 #include "broker/metrics/broker_metrics.hpp"
+#include "broker/service/submit_request.hpp"
 #include "common/clock.hpp"
 
 namespace kiln::broker {

@@ -1,4 +1,4 @@
-#include "broker/api/submit_request.hpp"
+#include "broker/service/submit_request.hpp"
 
 #include <map>
 #include <set>

@@ -1,5 +1,5 @@
-// SubmitService: the checks and the scheduling of a new execution, shared by
-// the HTTP API (POST /v1/executions) and the native client API.
+// SubmitService: the checks and the scheduling of a new execution: the part of
+// ExecutionService (used by both front ends) that submits.
 //
 //   SubmitService submits(config, stores, &dispatcher, &waiters, metrics, governance);
 //   ASSIGN_OR_RETURN(Caller caller, AuthenticateToken(config, token));
@@ -19,12 +19,12 @@
 #include <string>
 #include <string_view>
 
-#include "broker/api/rate_limiter.hpp"
 #include "broker/config.hpp"
 #include "broker/policy/policy.hpp"
 #include "broker/scheduler/audit_writer.hpp"
 #include "broker/scheduler/dispatcher.hpp"
 #include "broker/scheduler/job_waiters.hpp"
+#include "broker/service/rate_limiter.hpp"
 #include "broker/store/audit_store.hpp"
 #include "common/status.hpp"
 

@@ -1,0 +1,164 @@
+// The routes of HttpApi that serve operators and the cluster's state:
+// approvals, the audit trail, capabilities, workers, health and metrics
+// (HttpApi's handlers; the execution routes are in http_api.cpp).
+#include <charconv>
+
+#include "broker/api/http_api.hpp"
+#include "broker/api/http_call.hpp"
+#include "broker/metrics/broker_metrics.hpp"
+#include "common/json/bounded_json.hpp"
+
+namespace kiln::broker {
+namespace {
+
+using common::Code;
+using common::Status;
+using nlohmann::json;
+
+// How long GET /v1/health waits for Redis to answer a PING.
+constexpr auto kHealthWait = std::chrono::milliseconds(500);
+
+}  // namespace
+
+void HttpApi::Approve(Call& call) {
+  bool trust = false;
+  const std::string body_text = call.ex->TakeBody();
+  if (!body_text.empty()) {
+    auto body = common::ParseJson(body_text, {}, "request body");
+    if (!body.ok()) return call.Fail(body.status());
+    if (!body->is_object()) return call.Fail(common::InvalidRequest("body must be a JSON object"));
+    for (const auto& [key, value] : body->items()) {
+      if (key != "trust_session") {
+        return call.Fail(common::InvalidRequest("unknown field '" + key + "'"));
+      }
+      if (!value.is_boolean()) {
+        return call.Fail(common::InvalidRequest("trust_session: expected true or false"));
+      }
+      trust = value.get<bool>();
+    }
+  }
+  const std::string& id = call.params.at(0);
+  auto status = service_->Approve(call.caller, id, trust);
+  if (!status.ok()) return call.Fail(status.status());
+  // Its session went away meanwhile: it ended cancelled, nothing to trust.
+  if (*status == "cancelled") return call.Reply(200, {{"id", id}, {"status", *status}});
+  call.Reply(200, {{"id", id}, {"status", *status}, {"trust_session", trust}});
+}
+
+void HttpApi::Deny(Call& call) {
+  auto record = service_->Deny(call.caller, call.params.at(0));
+  if (!record.ok()) return call.Fail(record.status());
+  call.Reply(200, record->ToJson());
+}
+
+void HttpApi::ListApprovals(Call& call) {
+  auto pending = service_->PendingApprovals(500);
+  if (!pending.ok()) return call.Fail(pending.status());
+  json list = json::array();
+  for (const auto& p : *pending) {
+    const JobSpec& spec = p.spec;
+    list.push_back({{"id", p.id},
+                    {"tenant", spec.tenant},
+                    {"language", spec.language},
+                    {"session_id", spec.session_id.empty() ? json(nullptr) : json(spec.session_id)},
+                    {"code", spec.code},
+                    {"warnings", spec.warnings},
+                    {"created_at", spec.created_ms},
+                    {"expires_at", p.expires_ms}});
+  }
+  call.Reply(200, {{"approvals", list}});
+}
+
+void HttpApi::ReadAudit(Call& call) {
+  size_t count = 500;
+  if (call.req().query.count("count")) {
+    const std::string c = call.req().Param("count");
+    auto [p, ec] = std::from_chars(c.data(), c.data() + c.size(), count);
+    if (ec != std::errc() || p != c.data() + c.size() || count == 0 || count > 10000) {
+      return call.Fail(common::InvalidRequest("count: 1-10000"));
+    }
+  }
+  auto page = service_->ReadAudit(call.req().Param("after"), count);
+  if (!page.ok()) return call.Fail(page.status());
+  json entries = json::array();
+  for (const auto& e : page->entries) entries.push_back(e.ToExportJson());
+  call.Reply(200,
+             {{"entries", entries},
+              {"anchor", page->anchor},
+              {"head", page->head},
+              {"next", page->entries.empty() ? json(nullptr) : json(page->entries.back().id)}});
+}
+
+void HttpApi::VerifyAudit(Call& call) {
+  auto report = service_->VerifyAudit();
+  if (!report.ok()) return call.Fail(report.status());
+  json body = {{"ok", !report->broken}, {"checked", report->checked}, {"broken", nullptr}};
+  if (report->broken) {
+    body["broken"] = {{"index", report->broken->index},
+                      {"id", report->broken->id},
+                      {"reason", report->broken->reason}};
+  }
+  call.Reply(200, body);
+}
+
+void HttpApi::Capabilities(Call& call) {
+  const TenantConfig* t = call.caller.admin ? nullptr : FindTenant(config_, call.caller.tenant);
+  call.Reply(200, {{"tenant", t ? json(t->name) : json(nullptr)},
+                   {"code_execution", t != nullptr && t->enabled},
+                   {"auto_approve", t != nullptr && t->auto_approve},
+                   {"isolation", t ? json(t->isolation) : json(nullptr)},
+                   // What this tenant's jobs can run on: its own level's workers.
+                   {"runtimes",
+                    t ? deps_.dispatcher->RuntimesAt(t->isolation) : deps_.dispatcher->Runtimes()},
+                   {"isolation_levels", deps_.dispatcher->IsolationLevels()}});
+}
+
+void HttpApi::ListWorkers(Call& call) {
+  json workers = json::array();
+  for (const auto& w : deps_.dispatcher->Workers()) {
+    workers.push_back({{"id", w.id},
+                       {"hostname", w.hostname},
+                       {"runtimes", w.runtimes},
+                       {"sandbox_layers", w.sandbox_layers},
+                       {"isolation", w.isolation},
+                       {"slots", w.slots},
+                       {"running", w.running},
+                       {"load", w.slots ? static_cast<double>(w.running) / w.slots : 0.0},
+                       {"draining", w.draining},
+                       {"registered_at_ms", w.registered_at_ms},
+                       {"last_heartbeat_ms", w.last_heartbeat_ms},
+                       {"metrics_endpoint", w.metrics_endpoint}});
+  }
+  call.Reply(200, {{"workers", workers}});
+}
+
+void HttpApi::Metrics(Call& call) {
+  if (!deps_.metrics) return call.Fail(common::NotFound("metrics are off"));
+  deps_.metrics->SetHttpFront(server_->connections(), server_->reserve_connections(),
+                              waits_.total(), streams_.total(),
+                              deps_.follower ? deps_.follower->size() : 0);
+  call.ex->Reply(HttpResponse{200, deps_.metrics->Render(), "text/plain; version=0.0.4", {}});
+}
+
+void HttpApi::Health(Call& call) {
+  // Never a Redis call on this thread: the probe pings (one PING for every
+  // health request waiting), and a PING slower than kHealthWait is an answer
+  // too — health answers within it while Redis stalls.
+  auto answer = [this, ex = call.ex](const RedisProbe::State& redis) {
+    json body = {
+        {"status", redis.ok ? "ok" : "unavailable"},
+        {"redis", redis.ok ? "ok" : redis.error},
+        {"workers", deps_.dispatcher->Workers().size()},
+        {"queued", deps_.dispatcher->QueueDepth()}};      // every tenant's, as of the last tick
+    ex->Reply(JsonResponse(redis.ok ? 200 : 503, body));  // the first answer wins
+  };
+  if (!deps_.probe) return answer(RedisProbe::State{true});
+  deps_.probe->Fresh(answer);
+  server_->After(kHealthWait, [answer] {
+    RedisProbe::State late;
+    late.error = "redis: no answer to PING within " + std::to_string(kHealthWait.count()) + " ms";
+    answer(late);
+  });
+}
+
+}  // namespace kiln::broker

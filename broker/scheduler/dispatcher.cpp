@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <limits>
 #include <set>
 #include <thread>
 #include <type_traits>
@@ -13,7 +12,7 @@
 #include "broker/job/isolation.hpp"
 #include "broker/job/lifecycle.hpp"
 #include "broker/metrics/broker_metrics.hpp"
-#include "broker/scheduler/audit_writer.hpp"
+#include "broker/scheduler/scheduler_log.hpp"
 #include "common/clock.hpp"
 #include "common/json/bounded_json.hpp"
 #include "common/log/logging.hpp"
@@ -23,34 +22,16 @@ namespace kiln::broker {
 namespace {
 
 namespace protocol = common::protocol;
+using namespace scheduler_log;
 using common::Code;
 
 constexpr int kMaxMessagesPerPoll = 256;
-// A job whose worker is alive but sends no result this long after the job's
-// timeout is ended by the broker (exactly one terminal state, always).
-constexpr int64_t kResultGraceMs = 30'000;
-// A job running on this broker's name that it does not hold is adopted once
-// it started this long ago (a job just started waits in the inbox a moment).
-constexpr int64_t kStrayAfterMs = 10'000;
-// Submits whose answer was lost are looked up for this long, at most this many.
-constexpr int64_t kUnconfirmedForMs = 60'000;
+// Submits whose answer was lost are looked up, at most this many.
 constexpr size_t kMaxUnconfirmed = 10'000;
 
 double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
-
-// Scheduling and workers; one line per job end and per job mishap under "jobs".
-const common::SubsystemLog kLog("scheduler");
-const common::SubsystemLog kJobsLog("jobs");
-
-// Lines a worker (or anyone who can reach the worker endpoint) can trigger at
-// will go through a LogLimiter: this many per window at each call site.
-constexpr uint32_t kHostileLines = 10;
-// Registrations and disconnects are routine: a roomier budget, so a
-// cluster's start is logged in full.
-constexpr uint32_t kRoutineLines = 100;
-constexpr auto kLogWindow = std::chrono::seconds(10);
 
 }  // namespace
 
@@ -81,6 +62,12 @@ Dispatcher::Dispatcher(DispatcherOptions options, common::UniqueFd wake, Dispatc
       stores_(stores),
       waiters_(waiters),
       output_(options_.output_buffer_job_bytes, options_.output_buffer_bytes),
+      finisher_(stores.jobs, stores.schedule, waiters, options_.metrics, options_.audit,
+                options_.max_unsaved_bytes,
+                {.candidates = [this] { return Candidates(); },
+                 .start = [this](const std::vector<StartedJob>& s) { StartAll(s); },
+                 .ack = [this](const std::string& worker,
+                               const std::string& id) { Send(worker, protocol::ResultAck{id}); }}),
       renewals_(static_cast<int64_t>(options_.heartbeat_interval.count()) * options_.liveness) {}
 
 Dispatcher::~Dispatcher() = default;
@@ -116,40 +103,6 @@ void Dispatcher::Unconfirmed(std::string job_id, int64_t decided_ms) {
   std::lock_guard lock(mu_);
   if (unconfirmed_.size() >= kMaxUnconfirmed) unconfirmed_.pop_front();
   unconfirmed_.emplace_back(std::move(job_id), decided_ms);
-}
-
-void Dispatcher::ResolveUnconfirmed() {
-  std::deque<std::pair<std::string, int64_t>> todo;
-  {
-    std::lock_guard lock(mu_);
-    todo.swap(unconfirmed_);
-  }
-  const int64_t now = common::NowMs();
-  while (!todo.empty()) {
-    auto [id, decided_ms] = todo.front();
-    auto record = stores_.jobs->Load(id);
-    if (!record.ok() && record.status().code() != Code::kNotFound) {
-      if (options_.metrics) options_.metrics->RedisError();
-      break;  // Redis still away: the rest wait too
-    }
-    todo.pop_front();
-    // Not stored (the script never ran, or ran too late), queued (any pump
-    // starts it), ended, or held here: nothing to do.
-    if (!record.ok() || record->status != JobStatus::kRunning || in_flight_.count(id)) continue;
-    auto spec = stores_.jobs->LoadSpec(id);
-    if (!spec.ok()) continue;  // a stray for the tick to adopt
-    kJobsLog.Info({.job = id, .tenant = spec->tenant, .worker = record->worker},
-                  "a submit whose answer was lost started the job: sending it");
-    std::optional<SessionEpoch> epoch;
-    if (record->session_epoch)
-      epoch = SessionEpoch{record->session_incarnation, *record->session_epoch};
-    SendStart({std::move(*spec), record->worker, epoch, decided_ms});
-  }
-  // Given up after a while (the tick adopts strays); kept in order otherwise.
-  std::lock_guard lock(mu_);
-  for (auto it = todo.rbegin(); it != todo.rend(); ++it) {
-    if (now - it->second < kUnconfirmedForMs) unconfirmed_.push_front(std::move(*it));
-  }
 }
 
 void Dispatcher::Poke() {
@@ -222,24 +175,7 @@ std::vector<std::string> Dispatcher::RuntimesAt(std::string_view level) const {
 }
 
 common::StatusOr<FinishOutcome> Dispatcher::EndJob(const JobTransition& t) {
-  const JobRecord& record = t.record;
-  const FinishExpect expect = t.from == JobStatus::kQueued ? FinishExpect::kQueued
-                              : t.from == JobStatus::kAwaitingApproval
-                                  ? FinishExpect::kAwaitingApproval
-                                  : FinishExpect::kAny;
-  auto t0 = Clock::now();
-  auto out = stores_.schedule->Finish(record, expect, Candidates(), common::NowMs());
-  if (options_.metrics) options_.metrics->RedisCall("finish", SecondsSince(t0));
-  if (!out.ok()) {
-    if (options_.metrics) options_.metrics->RedisError();
-    return out.status();
-  }
-  if (out->kind == FinishOutcome::Kind::kStored) {
-    Counted(record, out->approval, nullptr);
-    waiters_->Notify(record);
-  }
-  StartAll(out->started);
-  return out;
+  return finisher_.EndJob(t);
 }
 
 common::StatusOr<ApproveOutcome> Dispatcher::Approve(const std::string& job_id, bool trust_session,
@@ -256,20 +192,6 @@ common::StatusOr<ApproveOutcome> Dispatcher::Approve(const std::string& job_id, 
     Poke();
   }
   return out;
-}
-
-void Dispatcher::ExpireApprovals(const std::vector<std::string>& ids) {
-  for (const auto& id : ids) {
-    auto record = stores_.jobs->Load(id);
-    if (!record.ok()) continue;
-    auto t = JobLifecycle::Apply(*record,
-                                 {.event = JobEvent::kApprovalExpired, .now_ms = common::NowMs()});
-    if (!t.ok() || !t->Has(JobAction::kStoreEnd)) continue;
-    auto out = EndJob(*t);
-    if (out.ok() && out->kind == FinishOutcome::Kind::kStored && options_.metrics) {
-      options_.metrics->Approval(record->tenant, "expired");
-    }
-  }
 }
 
 void Dispatcher::Run(std::stop_token stop) {
@@ -309,7 +231,7 @@ void Dispatcher::Run(std::stop_token stop) {
     if (!output_.empty()) StoreOutput(output_.TakeSome(options_.output_flush_bytes));
     if (options_.metrics) {
       options_.metrics->SetOutputPending(output_.bytes());
-      options_.metrics->SetResultsUnsaved(unsaved_.size());
+      options_.metrics->SetResultsUnsaved(finisher_.unsaved());
     }
   }
   // Workers are told we are going (by the gateway, as it stops), so they
@@ -385,7 +307,7 @@ void Dispatcher::SendStart(StartRequest req) {
                                                " restarted before this execution reached it",
                                      .worker = req.worker,
                                      .session_epoch = req.session_epoch});
-    if (lost.ok()) Finish(std::move(lost->record));
+    if (lost.ok()) finisher_.Finish(std::move(lost->record));
     return;
   }
   // If the gateway cannot hand it over, an Undeliverable event requeues it.
@@ -532,7 +454,9 @@ void Dispatcher::OnResult(WorkerResult& e) {
   in_flight_.erase(it);
   table_.Release(identity, res.job_id);
   RenewEpoch(res, &record);
-  Finish(std::move(record), res.session_reset, &spec, identity, &stored);
+  finisher_.Finish(
+      std::move(record),
+      {.session_reset = res.session_reset, .spec = &spec, .worker = identity, .stored = &stored});
 }
 
 void Dispatcher::RenewEpoch(const protocol::Result& res, JobRecord* record) {
@@ -584,141 +508,13 @@ void Dispatcher::FinishForeign(const std::string& identity, const protocol::Resu
   RenewEpoch(res, &ended);
   kJobsLog.Info({.job = res.job_id, .tenant = ended.tenant, .worker = identity},
                 "storing the result of a job another broker dispatched");
-  Finish(std::move(ended), res.session_reset, nullptr, identity);
+  finisher_.Finish(std::move(ended), {.session_reset = res.session_reset, .worker = identity});
 }
 
 void Dispatcher::OnGone(WorkerGone& e) {
   auto jobs = table_.Remove(e.worker);
   LoseWorker(e.worker, jobs, e.why, e.expired);
   PublishWorkers();
-}
-
-void Dispatcher::Tick() {
-  // Terminal records Redis refused earlier, oldest first; the first refusal
-  // ends the round (Redis is still away: each call would wait its timeout).
-  while (!unsaved_.empty()) {
-    Unsaved& u = unsaved_.front();
-    if (!TryFinish(u.record, u.session_reset, nullptr, u.worker, nullptr)) break;
-    unsaved_bytes_ -= u.bytes;
-    unsaved_.pop_front();
-  }
-  ResolveUnconfirmed();
-  while (!sessions_to_lose_.empty()) {
-    const std::string worker = *sessions_to_lose_.begin();
-    if (!LoseSessions(worker)) break;
-    sessions_to_lose_.erase(worker);
-    table_.SetSessionsFrom(worker, common::NowMs());
-  }
-  PublishWorkers();
-  if (auto st = stores_.schedule->PublishTenants(options_.tenant_shares); !st.ok()) {
-    if (options_.metrics) options_.metrics->RedisError();
-  }
-  RenewLeases();
-  // Take over only once workers have had a liveness window to register
-  // here: adopted jobs need their workers known.
-  if (Clock::now() - started_at_ > options_.heartbeat_interval * options_.liveness) {
-    // Our own jobs of a previous run are adopted once, when Redis answers.
-    if (TakeOver(!took_over_self_)) took_over_self_ = true;
-  }
-  FailOverdue();
-}
-
-void Dispatcher::RenewLeases() {
-  std::vector<InFlightRef> refs;
-  refs.reserve(in_flight_.size());
-  for (const auto& [id, f] : in_flight_) refs.push_back({id, f.spec.tenant, f.worker});
-  const int64_t dead_after =
-      static_cast<int64_t>(options_.heartbeat_interval.count()) * options_.liveness;
-  auto t0 = Clock::now();
-  std::vector<std::string> workers;
-  for (const auto& [id, w] : table_.workers()) workers.push_back(id);
-  const int64_t now_ms = common::NowMs();
-  auto tick = stores_.schedule->Tick(refs, now_ms, dead_after, workers, now_ms - kStrayAfterMs);
-  if (options_.metrics) options_.metrics->RedisCall("tick", SecondsSince(t0));
-  if (!tick.ok()) {
-    if (options_.metrics) options_.metrics->RedisError();
-    static common::LogLimiter limit(kHostileLines, kLogWindow);
-    kLog.Warn(limit, {}, "could not renew leases: {}", tick.status().ToString());
-    return;
-  }
-  renewals_.Answered(common::NowMs());
-  for (const auto& id : tick->not_owned) {
-    // Ended elsewhere (its result reached another broker) or taken over.
-    auto it = in_flight_.find(id);
-    if (it == in_flight_.end()) continue;
-    table_.Release(it->second.worker, id);
-    in_flight_.erase(it);
-  }
-  AdoptStrays(tick->strays);
-  size_t queued = 0;
-  for (const auto& t : tick->tenants) queued += t.queued;
-  {
-    std::lock_guard lock(mu_);
-    queued_total_ = queued;
-  }
-  if (queued > 0) pump_due_ = true;
-  if (options_.metrics) options_.metrics->SetSchedule(*tick);
-  ExpireApprovals(tick->approvals_expired);
-  for (const auto& [worker, sid] : tick->sessions_expired) {
-    kLog.Info({.session = sid, .worker = worker}, "session expired: closing it");
-    Send(worker, protocol::CloseSession{sid});
-  }
-}
-
-bool Dispatcher::TakeOver(bool include_self) {
-  if (!renewals_.MayClaim(common::NowMs())) return false;
-  const int64_t dead_after =
-      static_cast<int64_t>(options_.heartbeat_interval.count()) * options_.liveness;
-  auto claimed = stores_.schedule->Claim(common::NowMs() - dead_after, include_self);
-  if (!claimed.ok()) {
-    if (options_.metrics) options_.metrics->RedisError();
-    return false;
-  }
-  if (claimed->empty()) return true;
-  for (const auto& [id, worker] : *claimed) {
-    if (Adopt(id, "took over the job from a broker that stopped") && options_.metrics) {
-      options_.metrics->TakenOver();
-    }
-  }
-  // Renew the adopted leases now, before they run out.
-  RenewLeases();
-  return true;
-}
-
-bool Dispatcher::Adopt(const std::string& id, const char* why) {
-  if (in_flight_.count(id)) return false;
-  {
-    // Started by this process a moment ago, not sent yet (on start-up our
-    // own in-flight hash is claimed, and it holds those too).
-    std::lock_guard lock(mu_);
-    for (const auto& req : inbox_) {
-      if (req.spec.id == id) return false;
-    }
-  }
-  auto spec = stores_.jobs->LoadSpec(id);
-  auto record = stores_.jobs->Load(id);
-  if (!spec.ok() || !record.ok() || record->status != JobStatus::kRunning) return false;
-  const std::string worker = record->worker;
-  kJobsLog.Warn({.job = id, .tenant = record->tenant, .worker = worker}, "{}", why);
-  in_flight_.emplace(id, InFlight{std::move(*spec), std::move(*record), worker});
-  if (!table_.Known(worker)) {
-    LoseWorker(worker, {id}, "its worker is not connected");
-  } else {
-    // Its result ends it; if the worker never had it, the overdue check does.
-    table_.Assign(worker, id, common::NowMs());
-  }
-  return true;
-}
-
-void Dispatcher::AdoptStrays(const std::vector<std::string>& strays) {
-  if (strays.empty()) return;
-  std::set<std::string> ending;  // ended here, waiting for Redis: not strays
-  for (const auto& u : unsaved_) ending.insert(u.record.id);
-  for (const auto& id : strays) {
-    if (ending.count(id) == 0) {
-      Adopt(id, "adopted a job running on this broker's name that it did not hold");
-    }
-  }
 }
 
 void Dispatcher::Pump() {
@@ -748,157 +544,6 @@ bool Dispatcher::Requeue(const std::string& job_id) {
   StartAll(*started);
   pump_due_ = true;
   return true;
-}
-
-void Dispatcher::FailOverdue() {
-  const int64_t now = common::NowMs();
-  std::vector<std::string> overdue;
-  for (const auto& [id, f] : in_flight_) {
-    const int64_t limit = static_cast<int64_t>(f.spec.limits.timeout_ms) + kResultGraceMs;
-    if (now - f.record.started_ms > limit) overdue.push_back(id);
-  }
-  for (const auto& id : overdue) {
-    auto it = in_flight_.find(id);
-    InFlight f = std::move(it->second);
-    in_flight_.erase(it);
-    table_.Release(f.worker, id);
-    Send(f.worker, protocol::Cancel{id});
-    kJobsLog.Error({.job = id, .tenant = f.record.tenant, .worker = f.record.worker},
-                   "no result {} ms after the timeout: ending the job", kResultGraceMs);
-    auto t = JobLifecycle::Apply(std::move(f.record), {.event = JobEvent::kOverdue, .now_ms = now});
-    if (t.ok()) Finish(std::move(t->record));
-  }
-}
-
-size_t Dispatcher::LoseJobs(const std::string& worker, const std::vector<std::string>& job_ids,
-                            const std::string& why) {
-  size_t lost = 0;
-  for (const auto& id : job_ids) {
-    auto it = in_flight_.find(id);
-    if (it == in_flight_.end()) continue;
-    auto t = JobLifecycle::Apply(
-        std::move(it->second.record),
-        {.event = JobEvent::kWorkerLost, .now_ms = common::NowMs(), .detail = why});
-    in_flight_.erase(it);
-    if (!t.ok()) continue;
-    const JobRecord& r = t->record;
-    kJobsLog.Warn({.job = id, .session = r.session_id, .tenant = r.tenant, .worker = worker},
-                  "job lost with its worker");
-    Finish(std::move(t->record));
-    ++lost;
-  }
-  if (options_.metrics && lost > 0) options_.metrics->JobsWorkerLost(lost);
-  return lost;
-}
-
-void Dispatcher::LoseWorker(const std::string& worker, const std::vector<std::string>& job_ids,
-                            const std::string& why, bool expired) {
-  const size_t lost = LoseJobs(worker, job_ids, why);
-  if (options_.metrics && (expired || lost > 0)) {
-    options_.metrics->WorkerLost();
-  }
-  if (!LoseSessions(worker)) {
-    // Retried every tick; meanwhile no session execution goes to it.
-    sessions_to_lose_.insert(worker);
-    table_.SetSessionsFrom(worker, std::numeric_limits<int64_t>::max());
-  }
-}
-
-bool Dispatcher::LoseSessions(const std::string& worker) {
-  // Its sessions' state is gone; their queued executions can never run.
-  auto queued = stores_.sessions->LoseWorker(worker);
-  if (!queued.ok()) {
-    if (options_.metrics) options_.metrics->RedisError();
-    static common::LogLimiter limit(kHostileLines, kLogWindow);
-    kLog.Error(limit, {.worker = worker}, "could not mark the worker's sessions lost: {}",
-               queued.status().ToString());
-    return false;
-  }
-  for (const auto& id : *queued) {
-    auto spec = stores_.jobs->LoadSpec(id);
-    if (spec.ok()) EndLostExecution(*spec);
-  }
-  return true;
-}
-
-void Dispatcher::EndLostExecution(const JobSpec& spec) {
-  auto t = JobLifecycle::Apply(JobRecord::Queued(spec),
-                               {.event = JobEvent::kSessionLost,
-                                .now_ms = common::NowMs(),
-                                .detail = "the worker holding session " + spec.session_id +
-                                          " was lost before this execution started"});
-  // If Redis refuses, the next pump names the execution again.
-  if (t.ok()) (void)EndJob(*t);
-}
-
-void Dispatcher::Finish(JobRecord record, bool session_reset, const JobSpec* spec,
-                        const std::string& worker, const StoredOutput* stored) {
-  if (TryFinish(record, session_reset, spec, worker, stored)) return;
-  kJobsLog.Error({.job = record.id, .tenant = record.tenant},
-                 "could not store the result (kept in memory, retried every tick)");
-  // Waiters get it now; Redis gets it on a later tick.
-  waiters_->Notify(record);
-  const size_t bytes = record.stdout_data.size() + record.stderr_data.size() + 4096;
-  if (unsaved_bytes_ + bytes > options_.max_unsaved_bytes) {
-    // Bounded: the worker keeps an unacknowledged Result and sends it again;
-    // an end with no Result (WORKER_LOST, overdue) is decided again by the
-    // broker that owns the job when its lease or overdue check comes round.
-    static common::LogLimiter limit(kHostileLines, kLogWindow);
-    kJobsLog.Error(limit, {.job = record.id},
-                   "{} bytes of results wait for Redis: not keeping this one", unsaved_bytes_);
-    return;
-  }
-  unsaved_bytes_ += bytes;
-  unsaved_.push_back(Unsaved{std::move(record), session_reset, worker, bytes});
-}
-
-bool Dispatcher::TryFinish(const JobRecord& record, bool session_reset, const JobSpec* spec,
-                           const std::string& worker, const StoredOutput* stored) {
-  auto t0 = Clock::now();
-  if (!worker.empty()) {
-    // The stream gets what it lacks of the output before the end is stored:
-    // a subscriber reads every byte, then the end.
-    static const StoredOutput kNothing;
-    auto st = stores_.jobs->CompleteOutput(record.id, record.stdout_data, record.stderr_data,
-                                           stored ? *stored : kNothing);
-    if (!st.ok()) {
-      if (options_.metrics) options_.metrics->RedisError();
-      return false;
-    }
-  }
-  auto out = stores_.schedule->Finish(record, FinishExpect::kAny, Candidates(), common::NowMs(),
-                                      session_reset);
-  if (options_.metrics) options_.metrics->RedisCall("finish", SecondsSince(t0));
-  if (!out.ok()) {
-    if (options_.metrics) options_.metrics->RedisError();
-    return false;
-  }
-  if (out->kind == FinishOutcome::Kind::kStored) {
-    Counted(record, out->approval, spec);
-    waiters_->Notify(record);
-  } else if (out->kind == FinishOutcome::Kind::kEnded) {
-    kJobsLog.Info({.job = record.id, .tenant = record.tenant},
-                  "the job had already ended ({}); its later end is dropped", out->status);
-  }
-  if (!worker.empty()) Send(worker, protocol::ResultAck{record.id});
-  StartAll(out->started);
-  return true;
-}
-
-void Dispatcher::Counted(const JobRecord& record, const std::string& approval,
-                         const JobSpec* spec) {
-  if (options_.metrics) options_.metrics->Finished(record);
-  if (kJobsLog.enabled(spdlog::level::info)) {
-    kJobsLog.Info({.job = record.id,
-                   .session = record.session_id,
-                   .tenant = record.tenant,
-                   .worker = record.worker},
-                  "job ended: {} {}{}{} in {:.1f} ms", record.language,
-                  JobStatusName(record.status), record.error ? " " : "",
-                  record.error ? record.error->code : std::string(),
-                  record.duration_ms.value_or(0));
-  }
-  if (options_.audit) options_.audit->Add(record, spec, approval);
 }
 
 void Dispatcher::PublishWorkers() {

@@ -11,19 +11,19 @@
 //
 // The gateway hands over registrations, heartbeats, Results and deaths as
 // events, and output chunks through an OutputBuffer this loop stores from,
-// a budget at a time, a job's chunks always before its end. A terminal
-// record goes through Finish(): the job's output stream is completed from
-// the record, then one script stores it, releases its slots and starts
-// queued jobs, before waiters are told, so whatever a client reads back is
-// stored; then the worker gets a ResultAck (until then it keeps the Result
-// and sends it again after every reconnect). When Redis refuses a record it
-// is kept in memory (bounded) and retried every tick. A worker the gateway
+// a budget at a time, a job's chunks always before its end. What a Result
+// (or a loss) means for the job is JobLifecycle's decision; the terminal
+// record goes through the JobFinisher, which stores it before waiters are
+// told, so whatever a client reads back is stored; then the worker gets a
+// ResultAck (until then it keeps the Result and sends it again after every
+// reconnect). When Redis refuses a record it is kept in memory (bounded) and
+// retried every tick. A worker the gateway
 // declares dead (silent for heartbeat_interval x liveness) has its running
 // jobs end WORKER_LOST (they are not re-run: code may have side effects) and
 // its sessions lost; a worker that reconnects as the same incarnation keeps
 // the jobs it says it holds. Every tick renews this broker's leases and
 // registration in Redis and takes over the jobs of brokers that stopped
-// renewing theirs.
+// renewing theirs (dispatcher_recovery.cpp).
 // Run() belongs to one thread (it runs the gateway on another); every other
 // method is thread-safe (they post to the loop through an eventfd-signalled
 // inbox, or read a snapshot).
@@ -44,6 +44,7 @@
 
 #include "broker/job/job.hpp"
 #include "broker/job/lifecycle.hpp"
+#include "broker/scheduler/job_finisher.hpp"
 #include "broker/scheduler/job_waiters.hpp"
 #include "broker/scheduler/output_buffer.hpp"
 #include "broker/scheduler/renewal_gate.hpp"
@@ -174,14 +175,6 @@ class Dispatcher {
     std::optional<SessionEpoch> session_epoch;
     int64_t decided_ms = 0;  // when the script that started it was sent
   };
-  // A terminal record Redis refused, retried every tick; `worker` gets the
-  // ResultAck once it is stored (empty: no Result to acknowledge).
-  struct Unsaved {
-    JobRecord record;
-    bool session_reset = false;
-    std::string worker;
-    size_t bytes = 0;
-  };
 
   Dispatcher(DispatcherOptions options, common::UniqueFd wake, DispatcherStores stores,
              JobWaiters* waiters);
@@ -233,19 +226,8 @@ class Dispatcher {
   // Ends these jobs WORKER_LOST (their worker no longer has them).
   size_t LoseJobs(const std::string& worker, const std::vector<std::string>& job_ids,
                   const std::string& why);
-  // Every terminal record of a job that ran passes here: its output stream
-  // is completed from it, one script stores it, releases its slots and
-  // starts queued jobs, then `worker` (if any) gets the ResultAck; kept in
-  // memory for a retry when Redis refuses it.
-  void Finish(JobRecord record, bool session_reset = false, const JobSpec* spec = nullptr,
-              const std::string& worker = "", const StoredOutput* stored = nullptr);
-  // False when Redis refused it (nothing was told to anyone).
-  bool TryFinish(const JobRecord& record, bool session_reset, const JobSpec* spec,
-                 const std::string& worker, const StoredOutput* stored);
   // A Result's session lost its state: the record gets a new session epoch.
   void RenewEpoch(const common::protocol::Result& res, JobRecord* record);
-  // A terminal record this broker stored: metrics and the audit trail.
-  void Counted(const JobRecord& record, const std::string& approval, const JobSpec* spec);
   void ExpireApprovals(const std::vector<std::string>& ids);
   void PublishWorkers();
 
@@ -255,13 +237,12 @@ class Dispatcher {
   JobWaiters* waiters_;
   OutputBuffer output_;
   std::unique_ptr<WorkerGateway> gateway_;
+  JobFinisher finisher_;  // every terminal record of a job
 
   // Loop-owned state.
   WorkerTable table_;
   std::map<std::string, InFlight> in_flight_;
-  std::deque<Unsaved> unsaved_;
   std::set<std::string> sessions_to_lose_;  // workers whose LoseSessions Redis refused
-  size_t unsaved_bytes_ = 0;
   Clock::time_point started_at_;
   RenewalGate renewals_;  // when we may take other brokers over
   Clock::time_point next_tick_;

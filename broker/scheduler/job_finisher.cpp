@@ -1,0 +1,145 @@
+#include "broker/scheduler/job_finisher.hpp"
+
+#include "broker/metrics/broker_metrics.hpp"
+#include "broker/scheduler/audit_writer.hpp"
+#include "broker/scheduler/scheduler_log.hpp"
+#include "common/clock.hpp"
+
+namespace kiln::broker {
+namespace {
+
+using namespace scheduler_log;
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// The state the finish script must find the job in for `t` to apply.
+FinishExpect ExpectFor(const JobTransition& t) {
+  switch (t.from) {
+    case JobStatus::kQueued:
+      return FinishExpect::kQueued;
+    case JobStatus::kAwaitingApproval:
+      return FinishExpect::kAwaitingApproval;
+    default:
+      return FinishExpect::kAny;
+  }
+}
+
+}  // namespace
+
+JobFinisher::JobFinisher(JobStore* jobs, ScheduleStore* schedule, JobWaiters* waiters,
+                         BrokerMetrics* metrics, AuditWriter* audit, size_t max_unsaved_bytes,
+                         FinisherHooks hooks)
+    : jobs_(jobs),
+      schedule_(schedule),
+      waiters_(waiters),
+      metrics_(metrics),
+      audit_(audit),
+      max_unsaved_bytes_(max_unsaved_bytes),
+      hooks_(std::move(hooks)) {}
+
+common::StatusOr<FinishOutcome> JobFinisher::EndJob(const JobTransition& t) {
+  const JobRecord& record = t.record;
+  auto t0 = Clock::now();
+  auto out = schedule_->Finish(record, ExpectFor(t), hooks_.candidates(), common::NowMs());
+  if (metrics_) metrics_->RedisCall("finish", SecondsSince(t0));
+  if (!out.ok()) {
+    if (metrics_) metrics_->RedisError();
+    return out.status();
+  }
+  if (out->kind == FinishOutcome::Kind::kStored) {
+    Counted(record, out->approval, nullptr);
+    waiters_->Notify(record);
+  }
+  hooks_.start(out->started);
+  return out;
+}
+
+void JobFinisher::Finish(JobRecord record, const FinishContext& ctx) {
+  if (TryFinish(record, ctx)) return;
+  kJobsLog.Error({.job = record.id, .tenant = record.tenant},
+                 "could not store the result (kept in memory, retried every tick)");
+  // Waiters get it now; Redis gets it on a later tick.
+  waiters_->Notify(record);
+  const size_t bytes = record.stdout_data.size() + record.stderr_data.size() + 4096;
+  if (unsaved_bytes_ + bytes > max_unsaved_bytes_) {
+    // Bounded: the worker keeps an unacknowledged Result and sends it again;
+    // an end with no Result (WORKER_LOST, overdue) is decided again by the
+    // broker that owns the job when its lease or overdue check comes round.
+    static common::LogLimiter limit(kHostileLines, kLogWindow);
+    kJobsLog.Error(limit, {.job = record.id},
+                   "{} bytes of results wait for Redis: not keeping this one", unsaved_bytes_);
+    return;
+  }
+  unsaved_bytes_ += bytes;
+  unsaved_.push_back(Unsaved{std::move(record), ctx.session_reset, ctx.worker, bytes});
+}
+
+void JobFinisher::RetryUnsaved() {
+  // The first refusal ends the round (Redis is still away: each call would
+  // wait its timeout).
+  while (!unsaved_.empty()) {
+    Unsaved& u = unsaved_.front();
+    if (!TryFinish(u.record, {.session_reset = u.session_reset, .worker = u.worker})) break;
+    unsaved_bytes_ -= u.bytes;
+    unsaved_.pop_front();
+  }
+}
+
+std::set<std::string> JobFinisher::UnsavedIds() const {
+  std::set<std::string> ids;
+  for (const auto& u : unsaved_) ids.insert(u.record.id);
+  return ids;
+}
+
+bool JobFinisher::TryFinish(const JobRecord& record, const FinishContext& ctx) {
+  auto t0 = Clock::now();
+  if (!ctx.worker.empty()) {
+    // The stream gets what it lacks of the output before the end is stored:
+    // a subscriber reads every byte, then the end.
+    static const StoredOutput kNothing;
+    auto st = jobs_->CompleteOutput(record.id, record.stdout_data, record.stderr_data,
+                                    ctx.stored ? *ctx.stored : kNothing);
+    if (!st.ok()) {
+      if (metrics_) metrics_->RedisError();
+      return false;
+    }
+  }
+  auto out = schedule_->Finish(record, FinishExpect::kAny, hooks_.candidates(), common::NowMs(),
+                               ctx.session_reset);
+  if (metrics_) metrics_->RedisCall("finish", SecondsSince(t0));
+  if (!out.ok()) {
+    if (metrics_) metrics_->RedisError();
+    return false;
+  }
+  if (out->kind == FinishOutcome::Kind::kStored) {
+    Counted(record, out->approval, ctx.spec);
+    waiters_->Notify(record);
+  } else if (out->kind == FinishOutcome::Kind::kEnded) {
+    kJobsLog.Info({.job = record.id, .tenant = record.tenant},
+                  "the job had already ended ({}); its later end is dropped", out->status);
+  }
+  if (!ctx.worker.empty()) hooks_.ack(ctx.worker, record.id);
+  hooks_.start(out->started);
+  return true;
+}
+
+void JobFinisher::Counted(const JobRecord& record, const std::string& approval,
+                          const JobSpec* spec) {
+  if (metrics_) metrics_->Finished(record);
+  if (kJobsLog.enabled(spdlog::level::info)) {
+    kJobsLog.Info({.job = record.id,
+                   .session = record.session_id,
+                   .tenant = record.tenant,
+                   .worker = record.worker},
+                  "job ended: {} {}{}{} in {:.1f} ms", record.language,
+                  JobStatusName(record.status), record.error ? " " : "",
+                  record.error ? record.error->code : std::string(),
+                  record.duration_ms.value_or(0));
+  }
+  if (audit_) audit_->Add(record, spec, approval);
+}
+
+}  // namespace kiln::broker

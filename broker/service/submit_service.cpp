@@ -111,7 +111,7 @@ common::StatusOr<SubmitResult> SubmitService::Submit(const Caller& caller, std::
   // either takes its slots and a worker, or joins its tenant's queue.
   auto t0 = std::chrono::steady_clock::now();
   const int64_t decided_ms = common::NowMs();
-  auto out = schedule_->Submit(spec, JobRecord::Queued(spec), idem_key, quota,
+  auto out = schedule_->Submit(spec, idem_key, quota,
                                dispatcher_->Candidates(), decided_ms);
   if (metrics_) {
     metrics_->RedisCall(

@@ -4,6 +4,7 @@
 #include "broker/store/output_scripts.hpp"
 #include "broker/store/schedule_scripts.hpp"
 #include "common/json/bounded_json.hpp"
+#include "common/protocol/session_key.hpp"
 
 namespace kiln::broker {
 namespace {
@@ -33,21 +34,12 @@ common::Status JobStore::CreateEnded(const JobSpec& full_or_excerpt, const JobRe
   return r.ok() ? common::Status::Ok() : r.status().WithContext("storing job " + spec.id);
 }
 
-common::Status JobStore::Update(const JobRecord& record) {
-  const std::string key = JobKey(record.id);
-  auto conn = pool_->Acquire();
-  auto r = conn->Pipeline(
-      {{"HSET", key, "record", Dump(record.ToJson()), "status", JobStatusName(record.status)},
-       {"EXPIRE", key, ttl_s_}});
-  return r.ok() ? common::Status::Ok() : r.status().WithContext("updating job " + record.id);
-}
-
 common::StatusOr<JobStore::Peek> JobStore::PeekRecord(const std::string& id) {
   auto conn = pool_->Acquire();
   ASSIGN_OR_RETURN(auto r, conn->Pipeline({{"HMGET", JobKey(id), "status", "tenant"},
                                            {"HSTRLEN", JobKey(id), "record"}}));
   const RedisReply& fields = r[0];
-  if (fields.elements.size() != 2 || fields.elements[0].is_nil() || r[1].integer <= 0) {
+  if (fields.elements.size() != 2 || fields.elements[0].is_nil()) {
     return common::NotFound("no execution with id " + id);
   }
   auto status = ParseJobStatus(fields.elements[0].str);
@@ -66,9 +58,9 @@ common::StatusOr<std::string> JobStore::RecordText(const std::string& id) {
 
 common::StatusOr<JobRecord> JobStore::Load(const std::string& id) {
   auto conn = pool_->Acquire();
-  // The live fields (a script), then the stored record with a plain HGET in
-  // the same round trip, read after them so it is at least as new. The
-  // record is not passed through Lua: for a record of 9.5 MiB that costs
+  // The hash's fields (a script), then the terminal record with a plain
+  // HGET in the same round trip, read after them so it is at least as new.
+  // The record is not passed through Lua: for a record of 9.5 MiB that costs
   // Redis ~90 ms against ~9 ms for HGET, and Redis serves no one meanwhile.
   const std::vector<std::vector<std::string>> commands = {
       {"EVALSHA", scripts::Load().sha1, "0", id}, {"HGET", JobKey(id), "record"}};
@@ -80,30 +72,49 @@ common::StatusOr<JobRecord> JobStore::Load(const std::string& id) {
   if (!replies.ok()) return replies.status();
   const RedisReply& live = (*replies)[0];
   const RedisReply& stored = (*replies)[1];
-  if (live.is_nil() || stored.is_nil()) return common::NotFound("no execution with id " + id);
-  if (live.elements.size() != 6) return common::Internal("redis: unexpected reply loading " + id);
-  auto j = common::ParseJson(stored.str);
-  if (!j.ok()) return common::Internal("stored record of " + id + ": " + j.status().message());
-  ASSIGN_OR_RETURN(JobRecord record, JobRecord::FromJson(*j));
-  if (IsTerminal(record.status)) return record;
-  // The stored record is the one written at submission; the scheduling
-  // scripts keep the live fields beside it.
-  auto status = ParseJobStatus(live.elements[0].str);
-  if (status.ok()) record.status = *status;
+  if (live.is_nil()) return common::NotFound("no execution with id " + id);
+  if (live.elements.size() != 12) return common::Internal("redis: unexpected reply loading " + id);
+  const auto field = [&](size_t i) -> const std::string& { return live.elements[i].str; };
+  ASSIGN_OR_RETURN(JobStatus status, ParseJobStatus(field(0)));
+  // An ended job is its record, written once by whoever ended it.
+  if (IsTerminal(status)) {
+    if (stored.is_nil()) return common::Internal("job " + id + " ended without a record");
+    auto j = common::ParseJson(stored.str);
+    if (!j.ok()) return common::Internal("stored record of " + id + ": " + j.status().message());
+    return JobRecord::FromJson(*j);
+  }
+  // A live job is the hash's fields, which the scheduling scripts keep.
+  JobRecord record;
+  record.id = id;
+  record.status = status;
+  record.tenant = field(6);
+  record.session_id = std::string(common::protocol::SessionIdOf(field(7)));
+  record.language = field(8);
+  record.isolation = field(9).empty() ? std::string(kStandardIsolation) : field(9);
+  record.created_ms = std::strtoll(field(10).c_str(), nullptr, 10);
+  if (!field(11).empty()) {
+    auto warnings = common::ParseJson(field(11));
+    if (!warnings.ok() || !warnings->is_array()) {
+      return common::Internal("stored warnings of " + id + " are not a JSON array");
+    }
+    for (const auto& w : *warnings) {
+      if (w.is_string()) record.warnings.push_back(w.get<std::string>());
+    }
+  }
   if (record.status == JobStatus::kRunning) {
-    record.worker = live.elements[1].str;
-    record.started_ms = std::strtoll(live.elements[2].str.c_str(), nullptr, 10);
+    record.worker = field(1);
+    record.started_ms = std::strtoll(field(2).c_str(), nullptr, 10);
     if (record.started_ms > 0) {
       record.queued_ms = static_cast<double>(record.started_ms - record.created_ms);
     }
   }
-  if (auto epoch = SessionEpoch::Parse(live.elements[3].str)) {
+  if (auto epoch = SessionEpoch::Parse(field(3))) {
     record.session_epoch = epoch->generation;
     record.session_incarnation = epoch->incarnation;
   }
   if (record.status == JobStatus::kQueued) {
     if (live.elements[4].integer > 0) record.queue_position = live.elements[4].integer;
-    record.wait_reason = live.elements[5].str;
+    record.wait_reason = field(5);
   }
   return record;
 }

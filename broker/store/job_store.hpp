@@ -6,16 +6,20 @@
 //   ASSIGN_OR_RETURN(JobRecord rec, store.Load(id));  // with live status, worker, queue position
 //
 // Keys (one hash tag, {kiln}, so multi-key scripts stay atomic on a cluster):
-//   {kiln}:job:<id>   hash  spec (JobSpec JSON), record (JobRecord JSON),
-//                           status, tenant; expires job_ttl_s after its last write
+//   {kiln}:job:<id>   hash  spec (JobSpec JSON), status, tenant, language,
+//                           isolation, session, created_ms, warnings, worker,
+//                           started_ms, epoch, ...: a live job's state, kept by
+//                           the scheduling scripts; record (JobRecord JSON): the
+//                           terminal record, written once when the job ends.
+//                           Expires job_ttl_s after its last write.
 //   {kiln}:out:<id>   stream  the job's output chunks (fields stream, seq,
 //                           offset, data), for live and late subscribers (SSE);
 //                           capped at kMaxChunksKept entries, expires with the job
 //   The job hash keeps how far each stream is stored (out_stdout, out_stderr)
 //   and the last seq (out_seq): chunks are stored only where they continue
 //   their stream, and only while the job runs.
-// Round trips: Update 1, Load 1 (a script for the live fields and an HGET
-// of the record, pipelined), AppendOutput 1 for any number of jobs' chunks,
+// Round trips: Load 1 (a script for the hash's fields and an HGET of the
+// terminal record, pipelined), AppendOutput 1 for any number of jobs' chunks,
 // ReadChunks 1 per poll of a subscriber.
 // Thread-safe (each call leases its own connection from the pool).
 #pragma once
@@ -56,8 +60,6 @@ class JobStore {
   // excerpt is kept (JobSpec::Excerpt; pass the excerpt the audit entry is
   // made from).
   common::Status CreateEnded(const JobSpec& spec, const JobRecord& record);
-  // Writes a non-terminal or terminal record (status + record JSON).
-  common::Status Update(const JobRecord& record);
   // NOT_FOUND when the job is unknown or expired.
   common::StatusOr<JobRecord> Load(const std::string& id);
 
@@ -70,7 +72,7 @@ class JobStore {
   struct Peek {
     JobStatus status = JobStatus::kQueued;
     std::string tenant;
-    size_t record_bytes = 0;
+    size_t record_bytes = 0;  // 0 until the job has ended
   };
   common::StatusOr<Peek> PeekRecord(const std::string& id);
   common::StatusOr<std::string> RecordText(const std::string& id);

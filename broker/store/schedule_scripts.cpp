@@ -291,19 +291,22 @@ end
 )lua";
 
 // ARGV: id, tenant, language, session, priority (0-9), job ttl s, spec,
-// record, idempotency key, tenant queue cap, tenant session cap, session ttl
-// ms, conversation, created ms, hold ('1': needs approval), approval deadline
-// ms, placement token (what a worker must offer: PlacementToken), then ctx.
+// warnings (JSON array, '' for none), idempotency key, tenant queue cap,
+// tenant session cap, session ttl ms, conversation, created ms, hold ('1':
+// needs approval), approval deadline ms, placement token (what a worker must
+// offer: PlacementToken), isolation level, then ctx. Until the job ends its
+// state lives in the hash's fields only (JobStore::Load builds the record
+// from them); the record JSON is written once, by the finish script.
 // `language` is the job's and its session's language as clients see it.
 // Returns {'replay', id} | {'error', code, message} | {'held', epoch} |
 //         {'dispatched', worker, epoch} | {'queued', position, reason, epoch}.
 constexpr const char* kSubmit = R"lua(
 local id, tenant, language, sid = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local priority, ttl, spec, record, idem = tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local priority, ttl, spec, warnings, idem = tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local max_queue, sess_cap, sess_ttl = tonumber(ARGV[10]), tonumber(ARGV[11]), ARGV[12]
 local conversation, created = ARGV[13], ARGV[14]
-local hold, approval_deadline, placement = ARGV[15], ARGV[16], ARGV[17]
-local ctx = read_ctx(18)
+local hold, approval_deadline, placement, isolation = ARGV[15], ARGV[16], ARGV[17], ARGV[18]
+local ctx = read_ctx(19)
 -- Too late, the client has been told 503 and may submit again: storing the
 -- job as well would run it twice.
 if late(ctx) then
@@ -360,9 +363,10 @@ local seq = redis.call('INCR', K.seq)
 -- Priority first (9 before 0), then submission order; exact in a double.
 local score = string.format('%.0f', (9 - priority) * 1e13 + seq)
 local jk = jobkey(id)
-redis.call('HSET', jk, 'spec', spec, 'record', record, 'status', 'queued', 'tenant', tenant,
-           'language', language, 'placement', placement, 'session', sid, 'score', score,
+redis.call('HSET', jk, 'spec', spec, 'status', 'queued', 'tenant', tenant, 'language', language,
+           'isolation', isolation, 'placement', placement, 'session', sid, 'score', score,
            'created_ms', created)
+if warnings ~= '' then redis.call('HSET', jk, 'warnings', warnings) end
 redis.call('EXPIRE', jk, ttl)
 if idem ~= '' then redis.call('SET', idem_key, id, 'EX', ttl) end
 if hold == '1' then
@@ -604,16 +608,17 @@ redis.call('DEL', wk)
 return out
 )lua";
 
-// ARGV: id. The live fields of a job beside its stored record (which
-// JobStore::Load reads with a plain HGET: a record holds up to
-// max_output_bytes of output, and passing it through Lua costs Redis about
-// ten times what HGET does): status, worker, start, epoch and, while
-// queued, its place in line and why it waits.
+// ARGV: id. The fields of a job's hash, from which a live job's record is
+// built (a terminal job's stored record JobStore::Load reads with a plain
+// HGET: it holds up to max_output_bytes of output, and passing it through
+// Lua costs Redis about ten times what HGET does): status, worker, start,
+// epoch, while queued its place in line and why it waits, then tenant,
+// session key, language, isolation, created ms and warnings.
 // Returns nil | {status, worker, started_ms, epoch, position, reason}.
 constexpr const char* kLoad = R"lua(
 local id = ARGV[1]
 local f = redis.call('HMGET', jobkey(id), 'status', 'worker', 'started_ms', 'epoch', 'tenant',
-                     'session', 'wait_reason')
+                     'session', 'wait_reason', 'language', 'isolation', 'created_ms', 'warnings')
 if not f[1] then return nil end
 local position = -1
 if f[1] == 'queued' then
@@ -625,7 +630,8 @@ if f[1] == 'queued' then
     if p then position = p + 2 end
   end
 end
-return {f[1], f[2] or '', f[3] or '', f[4] or '', position, f[7] or ''}
+return {f[1], f[2] or '', f[3] or '', f[4] or '', position, f[7] or '', f[5] or '', f[6] or '',
+        f[8] or '', f[9] or '', f[10] or '', f[11] or ''}
 )lua";
 
 // ARGV: tenant, conversation ('' for all). The tenant's live sessions;

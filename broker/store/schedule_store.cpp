@@ -92,7 +92,7 @@ Status ScheduleStore::PublishTenants(const std::vector<TenantShare>& tenants) {
   return r.ok() ? Status::Ok() : r.status().WithContext("publishing tenant limits");
 }
 
-common::StatusOr<SubmitOutcome> ScheduleStore::Submit(const JobSpec& spec, const JobRecord& queued,
+common::StatusOr<SubmitOutcome> ScheduleStore::Submit(const JobSpec& spec,
                                                       const std::string& idempotency_key,
                                                       const TenantQuota& quota,
                                                       const std::vector<WorkerSlots>& workers,
@@ -105,7 +105,7 @@ common::StatusOr<SubmitOutcome> ScheduleStore::Submit(const JobSpec& spec, const
       std::to_string(spec.priority),
       std::to_string(settings_.job_ttl_s),
       Dump(spec.ToJson()),
-      Dump(queued.ToJson()),
+      spec.warnings.empty() ? "" : Dump(spec.warnings),
       idempotency_key,
       std::to_string(quota.max_queue),
       std::to_string(quota.max_sessions),
@@ -114,7 +114,8 @@ common::StatusOr<SubmitOutcome> ScheduleStore::Submit(const JobSpec& spec, const
       std::to_string(spec.created_ms),
       quota.needs_approval ? "1" : "0",
       std::to_string(quota.approval_deadline_ms),
-      PlacementToken(spec.language, spec.isolation)};
+      PlacementToken(spec.language, spec.isolation),
+      std::string(NormalizeIsolation(spec.isolation))};
   const size_t deadline_at = AppendContext(&args, workers, now_ms);
   bool unanswered = false;
   auto reply = EvalFenced(scripts::Submit(), &args, deadline_at, &unanswered);

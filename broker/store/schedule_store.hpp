@@ -5,7 +5,7 @@
 // brokers run it at once.
 //
 //   ScheduleStore sched(pool, settings);
-//   auto out = sched.Submit(spec, JobRecord::Queued(spec), idem_key, quota, workers, NowMs());
+//   auto out = sched.Submit(spec, idem_key, quota, workers, NowMs());
 //   if (out->kind == SubmitOutcome::Kind::kStarted) dispatcher.Start(...);
 //   ...
 //   auto fin = sched.Finish(record, FinishExpect::kAny, workers, NowMs());  // + starts queued jobs
@@ -145,8 +145,7 @@ class ScheduleStore {
   // Stores a new job and starts it if a slot is free, else queues it.
   // Errors: QUEUE_FULL, SESSION_FORBIDDEN, SESSION_LANGUAGE_MISMATCH,
   // SESSION_LOST, SESSION_BUSY_LIMIT (nothing stored), UNAVAILABLE.
-  common::StatusOr<SubmitOutcome> Submit(const JobSpec& spec, const JobRecord& queued,
-                                         const std::string& idempotency_key,
+  common::StatusOr<SubmitOutcome> Submit(const JobSpec& spec, const std::string& idempotency_key,
                                          const TenantQuota& quota,
                                          const std::vector<WorkerSlots>& workers, int64_t now_ms);
   // `session_reset`: the worker's interpreter for the record's session lost

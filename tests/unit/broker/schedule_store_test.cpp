@@ -93,14 +93,14 @@ class ScheduleStoreTest : public ::testing::Test {
 
   SubmitOutcome Submit(const JobSpec& spec, const std::vector<WorkerSlots>& workers,
                        const std::string& idem = "", TenantQuota quota = {}) {
-    auto out = sched_->Submit(spec, JobRecord::Queued(spec), idem, quota, workers, common::NowMs());
+    auto out = sched_->Submit(spec, idem, quota, workers, common::NowMs());
     EXPECT_TRUE(out.ok()) << out.status().ToString();
     return out.ok() ? *out : SubmitOutcome{};
   }
 
   common::Status SubmitError(const JobSpec& spec, const std::vector<WorkerSlots>& workers,
                              TenantQuota quota = {}) {
-    auto out = sched_->Submit(spec, JobRecord::Queued(spec), "", quota, workers, common::NowMs());
+    auto out = sched_->Submit(spec, "", quota, workers, common::NowMs());
     return out.ok() ? common::Status::Ok() : out.status();
   }
 
@@ -155,6 +155,55 @@ TEST_F(ScheduleStoreTest, StartsOnTheLeastLoadedWorkerOfferingTheRuntime) {
   EXPECT_GT(rec->started_ms, 0);
   EXPECT_EQ(Zcard("{kiln}:lease:global"), 4);
   EXPECT_EQ(Zcard("{kiln}:lease:t:t"), 4);
+}
+
+// One source of truth: until a job ends its state is the hash's fields (the
+// scripts move it); the record JSON is written once, when it ends.
+TEST_F(ScheduleStoreTest, ALiveJobIsItsHashFieldsAndItsRecordIsWrittenOnceItEnds) {
+  std::vector<WorkerSlots> w = {Registered("a", 1, "gvisor")};
+  JobSpec running = Spec("t", "s1");
+  running.isolation = "gvisor";
+  running.warnings = {"uses subprocess", "reads /proc"};
+  ASSERT_EQ(Submit(running, w).kind, SubmitOutcome::Kind::kStarted);
+  JobSpec queued = Spec("t");
+  queued.isolation = "gvisor";
+  ASSERT_EQ(Submit(queued, w).kind, SubmitOutcome::Kind::kQueued);
+  auto c = pool_->Acquire();
+  for (const auto* spec : {&running, &queued}) {
+    auto stored = c->Command({"HEXISTS", JobStore::JobKey(spec->id), "record"});
+    ASSERT_TRUE(stored.ok());
+    EXPECT_EQ(stored->integer, 0) << spec->id << ": a live job has no record JSON";
+  }
+  auto rec = jobs_->Load(running.id);
+  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  EXPECT_EQ(rec->status, JobStatus::kRunning);
+  EXPECT_EQ(rec->tenant, "t");
+  EXPECT_EQ(rec->language, "python");
+  EXPECT_EQ(rec->isolation, "gvisor");
+  EXPECT_EQ(rec->session_id, "s1");  // the tenant's id, not the cluster's key
+  EXPECT_EQ(rec->created_ms, running.created_ms);
+  EXPECT_EQ(rec->warnings, running.warnings);
+  EXPECT_EQ(rec->worker, "a");
+  EXPECT_EQ(rec->session_epoch, 1u);
+  auto waiting = jobs_->Load(queued.id);
+  ASSERT_TRUE(waiting.ok());
+  EXPECT_EQ(waiting->status, JobStatus::kQueued);
+  EXPECT_EQ(waiting->queue_position, 1);
+  EXPECT_TRUE(waiting->warnings.empty());
+  auto peek = jobs_->PeekRecord(queued.id);
+  ASSERT_TRUE(peek.ok()) << peek.status().ToString();
+  EXPECT_EQ(peek->record_bytes, 0u);
+
+  End(running.id, w);  // starts the queued one on the freed slot
+  auto ended = jobs_->Load(running.id);
+  ASSERT_TRUE(ended.ok());
+  EXPECT_EQ(ended->status, JobStatus::kSucceeded);
+  auto text = jobs_->RecordText(running.id);
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(*text, ended->ToJson().dump());
+  auto next = jobs_->Load(queued.id);
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->status, JobStatus::kRunning);
 }
 
 TEST_F(ScheduleStoreTest, RuntimeNobodyOffersWaitsWithItsReason) {
@@ -511,7 +560,7 @@ TEST_F(ScheduleStoreTest, ASubmitRedisRunsAfterTheBrokerGaveUpStoresNothing) {
   std::vector<WorkerSlots> w = {Worker("a", 4)};
   auto spec = Spec("t");
   auto out = DuringARedisStall(redis_, pool_.get(), [&] {
-    return sched_->Submit(spec, JobRecord::Queued(spec), "", {}, w, common::NowMs());
+    return sched_->Submit(spec, "", {}, w, common::NowMs());
   });
   // Redis got it and did not answer: the broker cannot know the outcome.
   ASSERT_TRUE(out.ok()) << out.status().ToString();
@@ -722,7 +771,7 @@ TEST_F(ScheduleStoreTest, ConcurrentSubmitsNeverExceedTheLimits) {
         spec.tenant = "t" + std::to_string(i % 2);
         spec.language = "python";
         spec.created_ms = common::NowMs();
-        auto out = store.Submit(spec, JobRecord::Queued(spec), "", {}, w, common::NowMs());
+        auto out = store.Submit(spec, "", {}, w, common::NowMs());
         if (out.ok() && out->kind == SubmitOutcome::Kind::kStarted) mine.push_back(spec.id);
         if (Zcard("{kiln}:lease:global") > 5 || Zcard("{kiln}:lease:t:t0") > 2 ||
             Zcard("{kiln}:lease:t:t1") > 3 || Zcard("{kiln}:lease:w:a") > 2) {

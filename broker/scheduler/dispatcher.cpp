@@ -209,6 +209,7 @@ void Dispatcher::Run(std::stop_token stop) {
       Pump();
       next_pump_ = now + options_.pump_interval;
     }
+    finisher_.Flush();  // the ends the tick decided (lost workers, overdue jobs)
     auto until = std::min(next_tick_, pump_due_ ? next_pump_ : next_tick_);
     // Wake at least every 100 ms to notice a stop request; at once while
     // output waits to be stored.
@@ -229,11 +230,14 @@ void Dispatcher::Run(std::stop_token stop) {
     // The rest of the output, a budget at a time: a flood's chunks share the
     // loop with everything else.
     if (!output_.empty()) StoreOutput(output_.TakeSome(options_.output_flush_bytes));
+    // Every end this turn decided, in one round trip (two with output tails).
+    finisher_.Flush();
     if (options_.metrics) {
       options_.metrics->SetOutputPending(output_.bytes());
       options_.metrics->SetResultsUnsaved(finisher_.unsaved());
     }
   }
+  finisher_.Flush();
   // Workers are told we are going (by the gateway, as it stops), so they
   // fail over at once instead of after their liveness timeout. Our jobs in
   // flight stay in Redis for another broker (or this one, restarted) to take
@@ -454,9 +458,10 @@ void Dispatcher::OnResult(WorkerResult& e) {
   in_flight_.erase(it);
   table_.Release(identity, res.job_id);
   RenewEpoch(res, &record);
-  finisher_.Finish(
-      std::move(record),
-      {.session_reset = res.session_reset, .spec = &spec, .worker = identity, .stored = &stored});
+  finisher_.Finish(std::move(record), {.session_reset = res.session_reset,
+                                       .spec = std::move(spec),
+                                       .worker = identity,
+                                       .stored = stored});
 }
 
 void Dispatcher::RenewEpoch(const protocol::Result& res, JobRecord* record) {

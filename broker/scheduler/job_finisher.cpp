@@ -57,8 +57,50 @@ common::StatusOr<FinishOutcome> JobFinisher::EndJob(const JobTransition& t) {
   return out;
 }
 
-void JobFinisher::Finish(JobRecord record, const FinishContext& ctx) {
-  if (TryFinish(record, ctx)) return;
+void JobFinisher::Finish(JobRecord record, FinishContext ctx) {
+  ending_.push_back({std::move(record), std::move(ctx)});
+}
+
+void JobFinisher::Flush() {
+  if (ending_.empty()) return;
+  std::vector<Ending> batch;
+  batch.swap(ending_);
+  auto t0 = Clock::now();
+  // Each stream gets what it lacks of the output before the ends are
+  // stored: a subscriber reads every byte, then the end.
+  std::vector<JobOutput> tails;
+  for (const auto& e : batch) {
+    if (e.ctx.worker.empty()) continue;
+    auto tail = JobStore::OutputTail(e.record, e.ctx.stored.value_or(StoredOutput{}));
+    if (!tail.chunks.empty()) tails.push_back(std::move(tail));
+  }
+  if (!tails.empty()) {
+    if (auto st = jobs_->AppendOutput(tails); !st.ok()) {
+      if (metrics_) metrics_->RedisError();
+      for (auto& e : batch) Keep(std::move(e));
+      return;
+    }
+  }
+  std::vector<ScheduleStore::FinishItem> items;
+  items.reserve(batch.size());
+  for (const auto& e : batch) {
+    items.push_back({&e.record, FinishExpect::kAny, e.ctx.session_reset});
+  }
+  auto outs = schedule_->FinishAll(items, hooks_.candidates(), common::NowMs());
+  if (metrics_) metrics_->RedisCall("finish", SecondsSince(t0));
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const common::Status st = !outs.ok() ? outs.status() : (*outs)[i].status();
+    if (!st.ok()) {
+      if (metrics_) metrics_->RedisError();
+      Keep(std::move(batch[i]));
+      continue;
+    }
+    Stored(batch[i].record, batch[i].ctx, *(*outs)[i]);
+  }
+}
+
+void JobFinisher::Keep(Ending e) {
+  JobRecord& record = e.record;
   kJobsLog.Error({.job = record.id, .tenant = record.tenant},
                  "could not store the result (kept in memory, retried every tick)");
   // Waiters get it now; Redis gets it on a later tick.
@@ -74,7 +116,7 @@ void JobFinisher::Finish(JobRecord record, const FinishContext& ctx) {
     return;
   }
   unsaved_bytes_ += bytes;
-  unsaved_.push_back(Unsaved{std::move(record), ctx.session_reset, ctx.worker, bytes});
+  unsaved_.push_back(Unsaved{std::move(record), e.ctx.session_reset, e.ctx.worker, bytes});
 }
 
 void JobFinisher::RetryUnsaved() {
@@ -91,18 +133,15 @@ void JobFinisher::RetryUnsaved() {
 std::set<std::string> JobFinisher::UnsavedIds() const {
   std::set<std::string> ids;
   for (const auto& u : unsaved_) ids.insert(u.record.id);
+  for (const auto& e : ending_) ids.insert(e.record.id);
   return ids;
 }
 
 bool JobFinisher::TryFinish(const JobRecord& record, const FinishContext& ctx) {
   auto t0 = Clock::now();
   if (!ctx.worker.empty()) {
-    // The stream gets what it lacks of the output before the end is stored:
-    // a subscriber reads every byte, then the end.
-    static const StoredOutput kNothing;
-    auto st = jobs_->CompleteOutput(record.id, record.stdout_data, record.stderr_data,
-                                    ctx.stored ? *ctx.stored : kNothing);
-    if (!st.ok()) {
+    auto tail = JobStore::OutputTail(record, ctx.stored.value_or(StoredOutput{}));
+    if (!tail.chunks.empty() && !jobs_->AppendOutput({std::move(tail)}).ok()) {
       if (metrics_) metrics_->RedisError();
       return false;
     }
@@ -114,16 +153,21 @@ bool JobFinisher::TryFinish(const JobRecord& record, const FinishContext& ctx) {
     if (metrics_) metrics_->RedisError();
     return false;
   }
-  if (out->kind == FinishOutcome::Kind::kStored) {
-    Counted(record, out->approval, ctx.spec);
+  Stored(record, ctx, *out);
+  return true;
+}
+
+void JobFinisher::Stored(const JobRecord& record, const FinishContext& ctx,
+                         const FinishOutcome& out) {
+  if (out.kind == FinishOutcome::Kind::kStored) {
+    Counted(record, out.approval, ctx.spec ? &*ctx.spec : nullptr);
     waiters_->Notify(record);
-  } else if (out->kind == FinishOutcome::Kind::kEnded) {
+  } else if (out.kind == FinishOutcome::Kind::kEnded) {
     kJobsLog.Info({.job = record.id, .tenant = record.tenant},
-                  "the job had already ended ({}); its later end is dropped", out->status);
+                  "the job had already ended ({}); its later end is dropped", out.status);
   }
   if (!ctx.worker.empty()) hooks_.ack(ctx.worker, record.id);
-  hooks_.start(out->started);
-  return true;
+  hooks_.start(out.started);
 }
 
 void JobFinisher::Counted(const JobRecord& record, const std::string& approval,

@@ -7,16 +7,18 @@
 // record Redis refuses is kept in memory (bounded) and retried.
 //
 //   JobFinisher finisher(stores, &waiters, metrics, audit, max_unsaved_bytes, hooks);
-//   finisher.Finish(std::move(record), {.spec = &spec, .worker = worker});  // loop thread
-//   ASSIGN_OR_RETURN(FinishOutcome out, finisher.EndJob(transition));     // any thread
+//   finisher.Finish(std::move(record), {.spec = std::move(spec), .worker = worker});  // loop
+//   finisher.Flush();                                              // end of the loop's turn
+//   ASSIGN_OR_RETURN(FinishOutcome out, finisher.EndJob(transition));  // any thread
 //
 // The Dispatcher owns it. EndJob() is thread-safe (front ends call it for
-// jobs not in flight here); Finish(), RetryUnsaved() and Unsaved*() belong
-// to the dispatcher's loop thread.
+// jobs not in flight here); Finish(), Flush(), RetryUnsaved() and the rest
+// belong to the dispatcher's loop thread.
 #pragma once
 
 #include <deque>
 #include <functional>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -45,10 +47,10 @@ struct FinisherHooks {
 
 // How a job that ran ended, beyond its record.
 struct FinishContext {
-  bool session_reset = false;            // its session lost its state
-  const JobSpec* spec = nullptr;         // for the audit trail (else it is read from Redis)
-  std::string worker;                    // sent a Result to acknowledge; empty: none
-  const StoredOutput* stored = nullptr;  // how much of its output is stored already
+  bool session_reset = false;          // its session lost its state
+  std::optional<JobSpec> spec;         // for the audit trail (else it is read from Redis)
+  std::string worker;                  // sent a Result to acknowledge; empty: none
+  std::optional<StoredOutput> stored;  // how much of its output is stored already
 };
 
 class JobFinisher {
@@ -60,16 +62,24 @@ class JobFinisher {
   // stored only if the job is still in `t.from`. Nothing is kept on failure.
   common::StatusOr<FinishOutcome> EndJob(const JobTransition& t);
 
-  // The end of a job that ran (its Result, WORKER_LOST, overdue). Redis
-  // refusing it keeps it for RetryUnsaved (its waiters are told now).
-  void Finish(JobRecord record, const FinishContext& ctx = {});
+  // The end of a job that ran (its Result, WORKER_LOST, overdue), stored
+  // at the next Flush(): a loop turn's ends share its round trips.
+  void Finish(JobRecord record, FinishContext ctx = {});
+  // Stores the ends Finish() took since the last call: what their output
+  // streams lack in one round trip, their finish scripts in another. Redis
+  // refusing one keeps it for RetryUnsaved (its waiters are told now).
+  void Flush();
   // Stores kept records, oldest first, until Redis refuses one.
   void RetryUnsaved();
   size_t unsaved() const { return unsaved_.size(); }
-  // Ids of the records waiting for Redis (ended here: not strays).
+  // Ids of the records not stored yet (ended here: not strays).
   std::set<std::string> UnsavedIds() const;
 
  private:
+  struct Ending {
+    JobRecord record;
+    FinishContext ctx;
+  };
   struct Unsaved {
     JobRecord record;
     bool session_reset = false;
@@ -78,6 +88,11 @@ class JobFinisher {
   };
   // False when Redis refused it (nothing was told to anyone).
   bool TryFinish(const JobRecord& record, const FinishContext& ctx);
+  // The finish script stored (or declined) the end: count it, acknowledge
+  // the worker's Result, start what its slots let run.
+  void Stored(const JobRecord& record, const FinishContext& ctx, const FinishOutcome& out);
+  // Redis refused the end: waiters learn it now, Redis on a later tick.
+  void Keep(Ending e);
   // A terminal record stored here: metrics, the log line, the audit trail.
   void Counted(const JobRecord& record, const std::string& approval, const JobSpec* spec);
 
@@ -88,6 +103,7 @@ class JobFinisher {
   AuditWriter* audit_;      // may be null
   size_t max_unsaved_bytes_;
   FinisherHooks hooks_;
+  std::vector<Ending> ending_;  // since the last Flush()
   std::deque<Unsaved> unsaved_;
   size_t unsaved_bytes_ = 0;
 };

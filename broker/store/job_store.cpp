@@ -174,19 +174,17 @@ common::StatusOr<std::vector<StoredOutput>> JobStore::AppendOutput(
   return out;
 }
 
-common::Status JobStore::CompleteOutput(const std::string& job_id, const std::string& stdout_data,
-                                        const std::string& stderr_data, const StoredOutput& known) {
-  JobOutput tail{job_id, {}};
+JobOutput JobStore::OutputTail(const JobRecord& record, const StoredOutput& known) {
+  JobOutput tail{record.id, {}};
   auto add = [&](common::protocol::Stream stream, const std::string& text, uint64_t from) {
     if (text.size() <= from) return;
     // seq 0: Redis numbers it after the last stored one.
     tail.chunks.push_back(
-        common::protocol::OutputChunk{job_id, stream, 0, from, text.substr(from)});
+        common::protocol::OutputChunk{record.id, stream, 0, from, text.substr(from)});
   };
-  add(common::protocol::Stream::kStdout, stdout_data, known.stdout_bytes);
-  add(common::protocol::Stream::kStderr, stderr_data, known.stderr_bytes);
-  if (tail.chunks.empty()) return common::Status::Ok();
-  return AppendOutput({std::move(tail)}).status();
+  add(common::protocol::Stream::kStdout, record.stdout_data, known.stdout_bytes);
+  add(common::protocol::Stream::kStderr, record.stderr_data, known.stderr_bytes);
+  return tail;
 }
 
 common::StatusOr<std::vector<JobStore::StoredChunk>> JobStore::ReadChunks(

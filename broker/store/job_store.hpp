@@ -92,12 +92,11 @@ class JobStore {
   // holds the output). Entries keep at most kMaxChunkBytes. One script per
   // job, all in one round trip; the reply gives each job's stored ends.
   common::StatusOr<std::vector<StoredOutput>> AppendOutput(const std::vector<JobOutput>& jobs);
-  // A job about to end: stores what its streams still lack of the record's
-  // output (chunks lost on the way, or dropped under a flood), so the stream
-  // holds the whole output before the end. `known` is what this broker last
-  // saw stored (only the bytes past it are sent; Redis trims any overlap).
-  common::Status CompleteOutput(const std::string& job_id, const std::string& stdout_data,
-                                const std::string& stderr_data, const StoredOutput& known);
+  // What a job about to end must still store of the record's output so its
+  // stream holds the whole output before the end (chunks lost on the way,
+  // or dropped under a flood): the bytes past `known`, what this broker last
+  // saw stored (Redis trims any overlap). No chunks: nothing is missing.
+  static JobOutput OutputTail(const JobRecord& record, const StoredOutput& known);
   common::Status AppendChunk(const common::protocol::OutputChunk& chunk) {
     return AppendOutput({JobOutput{chunk.job_id, {chunk}}}).status();
   }

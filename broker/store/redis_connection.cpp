@@ -252,6 +252,51 @@ common::StatusOr<RedisReply> RedisConnection::Eval(const RedisScript& script,
   return Command(argv);
 }
 
+common::StatusOr<std::vector<common::StatusOr<RedisReply>>> RedisConnection::EvalMany(
+    const RedisScript& script, const std::vector<std::vector<std::string>>& args_list) {
+  std::vector<common::StatusOr<RedisReply>> out(args_list.size(),
+                                                common::Internal("redis: no reply"));
+  // Sends the runs in `todo` (indexes into args_list) as one pipeline.
+  auto run = [&](const std::vector<size_t>& todo) -> common::Status {
+    unanswered_ = false;
+    DropIfClosed();
+    RETURN_IF_ERROR(EnsureConnected());
+    for (size_t i : todo) {
+      std::vector<std::string_view> argv = {"EVALSHA", script.sha1, "0"};
+      argv.insert(argv.end(), args_list[i].begin(), args_list[i].end());
+      RETURN_IF_ERROR(Append(argv));
+    }
+    RETURN_IF_ERROR(Flush());
+    for (size_t i : todo) {
+      auto r = ReadReply();
+      if (!r.ok()) {
+        unanswered_ = true;
+        return r.status();
+      }
+      out[i] = r->type == RedisReply::Type::kError
+                   ? common::StatusOr<RedisReply>(ReplyError(r->str))
+                   : std::move(*r);
+    }
+    return common::Status::Ok();
+  };
+  std::vector<size_t> all(args_list.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  if (all.empty()) return out;
+  RETURN_IF_ERROR(run(all));
+  // A Redis that has not seen the script (a restart) ran none of those:
+  // it learns the script and they go again.
+  std::vector<size_t> again;
+  for (size_t i : all) {
+    if (!out[i].ok() && out[i].status().message().find("NOSCRIPT") != std::string::npos) {
+      again.push_back(i);
+    }
+  }
+  if (again.empty()) return out;
+  RETURN_IF_ERROR(Command({"SCRIPT", "LOAD", script.text}).status());
+  RETURN_IF_ERROR(run(again));
+  return out;
+}
+
 common::Status RedisConnection::Subscribe(const std::vector<std::string>& channels) {
   DropIfClosed();
   RETURN_IF_ERROR(EnsureConnected());

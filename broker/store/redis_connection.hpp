@@ -77,6 +77,11 @@ class RedisConnection {
   // tag); args are its ARGV.
   common::StatusOr<RedisReply> Eval(const RedisScript& script,
                                     const std::vector<std::string>& args);
+  // Runs a script once per element of `args_list`, all in one round trip.
+  // The outer error is the connection's (nothing is known to have run when
+  // unanswered() is false); each inner one is that run's error reply.
+  common::StatusOr<std::vector<common::StatusOr<RedisReply>>> EvalMany(
+      const RedisScript& script, const std::vector<std::vector<std::string>>& args_list);
   // After a failed call: whether the command reached Redis whole and no
   // answer came (timed out, connection lost). It may have run.
   bool unanswered() const { return unanswered_; }

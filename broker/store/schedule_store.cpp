@@ -154,27 +154,24 @@ common::StatusOr<SubmitOutcome> ScheduleStore::Submit(const JobSpec& spec,
   return out;
 }
 
-common::StatusOr<FinishOutcome> ScheduleStore::Finish(const JobRecord& terminal,
-                                                      FinishExpect expect,
-                                                      const std::vector<WorkerSlots>& workers,
-                                                      int64_t now_ms, bool session_reset) {
+std::vector<std::string> ScheduleStore::FinishArgs(const FinishItem& item) const {
+  const JobRecord& terminal = *item.record;
   std::string new_epoch;
-  if (session_reset && terminal.session_epoch && terminal.session_incarnation != 0) {
+  if (item.session_reset && terminal.session_epoch && terminal.session_incarnation != 0) {
     new_epoch = SessionEpoch{terminal.session_incarnation, *terminal.session_epoch}.ToString();
   }
-  std::vector<std::string> args = {terminal.id,
-                                   JobStatusName(terminal.status),
-                                   Dump(terminal.ToJson()),
-                                   std::to_string(settings_.job_ttl_s),
-                                   expect == FinishExpect::kQueued             ? "queued"
-                                   : expect == FinishExpect::kAwaitingApproval ? "awaiting_approval"
-                                                                               : "any",
-                                   std::to_string(settings_.session_ttl_ms),
-                                   new_epoch};
-  const size_t deadline_at = AppendContext(&args, workers, now_ms);
-  auto reply = EvalFenced(scripts::Finish(), &args, deadline_at);
-  if (!reply.ok()) return reply.status().WithContext("storing the end of " + terminal.id);
-  const RedisReply& r = *reply;
+  return {terminal.id,
+          JobStatusName(terminal.status),
+          Dump(terminal.ToJson()),
+          std::to_string(settings_.job_ttl_s),
+          item.expect == FinishExpect::kQueued             ? "queued"
+          : item.expect == FinishExpect::kAwaitingApproval ? "awaiting_approval"
+                                                           : "any",
+          std::to_string(settings_.session_ttl_ms),
+          new_epoch};
+}
+
+common::StatusOr<FinishOutcome> ScheduleStore::ParseFinish(const RedisReply& r, int64_t now_ms) {
   if (r.type != RedisReply::Type::kArray || r.elements.size() != 4) return Malformed("finish");
   FinishOutcome out;
   const std::string& kind = r.elements[0].str;
@@ -192,6 +189,43 @@ common::StatusOr<FinishOutcome> ScheduleStore::Finish(const JobRecord& terminal,
   out.status = r.elements[2].str;
   out.approval = r.elements[3].str;
   ASSIGN_OR_RETURN(out.started, ParseStarted(r.elements[1], "finish", now_ms));
+  return out;
+}
+
+common::StatusOr<FinishOutcome> ScheduleStore::Finish(const JobRecord& terminal,
+                                                      FinishExpect expect,
+                                                      const std::vector<WorkerSlots>& workers,
+                                                      int64_t now_ms, bool session_reset) {
+  std::vector<std::string> args = FinishArgs({&terminal, expect, session_reset});
+  const size_t deadline_at = AppendContext(&args, workers, now_ms);
+  auto reply = EvalFenced(scripts::Finish(), &args, deadline_at);
+  if (!reply.ok()) return reply.status().WithContext("storing the end of " + terminal.id);
+  return ParseFinish(*reply, now_ms);
+}
+
+common::StatusOr<std::vector<common::StatusOr<FinishOutcome>>> ScheduleStore::FinishAll(
+    const std::vector<FinishItem>& items, const std::vector<WorkerSlots>& workers, int64_t now_ms) {
+  std::vector<std::vector<std::string>> args_list;
+  args_list.reserve(items.size());
+  size_t deadline_at = 0;
+  for (const auto& item : items) {
+    args_list.push_back(FinishArgs(item));
+    deadline_at = AppendContext(&args_list.back(), workers, now_ms);
+  }
+  auto conn = pool_->Acquire();
+  // From now: waiting for a pooled connection is not Redis's delay.
+  const std::string deadline = std::to_string(common::NowMs() + kFenceMs);
+  for (auto& args : args_list) args[deadline_at] = deadline;
+  ASSIGN_OR_RETURN(auto replies, conn->EvalMany(scripts::Finish(), args_list));
+  std::vector<common::StatusOr<FinishOutcome>> out;
+  out.reserve(replies.size());
+  for (size_t i = 0; i < replies.size(); ++i) {
+    if (!replies[i].ok()) {
+      out.push_back(replies[i].status().WithContext("storing the end of " + items[i].record->id));
+    } else {
+      out.push_back(ParseFinish(*replies[i], now_ms));
+    }
+  }
   return out;
 }
 

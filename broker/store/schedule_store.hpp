@@ -10,8 +10,9 @@
 //   ...
 //   auto fin = sched.Finish(record, FinishExpect::kAny, workers, NowMs());  // + starts queued jobs
 //
-// Round trips: one per call. A job costs two: Submit (stores it, takes its
-// leases and marks it running, or queues it) and Finish (stores the terminal
+// Round trips: one per call (FinishAll: one for any number of jobs). A job
+// costs two: Submit (stores it, takes its leases and marks it running, or
+// queues it) and Finish (stores the terminal
 // record, releases the leases, starts what was waiting). Thread-safe (each
 // call leases its own connection).
 #pragma once
@@ -155,6 +156,17 @@ class ScheduleStore {
   common::StatusOr<FinishOutcome> Finish(const JobRecord& terminal, FinishExpect expect,
                                          const std::vector<WorkerSlots>& workers, int64_t now_ms,
                                          bool session_reset = false);
+  // Finish for many jobs in one round trip (a loop turn's ends): each runs
+  // the same script, in order. The outer error is the connection's; each
+  // inner one that job's.
+  struct FinishItem {
+    const JobRecord* record;
+    FinishExpect expect = FinishExpect::kAny;
+    bool session_reset = false;
+  };
+  common::StatusOr<std::vector<common::StatusOr<FinishOutcome>>> FinishAll(
+      const std::vector<FinishItem>& items, const std::vector<WorkerSlots>& workers,
+      int64_t now_ms);
   // An incarnation never used before (sessions are created and reset with one).
   common::StatusOr<uint64_t> NewSessionEpoch();
   // A worker refused a started job: back to its place in the queue.
@@ -197,6 +209,9 @@ class ScheduleStore {
   // `unanswered`, if set, tells a failure after Redis got the script whole.
   common::StatusOr<RedisReply> EvalFenced(const RedisScript& script, std::vector<std::string>* args,
                                           size_t deadline_at, bool* unanswered = nullptr);
+  // The finish script's ARGV before the context, and its reply read.
+  std::vector<std::string> FinishArgs(const FinishItem& item) const;
+  static common::StatusOr<FinishOutcome> ParseFinish(const RedisReply& r, int64_t now_ms);
 
   RedisPool* pool_;
   ScheduleSettings settings_;

@@ -341,8 +341,13 @@ TEST_F(OutputFollowerTest, OutputIsStoredContiguouslyAndCompletedFromTheRecord) 
   // The end: what the stream lacks comes from the record, in entries of at
   // most a chunk, before the record is stored.
   const std::string rest(100 << 10, 'r');
-  ASSERT_TRUE(jobs_->CompleteOutput("k1", "hello world" + rest, "oops!", (*r)[0]).ok());
-  ASSERT_TRUE(jobs_->CompleteOutput("k1", "hello world" + rest, "oops!", StoredOutput{}).ok());
+  JobRecord end = Record("k1", JobStatus::kSucceeded);
+  end.stdout_data = "hello world" + rest;
+  end.stderr_data = "oops!";
+  ASSERT_TRUE(jobs_->AppendOutput({JobStore::OutputTail(end, (*r)[0])}).ok());
+  // Told nothing was stored: the whole output goes again, and Redis keeps
+  // only what continues each stream.
+  ASSERT_TRUE(jobs_->AppendOutput({JobStore::OutputTail(end, StoredOutput{})}).ok());
   auto c = pool_->Acquire();
   auto chunks = JobStore::ReadChunks(c.operator->(), "k1", "0", -1);
   ASSERT_TRUE(chunks.ok());

@@ -15,10 +15,20 @@ struct FieldPath {
   std::string_view name;
   size_t index = kNoIndex;
 
+  // Appends rather than `"[" + std::to_string(i)`, which trips GCC 12's
+  // -Wrestrict false positive at -O3.
   std::string ToString() const {
-    std::string s = parent != nullptr ? parent->ToString() + "." : std::string();
+    std::string s;
+    if (parent != nullptr) {
+      s = parent->ToString();
+      s += '.';
+    }
     s += name;
-    if (index != kNoIndex) s += "[" + std::to_string(index) + "]";
+    if (index != kNoIndex) {
+      s += '[';
+      s += std::to_string(index);
+      s += ']';
+    }
     return s;
   }
 };

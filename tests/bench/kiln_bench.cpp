@@ -2,6 +2,7 @@
 //
 //   kiln-bench --url http://127.0.0.1:8080 --token T --concurrency 4 --jobs 500 --lang python
 //   kiln-bench --url http://a:8080 --url http://b:8080 --duration 30 --json
+//   kiln-bench --protocol native --endpoint tcp://127.0.0.1:5556 --token T -c 16 --jobs 5000
 //
 // N client threads, each with its own keep-alive httplib::Client (threads are
 // spread round-robin over the --url brokers), submit `wait: true` jobs back to
@@ -14,6 +15,9 @@
 // outcome ("<status>/<error.code>", "http <status>/<code>", "transport/<error>").
 // --session runs every client's jobs in a session of its own (the round trip
 // of a statement in a live interpreter; warmup jobs create the sessions).
+// --protocol native runs the same jobs over the brokers' native ZeroMQ client
+// endpoints (--endpoint; one DEALER per client, submit with subscribe, timed
+// to the job's result: native_submitter.hpp), so the figures compare.
 #include <httplib.h>
 #include <unistd.h>
 
@@ -25,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -33,9 +38,12 @@
 #include <thread>
 #include <utility>
 #include <vector>
+#include <zmq.hpp>
 
 #include "common/clock.hpp"
+#include "tests/bench/bench_sample.hpp"
 #include "tests/bench/latency_stats.hpp"
+#include "tests/bench/native_submitter.hpp"
 
 namespace kiln::bench {
 namespace {
@@ -45,7 +53,9 @@ using common::SteadyClock;
 using nlohmann::json;
 
 struct Options {
-  std::vector<std::string> urls;
+  std::string protocol = "http";       // or "native"
+  std::vector<std::string> urls;       // http
+  std::vector<std::string> endpoints;  // native: the brokers' broker.clients.endpoint
   std::string token;
   int concurrency = 4;
   int64_t jobs = 0;       // measured jobs; 0 with duration_s > 0
@@ -54,7 +64,7 @@ struct Options {
   std::string lang = "python";
   std::string code;
   int timeout_s = 120;
-  bool new_connection = false;  // a fresh TCP connection per job instead of keep-alive
+  bool new_connection = false;  // a fresh connection (or DEALER) per job instead of keep-alive
   int pause_ms = 0;             // each client waits this long between jobs (latency when idle)
   bool json_output = false;
   std::string json_file;
@@ -63,35 +73,10 @@ struct Options {
   std::string session_prefix;
 };
 
-// The outcome of one submit.
-struct Sample {
-  bool ok = false;        // HTTP 200 and status "succeeded"
-  std::string outcome;    // "succeeded", "failed/EXECUTION_FAILED", "http 429/QUEUE_FULL", ...
-  double latency_ms = 0;  // client: request sent -> response read
-  std::optional<double> duration_ms;  // record: worker frame written -> process exited
-  std::optional<double> queued_ms;
-  std::string worker;
-  std::string body;  // kept only for the first failure
-};
-
 std::string DefaultCode(const std::string& lang) {
   if (lang == "javascript") return "var x = 1";  // `let` twice fails in a session
   if (lang == "shell") return "true";
   return "x = 1";
-}
-
-std::optional<double> NumberField(const json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_number()) return std::nullopt;
-  return it->get<double>();
-}
-
-std::string ErrorCodeOf(const json& j) {
-  // A record carries {"error": {"code"}}; so does an API error answer.
-  auto it = j.find("error");
-  if (it == j.end() || !it->is_object()) return "";
-  auto code = it->find("code");
-  return code != it->end() && code->is_string() ? code->get<std::string>() : "";
 }
 
 Sample SubmitOne(httplib::Client& cli, const httplib::Headers& headers, const std::string& body) {
@@ -111,14 +96,9 @@ Sample SubmitOne(httplib::Client& cli, const httplib::Headers& headers, const st
     s.body = r->body;
     return s;
   }
-  auto status = j.find("status");
-  std::string st = status != j.end() && status->is_string() ? status->get<std::string>() : "?";
-  s.ok = st == "succeeded";
-  s.outcome = s.ok || code.empty() ? st : st + "/" + code;
-  s.duration_ms = NumberField(j, "duration_ms");
-  s.queued_ms = NumberField(j, "queued_ms");
-  auto worker = j.find("worker");
-  if (worker != j.end() && worker->is_string()) s.worker = worker->get<std::string>();
+  const double latency_ms = s.latency_ms;
+  s = SampleFromRecord(j);
+  s.latency_ms = latency_ms;
   if (!s.ok) s.body = r->body;
   return s;
 }
@@ -156,14 +136,29 @@ RunResult Run(const Options& opt) {
   std::vector<SteadyClock::time_point> last_done(opt.concurrency);
   std::vector<std::vector<Sample>> per_thread(opt.concurrency);
 
+  zmq::context_t zmq_context;  // for --protocol native; idle otherwise
+
   auto client_loop = [&](int t) {
     const std::string body = body_for(t);
-    httplib::Client cli(opt.urls[t % opt.urls.size()]);
-    cli.set_keep_alive(!opt.new_connection);
-    cli.set_tcp_nodelay(true);
-    cli.set_connection_timeout(5, 0);
-    cli.set_read_timeout(opt.timeout_s, 0);
-    cli.set_write_timeout(opt.timeout_s, 0);
+    std::function<Sample()> submit_one;
+    std::optional<httplib::Client> cli;
+    std::optional<NativeSubmitter> native;
+    if (opt.protocol == "native") {
+      const std::string& endpoint = opt.endpoints[t % opt.endpoints.size()];
+      submit_one = [&, endpoint] {
+        if (!native || opt.new_connection)
+          native.emplace(zmq_context, endpoint, opt.token, opt.timeout_s);
+        return native->Submit(body);
+      };
+    } else {
+      cli.emplace(opt.urls[t % opt.urls.size()]);
+      cli->set_keep_alive(!opt.new_connection);
+      cli->set_tcp_nodelay(true);
+      cli->set_connection_timeout(5, 0);
+      cli->set_read_timeout(opt.timeout_s, 0);
+      cli->set_write_timeout(opt.timeout_s, 0);
+      submit_one = [&] { return SubmitOne(*cli, headers, body); };
+    }
     auto note_failure = [&](const Sample& s) {
       std::lock_guard lock(mu);
       if (result.first_error.empty())
@@ -173,7 +168,7 @@ RunResult Run(const Options& opt) {
     // In session mode each client creates its own session before measuring.
     bool first = !opt.session_prefix.empty();
     while (std::exchange(first, false) || warmup_left.fetch_sub(1) > 0) {
-      Sample s = SubmitOne(cli, headers, body);
+      Sample s = submit_one();
       if (!s.ok) note_failure(s);
       std::lock_guard lock(mu);
       ++result.warmup_outcomes[s.outcome];
@@ -184,7 +179,7 @@ RunResult Run(const Options& opt) {
     last_done[t] = start;
     while (opt.duration_s > 0 ? SteadyClock::now() < deadline : jobs_left.fetch_sub(1) > 0) {
       if (opt.pause_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(opt.pause_ms));
-      Sample s = SubmitOne(cli, headers, body);
+      Sample s = submit_one();
       last_done[t] = SteadyClock::now();
       if (!s.ok) note_failure(s);
       s.body.clear();  // first_error keeps what the report needs
@@ -211,7 +206,7 @@ json SummaryJson(const LatencySummary& s) {
 }
 
 json Report(const Options& opt, const RunResult& r) {
-  std::vector<double> latency, duration, queued;
+  std::vector<double> latency, duration, queued, accepted;
   std::map<std::string, int64_t> outcomes, by_worker;
   int64_t succeeded = 0;
   for (const Sample& s : r.samples) {
@@ -222,6 +217,7 @@ json Report(const Options& opt, const RunResult& r) {
     latency.push_back(s.latency_ms);
     if (s.duration_ms) duration.push_back(*s.duration_ms);
     if (s.queued_ms) queued.push_back(*s.queued_ms);
+    if (s.accepted_ms) accepted.push_back(*s.accepted_ms);
   }
   LatencySummary lat = Summarize(latency);
   LatencySummary dur = Summarize(duration);
@@ -232,7 +228,9 @@ json Report(const Options& opt, const RunResult& r) {
   }
   const auto total = static_cast<int64_t>(r.samples.size());
   json out = {
-      {"urls", opt.urls},
+      {"protocol", opt.protocol},
+      {"urls", opt.protocol == "native" ? json::array() : json(opt.urls)},
+      {"endpoints", opt.protocol == "native" ? json(opt.endpoints) : json::array()},
       {"language", opt.lang},
       {"code", opt.code},
       {"concurrency", opt.concurrency},
@@ -253,6 +251,7 @@ json Report(const Options& opt, const RunResult& r) {
       {"first_error", r.first_error.empty() ? json(nullptr) : json(r.first_error)},
   };
   if (opt.duration_s > 0) out["duration_s"] = opt.duration_s;
+  if (!accepted.empty()) out["accepted_ms"] = SummaryJson(Summarize(accepted));
   return out;
 }
 
@@ -260,9 +259,11 @@ void PrintHuman(const json& rep) {
   const json& lat = rep["latency_ms"];
   const json& dur = rep["server_duration_ms"];
   const json& que = rep["server_queued_ms"];
-  std::printf("kiln-bench  %s  concurrency %d  brokers %zu  warmup %lld%s\n",
+  std::printf("kiln-bench  %s  %s  concurrency %d  brokers %zu  warmup %lld%s\n",
+              rep["protocol"].get<std::string>().c_str(),
               rep["language"].get<std::string>().c_str(), rep["concurrency"].get<int>(),
-              rep["urls"].size(), static_cast<long long>(rep["warmup"].get<int64_t>()),
+              rep["urls"].size() + rep["endpoints"].size(),
+              static_cast<long long>(rep["warmup"].get<int64_t>()),
               rep["keep_alive"].get<bool>() ? "" : "  new connection per job");
   std::printf("  jobs        %lld: %lld succeeded, %lld failed\n",
               static_cast<long long>(rep["jobs"].get<int64_t>()),
@@ -282,6 +283,11 @@ void PrintHuman(const json& rep) {
   std::printf("  end to end  p50 %.2f  p90 %.2f  p99 %.2f  max %.2f ms  (client, %zu succeeded)\n",
               lat["p50"].get<double>(), lat["p90"].get<double>(), lat["p99"].get<double>(),
               lat["max"].get<double>(), lat["count"].get<size_t>());
+  if (rep.contains("accepted_ms")) {
+    const json& acc = rep["accepted_ms"];
+    std::printf("  accepted    p50 %.2f  p90 %.2f  p99 %.2f ms  (native: submit -> accepted)\n",
+                acc["p50"].get<double>(), acc["p90"].get<double>(), acc["p99"].get<double>());
+  }
   std::printf("  server      duration p50 %.2f ms (p90 %.2f)  queued p50 %.2f ms (p90 %.2f)\n",
               dur["p50"].get<double>(), dur["p90"].get<double>(), que["p50"].get<double>(),
               que["p90"].get<double>());
@@ -311,11 +317,19 @@ int main(int argc, char** argv) {
   using namespace kiln::bench;
   Options opt;
   CLI::App app{
-      "kiln-bench: N keep-alive clients submit wait:true jobs back to back to Kiln brokers and "
-      "report throughput and latency"};
+      "kiln-bench: N keep-alive clients submit wait:true jobs back to back to Kiln brokers (over "
+      "HTTP or the native ZeroMQ protocol) and report throughput and latency"};
   app.add_option("--url", opt.urls,
                  "broker base URL, repeatable: clients spread round-robin "
                  "(default $KILN_URL, else http://127.0.0.1:8080)");
+  app.add_option("--protocol", opt.protocol,
+                 "http (POST /v1/executions with wait: true) or native (the brokers' ZeroMQ "
+                 "client endpoints: one DEALER per client, submit with subscribe, timed to the "
+                 "job's result; docs/protocol.md \"Client protocol\"); default http")
+      ->check(CLI::IsMember({"http", "native"}));
+  app.add_option("--endpoint", opt.endpoints,
+                 "with --protocol native: a broker's broker.clients.endpoint, repeatable: "
+                 "clients spread round-robin (default $KILN_ENDPOINT, else tcp://127.0.0.1:5556)");
   app.add_option("--token", opt.token, "tenant token (default $KILN_TOKEN)");
   app.add_option("-c,--concurrency", opt.concurrency, "concurrent clients (default 4)")
       ->check(CLI::Range(1, 4096));
@@ -331,11 +345,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"python", "javascript", "shell"}));
   app.add_option("--code", opt.code,
                  "code of every job (default: x = 1 / let x = 1 / true per language)");
-  app.add_option("--timeout", opt.timeout_s, "HTTP read timeout per job, seconds (default 120)")
+  app.add_option("--timeout", opt.timeout_s, "timeout per job, seconds (default 120)")
       ->check(CLI::Range(1, 86400));
   app.add_flag("--new-connection", opt.new_connection,
                "open a fresh connection per job instead of keep-alive (isolates per-connection "
-               "effects such as Nagle delays)");
+               "effects such as Nagle delays; native: a fresh DEALER per job)");
   app.add_option("--pause-ms", opt.pause_ms,
                  "each client waits this long before each measured job: the latency of a job "
                  "that finds a warm sandbox ready, rather than the sandbox creation rate");
@@ -347,6 +361,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   if (opt.urls.empty()) opt.urls.push_back(EnvOr("KILN_URL", "http://127.0.0.1:8080"));
+  if (opt.endpoints.empty()) {
+    opt.endpoints.push_back(EnvOr("KILN_ENDPOINT", "tcp://127.0.0.1:5556"));
+  }
   for (auto& u : opt.urls) {
     while (!u.empty() && u.back() == '/') u.pop_back();
   }

@@ -8,8 +8,11 @@
 #   sudo tests/bench/run_bench.sh [--jobs N] [--slots N] [--warm N] [--brokers N] [--no-build]
 #        [--only RUN,...] [--worker-bin PATH] [--broker-bin PATH] [--cpu-weight]
 #        [--isolation standard|gvisor]
-#        [--no-zygote]
+#        [--no-zygote] [--protocol http|native]
 #
+# --protocol native: every kiln-bench run speaks the brokers' native ZeroMQ
+# client protocol (each broker's broker.clients.endpoint is enabled on a free
+# port) instead of HTTP; same jobs, same figures, so runs compare.
 # Must run as root: the workers create namespaces and cgroups. Figures on a small
 # shared VM are noisy: compare medians and ratios, not single runs.
 # KILN_KEEP_BENCH_DIR=1 keeps the temp dir (configs, logs, JSON results).
@@ -27,8 +30,9 @@ CPU_WEIGHT=0
 ISOLATION=standard
 ZYGOTE=true
 PAUSE_MS=100
+PROTOCOL=http
 usage() {
-  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
   echo "flags: --jobs N (measured jobs per run, default $JOBS), --slots N (per worker, default $SLOTS),"
   echo "       --warm N (warm sandboxes per runtime per worker, default $WARM),"
   echo "       --brokers N (brokers sharing the Redis, default $BROKERS), --no-build,"
@@ -41,7 +45,8 @@ usage() {
   echo "       weighted 256x the default, so other load on a shared host yields to them),"
   echo "       --isolation LEVEL (standard or gvisor: both workers and the tenant at that level),"
   echo "       --no-zygote (sandbox.zygote: false: python one-shot sandboxes exec their interpreter),"
-  echo "       --pause-ms N (pause between the paced runs' jobs, default $PAUSE_MS)"
+  echo "       --pause-ms N (pause between the paced runs' jobs, default $PAUSE_MS),"
+  echo "       --protocol P (http or native: how kiln-bench talks to the brokers, default $PROTOCOL)"
 }
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -57,12 +62,15 @@ while [[ $# -gt 0 ]]; do
     --isolation) ISOLATION="$2"; shift 2 ;;
     --no-zygote) ZYGOTE=false; shift ;;
     --pause-ms) PAUSE_MS="$2"; shift 2 ;;
+    --protocol) PROTOCOL="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "run_bench.sh: unknown flag $1" >&2; usage >&2; exit 2 ;;
   esac
 done
 [[ "$ISOLATION" == standard || "$ISOLATION" == gvisor ]] ||
   { echo "run_bench.sh: --isolation is standard or gvisor" >&2; exit 2; }
+[[ "$PROTOCOL" == http || "$PROTOCOL" == native ]] ||
+  { echo "run_bench.sh: --protocol is http or native" >&2; exit 2; }
 for v in JOBS SLOTS WARM BROKERS PAUSE_MS; do
   [[ "${!v}" =~ ^[0-9]+$ ]] || { echo "run_bench.sh: --${v,,} needs a number" >&2; exit 2; }
 done
@@ -162,19 +170,26 @@ TOKEN="bench-token-$SUFFIX"
 ADMIN="bench-admin-$SUFFIX"
 HTTP_PORTS=()
 ZMQ_PORTS=()
+CLIENT_ENDPOINTS=()  # --protocol native: each broker's native client endpoint, else ""
 for ((b = 0; b < BROKERS; b++)); do
   HTTP_PORTS+=("$(free_port)")
   ZMQ_PORTS+=("$(free_port)")
+  if [[ $PROTOCOL == native ]]; then
+    CLIENT_ENDPOINTS+=("tcp://127.0.0.1:$(free_port)")
+  else
+    CLIENT_ENDPOINTS+=("")
+  fi
 done
 
 echo "== cluster in $TMP: redis :$REDIS_PORT, $BROKERS broker(s) http :${HTTP_PORTS[*]}" \
-  "zmq :${ZMQ_PORTS[*]}, 2 workers x $SLOTS slots, warm $WARM per runtime"
+  "zmq :${ZMQ_PORTS[*]}${CLIENT_ENDPOINTS[0]:+ native ${CLIENT_ENDPOINTS[*]}}, 2 workers x $SLOTS slots, warm $WARM per runtime"
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$TMP" --save "" --appendonly no \
   --daemonize no >"$TMP/redis.log" 2>&1 &
 PIDS+=($!)
 wait_for 10 redis-server redis-cli -p "$REDIS_PORT" ping
 
-URL_ARGS=()
+TARGET_ARGS=()  # kiln-bench's --url (or --protocol native --endpoint) arguments
+[[ $PROTOCOL == native ]] && TARGET_ARGS+=(--protocol native)
 BROKER_ENDPOINTS=""
 for ((b = 0; b < BROKERS; b++)); do
   cat >"$TMP/broker$b.yaml" <<EOF
@@ -182,7 +197,7 @@ broker:
   id: bench-broker-$b
   http: {listen: "127.0.0.1:${HTTP_PORTS[b]}", threads: 64}
   workers: {endpoint: "tcp://127.0.0.1:${ZMQ_PORTS[b]}"}
-  clients: {endpoint: ""}
+  clients: {endpoint: "${CLIENT_ENDPOINTS[b]}"}
   redis: {url: "redis://127.0.0.1:$REDIS_PORT"}
 tenants:
   - {name: bench, tokens: ["$TOKEN"], enabled: true, auto_approve: true, isolation: $ISOLATION}
@@ -192,7 +207,11 @@ EOF
   "$BROKER_BIN" --config "$TMP/broker$b.yaml" >"$TMP/broker$b.log" 2>&1 &
   PIDS+=($!)
   wait_for 15 "kiln-broker $b" curl -sf "http://127.0.0.1:${HTTP_PORTS[b]}/v1/health"
-  URL_ARGS+=(--url "http://127.0.0.1:${HTTP_PORTS[b]}")
+  if [[ $PROTOCOL == native ]]; then
+    TARGET_ARGS+=(--endpoint "${CLIENT_ENDPOINTS[b]}")
+  else
+    TARGET_ARGS+=(--url "http://127.0.0.1:${HTTP_PORTS[b]}")
+  fi
   BROKER_ENDPOINTS+="${BROKER_ENDPOINTS:+, }\"tcp://127.0.0.1:${ZMQ_PORTS[b]}\""
 done
 
@@ -230,7 +249,7 @@ workers_listed() {  # on every broker
 wait_for 30 "both workers in GET /v1/workers" workers_listed
 echo "== workers registered: ${WORKER_IDS[*]}"
 echo "== host: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "== isolation level: $ISOLATION, zygote: $ZYGOTE"
+echo "== isolation level: $ISOLATION, zygote: $ZYGOTE, client protocol: $PROTOCOL"
 echo "== broker binary: $BROKER_BIN"
 echo "== worker binary: $WORKER_BIN${CGROUP_PARENT:+, cluster in cpu cgroup ${CGROUP_PARENT%/} (cpu.shares 262144)}"
 
@@ -239,7 +258,7 @@ RESULTS=()
 run() {  # run NAME ARGS...: one kiln-bench run, printed with its command line
   local name=$1; shift
   [[ -z "$ONLY" || "$ONLY" == *",$name,"* ]] || return 0
-  local cmd=("$BIN/kiln-bench" "${URL_ARGS[@]}" --token "$TOKEN" "$@")
+  local cmd=("$BIN/kiln-bench" "${TARGET_ARGS[@]}" --token "$TOKEN" "$@")
   echo
   echo "\$ ${cmd[*]}"
   if ! "${cmd[@]}" --json-file "$TMP/$name.json"; then FAILED_RUNS+=("$name"); fi

@@ -62,8 +62,8 @@ class ExecutionDriver {
   common::Status Run(std::string frame, int cancel_fd);
   bool sandbox_lost() const { return sandbox_lost_; }
 
-  // After Run: job_id, stdout, stderr, duration_ms, truncated and the
-  // output's redactions are set; the runner completes it.
+  // After a successful Run: job_id, stdout, stderr, duration_ms, truncated
+  // and the output's redactions are set; the runner completes it.
   common::protocol::Result& result() { return result_; }
   const ExecutionMachine& machine() const { return *machine_; }
   const std::string& control() const { return control_; }  // one-shot

@@ -323,7 +323,9 @@ TEST_P(EscapeTest, AnotherJobsWorkspaceIsNotReachable) {
   const std::string secret = "secret-" + RandomHex();
   auto holder = RunAsync("python", R"PY(
 import os, time, json
-open('kiln-escape-secret.txt', 'w').write(secret)
+# Written whole, then named: the host side looks for the name and reads it.
+open('kiln-escape-secret.tmp', 'w').write(secret)
+os.rename('kiln-escape-secret.tmp', 'kiln-escape-secret.txt')
 for _ in range(2000):
     if os.path.exists('release'):
         break

@@ -25,9 +25,9 @@
 #include <utility>
 #include <vector>
 
-#include "broker/service/submit_request.hpp"
 #include "broker/config.hpp"
 #include "broker/job/job.hpp"
+#include "broker/service/submit_request.hpp"
 #include "common/identifier.hpp"
 #include "common/json/bounded_json.hpp"
 #include "common/protocol/codec.hpp"

@@ -559,9 +559,8 @@ TEST_F(ScheduleStoreTest, ASubmitRedisRunsAfterTheBrokerGaveUpStoresNothing) {
   // late script storing the job as well would run it twice.
   std::vector<WorkerSlots> w = {Worker("a", 4)};
   auto spec = Spec("t");
-  auto out = DuringARedisStall(redis_, pool_.get(), [&] {
-    return sched_->Submit(spec, "", {}, w, common::NowMs());
-  });
+  auto out = DuringARedisStall(redis_, pool_.get(),
+                               [&] { return sched_->Submit(spec, "", {}, w, common::NowMs()); });
   // Redis got it and did not answer: the broker cannot know the outcome.
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   EXPECT_EQ(out->kind, SubmitOutcome::Kind::kUnconfirmed);

@@ -1522,6 +1522,38 @@ TEST(CgroupV2, JoinKillAndRemoveOnThisHost) {
   EXPECT_GE((*manager)->Usage().cpu_seconds.value_or(0), *usage.cpu_seconds);
 }
 
+// v1: an empty cgroup stays frozen as long as the manager lives, so that
+// sessions freezing and thawing after every execution never switch the
+// kernel's freezer on and off (cgroup_v1.cpp, KeepFreezerActive); it goes
+// with the manager.
+TEST(CgroupV1, AnEmptyFrozenKeeperLivesAsLongAsTheManager) {
+  std::string freezer;
+  for (const MountInfo& m : ReadMountInfo()) {
+    if (m.fs_type == "cgroup" &&
+        ("," + m.super_options + ",").find(",freezer,") != std::string::npos)
+      freezer = m.mount_point;
+  }
+  if (freezer.empty()) GTEST_SKIP() << "no cgroup v1 freezer hierarchy on this host";
+  const std::string keeper =
+      freezer + "/kiln-test-v1keeper/" + std::to_string(::getpid()) + "-freezer-keeper";
+  {
+    auto manager = CreateCgroupV1(CgroupOptions{.mode = "v1", .prefix = "kiln-test-v1keeper"});
+    ASSERT_TRUE(manager.ok()) << manager.status().ToString();
+    auto state = ReadFileString(keeper + "/freezer.state");
+    ASSERT_TRUE(state.ok()) << state.status().ToString();
+    EXPECT_EQ(*state, "FROZEN\n");
+    EXPECT_EQ(ReadFileString(keeper + "/cgroup.procs").value_or("?"), "");
+    // A sandbox of the same prefix freezes and thaws as before.
+    auto cg = (*manager)->CreateFor("1-1", SandboxLimits{}, true);
+    ASSERT_TRUE(cg.ok()) << cg.status().ToString();
+    EXPECT_TRUE((*cg)->Freeze(true).ok());
+    EXPECT_TRUE((*cg)->Freeze(false).ok());
+    EXPECT_TRUE((*cg)->Destroy().ok());
+  }
+  EXPECT_FALSE(PathExists(keeper));
+  EXPECT_FALSE(PathExists(freezer + "/kiln-test-v1keeper"));
+}
+
 // The v2 freezer on this host's hierarchy (cgroup.freeze needs no
 // controller): a frozen spinner uses no CPU, and SIGKILL still ends it while
 // frozen (unlike v1's freezer: see CgroupV1::Freeze), so a v2 session left

@@ -10,6 +10,7 @@
 
 #include "worker/sandbox/cgroups.hpp"
 #include "worker/sandbox/fs_util.hpp"
+#include "worker/sandbox/held_file.hpp"
 
 namespace kiln::worker::sandbox {
 namespace {
@@ -51,6 +52,15 @@ class CgroupV1 final : public SandboxCgroup {
     RETURN_IF_ERROR(WriteFileString(cpu_ + "/cpu.cfs_quota_us", std::to_string(quota)));
     has_memsw_ = PathExists(memory_ + "/memory.memsw.limit_in_bytes");
     (void)WriteFileString(memory_ + "/memory.swappiness", "0");
+    // The files read (or written) per execution, opened once (held_file.hpp).
+    if (!cpuacct_.empty()) cpu_usage_ = HeldFile::Open(cpuacct_ + "/cpuacct.usage", O_RDONLY);
+    mem_peak_ = HeldFile::Open(memory_ + "/memory.max_usage_in_bytes", O_RDONLY);
+    mem_now_ = HeldFile::Open(memory_ + "/memory.usage_in_bytes", O_RDONLY);
+    oom_control_ = HeldFile::Open(memory_ + "/memory.oom_control", O_RDONLY);
+    // Not cgroup.procs: v1 serves a list it built for the open file while
+    // that stays open (and is read at least once a second), missing the
+    // processes started since.
+    if (!freezer_.empty()) freezer_state_ = HeldFile::Open(freezer_ + "/freezer.state", O_RDWR);
     return Status::Ok();
   }
 
@@ -68,14 +78,12 @@ class CgroupV1 final : public SandboxCgroup {
 
   CgroupStats Stats() const override {
     CgroupStats s;
-    if (!cpuacct_.empty()) {
-      if (auto ns = ReadFileU64(cpuacct_ + "/cpuacct.usage"); ns.ok()) s.cpu_ms = *ns / 1e6;
+    if (cpu_usage_.valid()) {
+      if (auto ns = cpu_usage_.ReadU64(); ns.ok()) s.cpu_ms = *ns / 1e6;
     }
-    if (auto peak = ReadFileU64(memory_ + "/memory.max_usage_in_bytes"); peak.ok())
-      s.peak_bytes = *peak;
-    if (auto now = ReadFileU64(memory_ + "/memory.usage_in_bytes"); now.ok())
-      s.current_bytes = *now;
-    if (auto oom = ReadFileString(memory_ + "/memory.oom_control"); oom.ok()) {
+    if (auto peak = mem_peak_.ReadU64(); peak.ok()) s.peak_bytes = *peak;
+    if (auto now = mem_now_.ReadU64(); now.ok()) s.current_bytes = *now;
+    if (auto oom = oom_control_.Read(); oom.ok()) {
       auto kills = ParseKeyedU64(*oom, "oom_kill");
       if (kills.has_value()) {
         s.oom_killed = *kills > 0;
@@ -99,10 +107,10 @@ class CgroupV1 final : public SandboxCgroup {
       SignalCgroupProcs(freezer_, SIGCONT);
       return Status::Ok();
     }
-    RETURN_IF_ERROR(WriteFileString(freezer_ + "/freezer.state", "FROZEN"));
+    RETURN_IF_ERROR(freezer_state_.Write("FROZEN"));
     Status st = WaitUntil(
         [&] {
-          auto state = ReadFileString(freezer_ + "/freezer.state");
+          auto state = freezer_state_.Read();
           return state.ok() && state->rfind("FROZEN", 0) == 0;
         },
         "cgroup v1: " + freezer_ + " did not freeze");
@@ -110,17 +118,20 @@ class CgroupV1 final : public SandboxCgroup {
     // Thawed, each task returns into the kernel's signal path it was frozen
     // in (or from a syscall that now sees the pending signal) and stops
     // there: no waiting for it, and SIGKILL works on it from here on.
-    RETURN_IF_ERROR(WriteFileString(freezer_ + "/freezer.state", "THAWED"));
+    RETURN_IF_ERROR(freezer_state_.Write("THAWED"));
     return st;
   }
 
   void KillAll() override {
     KillCgroupProcs(pids_);
-    if (!freezer_.empty()) (void)WriteFileString(freezer_ + "/freezer.state", "THAWED");
+    if (!freezer_.empty()) (void)freezer_state_.Write("THAWED");
   }
 
   Status Destroy() override {
     join_fds_.clear();
+    for (HeldFile* f : {&cpu_usage_, &mem_peak_, &mem_now_, &oom_control_, &freezer_state_}) {
+      *f = HeldFile();
+    }
     if (!created_) return Status::Ok();
     Status first;
     for (const std::string& dir : dirs_) {
@@ -135,6 +146,7 @@ class CgroupV1 final : public SandboxCgroup {
   std::vector<std::string> dirs_;  // distinct hierarchy dirs of this sandbox
   std::string memory_, pids_, cpu_, cpuacct_, freezer_;
   std::vector<UniqueFd> join_fds_;
+  HeldFile cpu_usage_, mem_peak_, mem_now_, oom_control_, freezer_state_;
   bool has_memsw_ = false;
   bool created_ = false;
 };
@@ -142,10 +154,16 @@ class CgroupV1 final : public SandboxCgroup {
 class CgroupV1Manager final : public CgroupManager {
  public:
   CgroupV1Manager(V1Paths base, uint32_t millicores)
-      : base_(std::move(base)), millicores_(millicores) {}
+      : base_(std::move(base)), millicores_(millicores) {
+    KeepFreezerActive();
+  }
   // Every sandbox cgroup is gone by now (they die with their processes):
   // remove our prefix too, so a stopped worker leaves no trace.
   ~CgroupV1Manager() override {
+    if (!keeper_.empty()) {
+      (void)WriteFileString(keeper_ + "/freezer.state", "THAWED");
+      ::rmdir(keeper_.c_str());
+    }
     for (const std::string* b :
          {&base_.memory, &base_.pids, &base_.cpu, &base_.cpuacct, &base_.freezer}) {
       if (!b->empty()) ::rmdir(b->c_str());
@@ -207,8 +225,28 @@ class CgroupV1Manager final : public CgroupManager {
   }
 
  private:
+  // The kernel patches its code on every CPU (a static key, with IPIs) when
+  // the first v1 cgroup starts freezing and when the last one thaws. Each
+  // session freezes and thaws its cgroup after every execution, so on an
+  // otherwise unfrozen host that happened twice per execution: ~8% of the
+  // session statements a 2-core host runs per second (docs/performance.md).
+  // An empty cgroup that stays frozen keeps the key on: the patching never
+  // happens. Best effort; named like a sandbox of this process, so a later
+  // worker's CleanupStale removes one left by a crash.
+  void KeepFreezerActive() {
+    if (base_.freezer.empty()) return;
+    std::string dir = base_.freezer + "/" + std::to_string(::getpid()) + "-freezer-keeper";
+    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return;
+    if (!WriteFileString(dir + "/freezer.state", "FROZEN").ok()) {
+      ::rmdir(dir.c_str());
+      return;
+    }
+    keeper_ = std::move(dir);
+  }
+
   V1Paths base_;
   uint32_t millicores_;
+  std::string keeper_;  // "" when there is none
 };
 
 }  // namespace

@@ -9,6 +9,7 @@ set(KILN_SANDBOX_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/fs_util.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gvisor_sandbox.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gvisor_spec.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/held_file.cpp
   ${CMAKE_CURRENT_LIST_DIR}/host_probe.cpp
   ${CMAKE_CURRENT_LIST_DIR}/init_reports.cpp
   ${CMAKE_CURRENT_LIST_DIR}/landlock.cpp

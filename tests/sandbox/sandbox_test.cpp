@@ -802,6 +802,31 @@ TEST_P(SandboxTest, WarmSandboxGetsLimitsAndFilesLater) {
   EXPECT_EQ(collected[0].content, "RESULT");
 }
 
+// A session sets its limits before every execution: the same ones again
+// are skipped once settled (linux_sandbox.cpp), other ones still apply.
+TEST_P(SandboxTest, LimitsSetAgainAreKeptAndOtherLimitsStillApply) {
+  SandboxLimits first;
+  first.cpu_ms = 7ull * 24 * 3600 * 1000;  // clamped to the spawn's hard limit: settled
+  first.max_pids = 16;
+  first.open_files = 64;
+  SandboxLimits second = first;
+  second.max_pids = 8;
+  second.open_files = 32;
+  RunOptions opt;
+  opt.stdin_data =
+      "import resource\n"
+      "print(resource.getrlimit(resource.RLIMIT_NPROC), "
+      "resource.getrlimit(resource.RLIMIT_NOFILE))\n";
+  opt.before_input = [&](SandboxProcess& p) {
+    EXPECT_TRUE(p.SetLimits(first).ok());
+    EXPECT_TRUE(p.SetLimits(first).ok());
+    EXPECT_TRUE(p.SetLimits(second).ok());
+  };
+  RunResult r = Run({kPython, "-c", "import sys; exec(sys.stdin.read())"}, opt);
+  EXPECT_EXIT0(r);
+  EXPECT_EQ(r.out, "(8, 8) (32, 32)\n");
+}
+
 // A worker without CAP_SYS_RESOURCE cannot prlimit a process of another uid:
 // SetLimits falls back to a helper running as the sandbox's uid. Here the
 // calling thread drops the capability from its effective set (capset is per

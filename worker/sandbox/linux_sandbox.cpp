@@ -368,13 +368,20 @@ class LinuxSandboxProcess final : public SandboxProcess {
   Status SetLimits(const SandboxLimits& limits) override {
     if (reaped_) return common::InvalidRequest("the sandbox has already exited");
     RETURN_IF_ERROR(EnsureContained());
+    // A session sets its limits before every execution, mostly the same
+    // ones: once applied and settled, nothing would change (no cgroup write,
+    // no prlimit helper process per statement).
+    if (settled_limits_ == limits) return Status::Ok();
+    settled_limits_.reset();
     if (cgroup_) RETURN_IF_ERROR(cgroup_->SetLimits(limits));
     // On the program itself: it was forked before the limits were known.
     pid_t program = ProgramPid();
     reports_.ReadFrom(status_.get());
     if (reports_.exec_errno != 0) return CannotExecute(program_, reports_.exec_errno);
     if (program <= 0) return Status::Ok();  // it has already ended: nothing left to limit
-    return ApplyJobRlimits(program, uid_, uid_, limits);
+    ASSIGN_OR_RETURN(bool settled, ApplyJobRlimits(program, uid_, uid_, limits));
+    if (settled) settled_limits_ = limits;
+    return Status::Ok();
   }
 
   Status AddFiles(const std::vector<common::protocol::FileEntry>& files) override {
@@ -499,6 +506,8 @@ class LinuxSandboxProcess final : public SandboxProcess {
   pid_t job_pid_ = -1;  // the program (kiln-init's child), as the host sees it
   std::string program_;
   InitReports reports_;  // from status_
+  // The limits last applied, when applying them again would change nothing.
+  std::optional<SandboxLimits> settled_limits_;
 
   // The program's host pid: kiln-init forks it as soon as it starts, so it
   // is init's child (the first; orphans join later). A fresh spawn may not

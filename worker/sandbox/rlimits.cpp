@@ -49,13 +49,13 @@ namespace {
 // Lowers pid's limits to `set` (hard limits clamped to the current ones: a
 // limit is never raised). Raw calls only: also runs in the helper child.
 // 0 or an errno; EPERM from the first call when the caller may not prlimit
-// pid at all, before anything changed.
-int LowerLimits(pid_t pid, const RlimitSet& set) {
+// pid at all, before anything changed. `set` becomes the values applied.
+int LowerLimits(pid_t pid, RlimitSet& set) {
   for (int i = 0; i < kRlimitCount; ++i) {
     auto res = static_cast<__rlimit_resource>(set.resource[i]);
     struct rlimit old;
     if (::prlimit(pid, res, nullptr, &old) != 0) return errno;
-    struct rlimit v = set.value[i];
+    struct rlimit& v = set.value[i];
     if (v.rlim_max > old.rlim_max) v.rlim_max = old.rlim_max;
     if (v.rlim_cur > v.rlim_max) v.rlim_cur = v.rlim_max;
     if (::prlimit(pid, res, &v, nullptr) != 0) return errno;
@@ -93,7 +93,8 @@ int ApplyRlimits(const RlimitSet& set) {
   return 0;
 }
 
-common::Status ApplyJobRlimits(pid_t pid, uid_t uid, gid_t gid, const SandboxLimits& limits) {
+common::StatusOr<bool> ApplyJobRlimits(pid_t pid, uid_t uid, gid_t gid,
+                                       const SandboxLimits& limits) {
   RlimitSet set = RlimitsFor(limits);
   // CPU already used by pid (utime + stime, fields 14 and 15 of /proc/<pid>/stat).
   auto stat = ReadFileString("/proc/" + std::to_string(pid) + "/stat");
@@ -112,8 +113,17 @@ common::Status ApplyJobRlimits(pid_t pid, uid_t uid, gid_t gid, const SandboxLim
   rlim_t cpu = CpuSeconds(used_ms + limits.cpu_ms);
   set.value[0] = {cpu, cpu + 1};
   // A worker with CAP_SYS_RESOURCE (a root worker) may prlimit any process.
+  // Once each soft limit equals its hard one, applying the same limits
+  // again changes nothing (a hard limit is never raised, and the CPU limit
+  // is already clamped to it).
+  auto settled = [](const RlimitSet& applied) {
+    for (const struct rlimit& v : applied.value) {
+      if (v.rlim_cur != v.rlim_max) return false;
+    }
+    return true;
+  };
   int err = LowerLimits(pid, set);
-  if (err == 0) return common::Status::Ok();
+  if (err == 0) return settled(set);
   if (err != EPERM) return common::ErrnoStatus("prlimit on the sandbox", err);
   // Without it, a process with the sandbox's uid may: a short-lived helper.
   PrlimitArgs args{pid, uid, gid, set, -1};
@@ -124,7 +134,7 @@ common::Status ApplyJobRlimits(pid_t pid, uid_t uid, gid_t gid, const SandboxLim
   ::waitid(P_PID, static_cast<id_t>(helper), &info, WEXITED);
   if (pidfd >= 0) ::close(pidfd);
   if (args.err != 0) return common::ErrnoStatus("prlimit on the sandbox", args.err);
-  return common::Status::Ok();
+  return settled(args.set);
 }
 
 }  // namespace kiln::worker::sandbox

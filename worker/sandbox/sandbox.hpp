@@ -88,6 +88,7 @@ struct SandboxLimits {
   uint64_t cpu_ms = 30000;               // RLIMIT_CPU (rounded up to seconds)
   uint64_t file_size_bytes = 64ull << 20;
   uint32_t open_files = 256;
+  bool operator==(const SandboxLimits&) const = default;
 };
 
 struct SpawnSpec {

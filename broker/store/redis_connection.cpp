@@ -139,6 +139,7 @@ common::Status RedisConnection::EnsureConnected() {
       return r.status().WithContext("selecting database " + db);
     }
   }
+  ++connects_;
   return common::Status::Ok();
 }
 

@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -85,6 +86,9 @@ class RedisConnection {
   // After a failed call: whether the command reached Redis whole and no
   // answer came (timed out, connection lost). It may have run.
   bool unanswered() const { return unanswered_; }
+  // Connections made so far (each reconnect adds one): what Redis knows
+  // this client by (CLIENT ID) changes with it.
+  uint64_t connects() const { return connects_; }
 
   // Pub/sub: after Subscribe(), Receive() returns the next pushed message, or
   // nullopt when none arrives within timeout_ms.
@@ -107,6 +111,7 @@ class RedisConnection {
   RedisEndpoint endpoint_;
   redisContext* ctx_ = nullptr;
   bool unanswered_ = false;
+  uint64_t connects_ = 0;
 };
 
 class RedisPool {

@@ -67,24 +67,53 @@ OutputFollower::Id OutputFollower::Follow(const std::string& job_id, const std::
     auto end = SharedEndLocked(record.id);
     if (!end) end = SharedEndLocked(record.id, std::make_shared<const JobRecord>(record));
     inbox_.ends.emplace_back(id, std::move(end));
-    cv_.notify_one();
+    NotifyLocked();
   });
   std::lock_guard lock(mu_);
   inbox_.follows.emplace_back(id, std::move(e));
-  cv_.notify_one();
+  NotifyLocked();
   return id;
 }
 
 void OutputFollower::Unfollow(Id id) {
   std::lock_guard lock(mu_);
   inbox_.unfollows.push_back(id);
-  cv_.notify_one();
+  NotifyLocked();
 }
 
 void OutputFollower::Wake(Id id) {
   std::lock_guard lock(mu_);
   inbox_.wakes.push_back(id);
+  NotifyLocked();
+}
+
+void OutputFollower::NotifyLocked() {
   cv_.notify_one();
+  if (blocking_ && !unblock_) {
+    unblock_ = true;
+    unblock_cv_.notify_one();
+  }
+}
+
+void OutputFollower::UnblockLoop(std::stop_token stop) {
+  auto conn = RedisConnection::Lazy(endpoint_);
+  std::unique_lock lock(mu_);
+  while (unblock_cv_.wait(lock, stop, [&] { return unblock_ && blocking_ && client_id_ != 0; })) {
+    const std::string id = std::to_string(client_id_);
+    lock.unlock();
+    auto r = conn->Command({"CLIENT", "UNBLOCK", id});
+    lock.lock();
+    // 1: cut short. An error: Redis is in trouble, the block ends by itself.
+    if (!r.ok() || r->integer == 1) {
+      unblock_ = false;
+      continue;
+    }
+    // 0: the XREAD has not reached Redis yet, or has just returned; ask
+    // again shortly while the follower still says it blocks.
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    lock.lock();
+  }
 }
 
 size_t OutputFollower::size() const {
@@ -100,6 +129,18 @@ std::shared_ptr<const JobRecord> OutputFollower::SharedEndLocked(
   }
   if (make) ends_[id] = make;
   return make;
+}
+
+common::Status OutputFollower::RefreshClientId() {
+  if (conn_->connects() != 0 && conn_->connects() == client_id_connects_) {
+    return common::Status::Ok();
+  }
+  auto id = conn_->Command({"CLIENT", "ID"});
+  if (!id.ok() && id.status().code() == common::Code::kUnavailable) return id.status();
+  std::lock_guard lock(mu_);
+  client_id_ = id.ok() ? id->integer : 0;  // 0: no CLIENT ID; blocks run their course
+  client_id_connects_ = conn_->connects();
+  return common::Status::Ok();
 }
 
 void OutputFollower::DrainInbox() {
@@ -275,6 +316,7 @@ void OutputFollower::Run(std::stop_token stop) {
     cv_.notify_all();
   });
   conn_ = RedisConnection::Lazy(endpoint_);
+  std::jthread unblocker([this](std::stop_token st) { UnblockLoop(st); });
   auto next_check = Clock::now() + kCheckInterval;
   Clock::time_point failing_since{};  // epoch: Redis answers
   while (!stop.stop_requested()) {
@@ -291,13 +333,21 @@ void OutputFollower::Run(std::stop_token stop) {
     RetryDeclinedEnds();
     common::Status st = CheckEnds(all);
     bool idle = false;
+    if (st.ok()) st = RefreshClientId();
     if (st.ok()) {
-      bool inbox_empty;
+      bool may_block;
       {
         std::lock_guard lock(mu_);
-        inbox_empty = inbox_.follows.empty() && inbox_.wakes.empty() && inbox_.ends.empty();
+        may_block = inbox_.follows.empty() && inbox_.wakes.empty() && inbox_.ends.empty() &&
+                    inbox_.unfollows.empty();
+        blocking_ = may_block;
+        unblock_ = false;
       }
-      auto read = ReadOnce(inbox_empty);
+      auto read = ReadOnce(may_block);
+      {
+        std::lock_guard lock(mu_);
+        blocking_ = false;
+      }
       if (read.ok()) {
         idle = !*read;  // no reader with room
       } else {

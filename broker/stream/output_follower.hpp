@@ -19,9 +19,15 @@
 // (this broker's dispatcher, or the EventBus for another broker's) and from
 // a status check once per kCheckInterval, in case a notice was lost.
 //
-// Threads: Run() on one thread; Follow/Unfollow/Wake from any thread. Reader
-// methods are called on the follower's thread, may still be called once
-// after Unfollow() returns, and must not block.
+// A blocking XREAD waits only for new output: an end, a new follow or a
+// wake arriving meanwhile cuts it short (CLIENT UNBLOCK, sent by a second
+// thread on its own connection), so a job's end reaches its readers as soon
+// as it is known rather than when the block times out.
+//
+// Threads: Run() on one thread (it starts the unblocking one);
+// Follow/Unfollow/Wake from any thread. Reader methods are called on the
+// follower's thread, may still be called once after Unfollow() returns, and
+// must not block.
 #pragma once
 
 #include <chrono>
@@ -114,6 +120,13 @@ class OutputFollower {
   std::shared_ptr<const JobRecord> SharedEndLocked(const std::string& id,
                                                    std::shared_ptr<const JobRecord> make = nullptr);
 
+  // mu_ held: wakes the follower, and cuts its blocking read short.
+  void NotifyLocked();
+  // The unblocking thread: CLIENT UNBLOCK for the follower's connection
+  // whenever NotifyLocked() asks while a read blocks.
+  void UnblockLoop(std::stop_token stop);
+  // Reads the connection's CLIENT ID after each (re)connect.
+  common::Status RefreshClientId();
   void DrainInbox();
   // Offers the end to `it`'s reader; true when taken (the entry is gone).
   bool TryEnd(std::map<Id, Entry>::iterator it);
@@ -141,9 +154,15 @@ class OutputFollower {
   // Terminal records in use, by job id (expired ones are swept each turn).
   std::map<std::string, std::weak_ptr<const JobRecord>> ends_;  // guarded by mu_
   size_t count_ = 0;  // guarded by mu_: followed, inbox included
+  // The follower's read may block (set before the XREAD, cleared after).
+  bool blocking_ = false;    // guarded by mu_
+  bool unblock_ = false;     // guarded by mu_: NotifyLocked() came meanwhile
+  long long client_id_ = 0;  // guarded by mu_: the follower connection's CLIENT ID
+  std::condition_variable_any unblock_cv_;
 
   // Follower thread only.
   std::unique_ptr<RedisConnection> conn_;
+  uint64_t client_id_connects_ = 0;  // conn_->connects() when client_id_ was read
   std::map<Id, Entry> entries_;
 };
 

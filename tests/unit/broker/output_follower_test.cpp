@@ -156,6 +156,37 @@ TEST_F(OutputFollowerTest, ChunksInOrderThenTheEndFromTheNotice) {
   EXPECT_EQ(waiters_.size(), 0u);  // its watch is gone
 }
 
+// A blocking read waits for output only: an end notice, or a new reader,
+// arriving meanwhile cuts it short (CLIENT UNBLOCK) instead of waiting out
+// the block (5 s here, 50 ms by default).
+TEST_F(OutputFollowerTest, AnEndOrANewReaderCutsABlockingReadShort) {
+  OutputFollower slow(*RedisEndpoint::Parse("redis://127.0.0.1:" + std::to_string(port_)),
+                      jobs_.get(), &waiters_, OutputFollower::Options{.block = 5s});
+  std::jthread t([&](std::stop_token st) { slow.Run(st); });
+  Put("jb", JobStatus::kRunning);
+  Chunk("jb", 0, "a");
+  auto r = std::make_shared<TestReader>();
+  slow.Follow("jb", "0", r);
+  ASSERT_TRUE(WaitFor([&] { return r->Data() == "a"; }, 5s));
+  std::this_thread::sleep_for(200ms);  // the follower blocks on jb's stream now
+
+  Put("jc", JobStatus::kRunning);
+  Chunk("jc", 0, "c");
+  auto c = std::make_shared<TestReader>();
+  auto start = std::chrono::steady_clock::now();
+  slow.Follow("jc", "0", c);
+  ASSERT_TRUE(WaitFor([&] { return c->Data() == "c"; }, 5s));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s) << "the new reader waited out the block";
+  std::this_thread::sleep_for(200ms);
+
+  Put("jb", JobStatus::kSucceeded);
+  start = std::chrono::steady_clock::now();
+  waiters_.Notify(Record("jb", JobStatus::kSucceeded));
+  ASSERT_TRUE(WaitFor([&] { return r->End() == "succeeded"; }, 8s));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s) << "the end waited out the block";
+  t.request_stop();
+}
+
 TEST_F(OutputFollowerTest, EndFoundByTheStatusCheckWithoutANotice) {
   Put("j2", JobStatus::kRunning);
   Chunk("j2", 0, "x");

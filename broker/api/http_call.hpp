@@ -11,14 +11,14 @@
 #include "broker/api/http_api.hpp"
 #include "broker/http/http_exchange.hpp"
 #include "broker/job/job.hpp"
+#include "common/json/bounded_json.hpp"
 #include "common/status.hpp"
 
 namespace kiln::broker {
 
 // As every answer is written: invalid UTF-8 in output becomes U+FFFD.
 inline HttpResponse JsonResponse(int status, const nlohmann::json& body, HttpHeaders headers = {}) {
-  return HttpResponse{status, body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-                      "application/json", std::move(headers)};
+  return HttpResponse{status, common::DumpJson(body), "application/json", std::move(headers)};
 }
 
 // The API's error object with its HTTP status; 401 names the scheme, 429

@@ -3,6 +3,8 @@
 #include <charconv>
 #include <cstdint>
 
+#include "common/json/bounded_json.hpp"
+
 namespace kiln::broker {
 namespace {
 
@@ -28,7 +30,7 @@ std::string SseEvent(std::string_view event, std::string_view id, const nlohmann
   }
   out += "\ndata: ";
   // A JSON text has no raw newline, so it is always one data line.
-  out += data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  out += common::DumpJson(data);
   out += "\n\n";
   return out;
 }

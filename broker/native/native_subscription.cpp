@@ -6,6 +6,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "common/json/bounded_json.hpp"
 #include "common/protocol/client_codec.hpp"
 
 namespace kiln::broker {
@@ -112,8 +113,7 @@ bool NativeSubscription::OnEnd(const JobRecord& record) {
   auto charge = unread_->TryCharge(tenant_, record.ApproxJsonBytes(), unread_limit_);
   if (!charge) return false;
   // As the HTTP API writes JSON: invalid UTF-8 in output becomes U+FFFD.
-  const std::string json =
-      record.ToJson().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const std::string json = common::DumpJson(record.ToJson());
   Queue(client::Encode(client::Result{request_id_, job_id_, json}), true, std::move(charge));
   return true;
 }

@@ -3,6 +3,7 @@
 #include "broker/job/lifecycle.hpp"
 #include "broker/metrics/broker_metrics.hpp"
 #include "common/clock.hpp"
+#include "common/json/bounded_json.hpp"
 #include "common/protocol/session_key.hpp"
 
 namespace kiln::broker {
@@ -10,10 +11,6 @@ namespace {
 
 using common::Code;
 using common::Status;
-
-std::string Dump(const nlohmann::json& j) {
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
 
 std::string AdminName(const Caller& admin) { return "admin:" + std::to_string(admin.admin_index); }
 
@@ -76,7 +73,7 @@ common::StatusOr<UnreadBudget::Charge> ExecutionService::Charge(const Caller& ca
 common::StatusOr<RecordAnswer> ExecutionService::Answer(const Caller& caller,
                                                         const JobRecord& record) {
   ASSIGN_OR_RETURN(UnreadBudget::Charge charge, Charge(caller, record.ApproxJsonBytes()));
-  return RecordAnswer{Dump(record.ToJson()), std::move(charge)};
+  return RecordAnswer{common::DumpJson(record.ToJson()), std::move(charge)};
 }
 
 common::StatusOr<RecordAnswer> ExecutionService::Read(const Caller& caller, const std::string& id) {

@@ -196,7 +196,7 @@ common::StatusOr<JobSpec> ParseSubmitRequest(std::string_view body, const std::s
       }
     }
     input = &*in;
-    spec.input_json = in->dump(-1, ' ', false, json::error_handler_t::replace);
+    spec.input_json = common::DumpJson(*in);
     if (spec.input_json.size() > config.max_input_bytes) {
       return Status(Code::kLimitExceeded, "input is " + std::to_string(spec.input_json.size()) +
                                               " bytes, above the maximum " +

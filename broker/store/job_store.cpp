@@ -7,14 +7,6 @@
 #include "common/protocol/session_key.hpp"
 
 namespace kiln::broker {
-namespace {
-
-std::string Dump(const nlohmann::json& j) {
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
-}  // namespace
-
 common::Status JobStore::CreateEnded(const JobSpec& full_or_excerpt, const JobRecord& record) {
   const JobSpec spec = full_or_excerpt.Excerpt();  // what is refused is not kept whole
   const std::string key = JobKey(spec.id);
@@ -23,8 +15,9 @@ common::Status JobStore::CreateEnded(const JobSpec& full_or_excerpt, const JobRe
   // "pending") exist together or not at all.
   auto r = conn->Pipeline(
       {{"MULTI"},
-       {"HSET", key, "spec", Dump(spec.ToJson()), "record", Dump(record.ToJson()), "status",
-        JobStatusName(record.status), "tenant", spec.tenant, "approval", "none"},
+       {"HSET", key, "spec", common::DumpJson(spec.ToJson()), "record",
+        common::DumpJson(record.ToJson()), "status", JobStatusName(record.status), "tenant",
+        spec.tenant, "approval", "none"},
        {"EXPIRE", key, ttl_s_},
        {"ZADD", AuditStore::kPendingKey, std::to_string(record.finished_ms), spec.id},
        {"EXEC"}});

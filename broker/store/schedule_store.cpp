@@ -3,6 +3,7 @@
 #include "broker/job/isolation.hpp"
 #include "broker/store/schedule_scripts.hpp"
 #include "common/clock.hpp"
+#include "common/json/bounded_json.hpp"
 #include "common/protocol/session_key.hpp"
 
 namespace kiln::broker {
@@ -10,10 +11,6 @@ namespace {
 
 using common::Code;
 using common::Status;
-
-std::string Dump(const nlohmann::json& j) {
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
 
 Status Malformed(const char* script) {
   return common::Internal(std::string("redis: unexpected reply from the ") + script + " script");
@@ -104,8 +101,8 @@ common::StatusOr<SubmitOutcome> ScheduleStore::Submit(const JobSpec& spec,
       spec.session_id.empty() ? "" : common::protocol::SessionKey(spec.tenant, spec.session_id),
       std::to_string(spec.priority),
       std::to_string(settings_.job_ttl_s),
-      Dump(spec.ToJson()),
-      spec.warnings.empty() ? "" : Dump(spec.warnings),
+      common::DumpJson(spec.ToJson()),
+      spec.warnings.empty() ? "" : common::DumpJson(spec.warnings),
       idempotency_key,
       std::to_string(quota.max_queue),
       std::to_string(quota.max_sessions),
@@ -162,7 +159,7 @@ std::vector<std::string> ScheduleStore::FinishArgs(const FinishItem& item) const
   }
   return {terminal.id,
           JobStatusName(terminal.status),
-          Dump(terminal.ToJson()),
+          common::DumpJson(terminal.ToJson()),
           std::to_string(settings_.job_ttl_s),
           item.expect == FinishExpect::kQueued             ? "queued"
           : item.expect == FinishExpect::kAwaitingApproval ? "awaiting_approval"

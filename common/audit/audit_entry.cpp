@@ -1,6 +1,7 @@
 #include "common/audit/audit_entry.hpp"
 
 #include "common/audit/sha256.hpp"
+#include "common/json/bounded_json.hpp"
 
 namespace kiln::common {
 namespace {
@@ -122,9 +123,7 @@ StatusOr<AuditEntry> AuditEntry::FromJson(const Json& j) {
   return e;
 }
 
-std::string AuditEntry::CanonicalJson(const Json& j) {
-  return j.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
-}
+std::string AuditEntry::CanonicalJson(const Json& j) { return DumpJson(j); }
 
 std::string Utf8Head(std::string_view s, size_t max_chars) {
   size_t i = 0;

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <string_view>
 
 #include "common/status.hpp"
@@ -33,5 +34,12 @@ struct JsonLimits {
 // message ("request body", "control frame").
 StatusOr<nlohmann::json> ParseJson(std::string_view text, const JsonLimits& limits = {},
                                    std::string_view what = "JSON");
+
+// Compact JSON text as Kiln writes it everywhere (stored records, answers):
+// invalid UTF-8 in strings (a job's output) becomes U+FFFD instead of
+// throwing.
+inline std::string DumpJson(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 }  // namespace kiln::common

@@ -15,6 +15,7 @@ set(KILN_SANDBOX_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/init_reports.cpp
   ${CMAKE_CURRENT_LIST_DIR}/landlock.cpp
   ${CMAKE_CURRENT_LIST_DIR}/linux_sandbox.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/linux_sandbox_process.cpp
   ${CMAKE_CURRENT_LIST_DIR}/mounts.cpp
   ${CMAKE_CURRENT_LIST_DIR}/namespaces.cpp
   ${CMAKE_CURRENT_LIST_DIR}/rlimits.cpp

@@ -1,8 +1,8 @@
 // ScheduleStore: the scheduling state every broker shares through Redis —
 // slot leases (global, per tenant, per worker), fair tenant queues, session
 // affinity, the broker registry and each broker's jobs in flight. Each call
-// is one Lua script (schedule_scripts.cpp), so limits hold however many
-// brokers run it at once.
+// is one Lua script (schedule_scripts.cpp, schedule_recovery_scripts.cpp),
+// so limits hold however many brokers run it at once.
 //
 //   ScheduleStore sched(pool, settings);
 //   auto out = sched.Submit(spec, idem_key, quota, workers, NowMs());

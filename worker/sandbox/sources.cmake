@@ -7,6 +7,7 @@ set(KILN_SANDBOX_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/credentials.cpp
   ${CMAKE_CURRENT_LIST_DIR}/fd_passing.cpp
   ${CMAKE_CURRENT_LIST_DIR}/fs_util.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gvisor_runsc.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gvisor_sandbox.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gvisor_spec.cpp
   ${CMAKE_CURRENT_LIST_DIR}/held_file.cpp
@@ -14,6 +15,7 @@ set(KILN_SANDBOX_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/init_reports.cpp
   ${CMAKE_CURRENT_LIST_DIR}/landlock.cpp
   ${CMAKE_CURRENT_LIST_DIR}/linux_sandbox.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/linux_sandbox_process.cpp
   ${CMAKE_CURRENT_LIST_DIR}/mounts.cpp
   ${CMAKE_CURRENT_LIST_DIR}/namespaces.cpp
   ${CMAKE_CURRENT_LIST_DIR}/rlimits.cpp

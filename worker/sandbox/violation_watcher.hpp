@@ -12,8 +12,8 @@
 // then and never returns from the call.
 //
 // One watcher per Sandbox: a thread waiting on every live sandbox's listener
-// with epoll. Callers: linux_sandbox.cpp (Watch() after each spawn; dropping
-// the Watch on teardown).
+// with epoll. Callers: linux_sandbox_process.cpp (Watch() after each spawn;
+// dropping the Watch on teardown).
 #pragma once
 
 #include <atomic>

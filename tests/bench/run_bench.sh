@@ -277,6 +277,7 @@ run python-session --lang python --concurrency 1 --jobs "$JOBS" --session bench-
 run javascript-session --lang javascript --concurrency 1 --jobs "$JOBS" --session bench-js
 run shell-session --lang shell --concurrency 1 --jobs "$JOBS" --session bench-sh
 run python-session-c4 --lang python --concurrency 4 --jobs "$JOBS" --session bench-py4
+run python-session-c8 --lang python --concurrency 8 --jobs "$JOBS" --session bench-py8
 # Back to back: throughput is bounded by how fast fresh sandboxes are built
 # (every job gets a new one).
 run python-c4 --lang python --concurrency 4 --jobs "$JOBS"

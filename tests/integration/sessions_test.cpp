@@ -103,6 +103,22 @@ TEST_F(SessionsTest, PythonKeepsVariablesFunctionsAndFiles) {
   EXPECT_EQ(e["result"], 42) << e.dump();
 }
 
+// A session's driver lives across executions: its RLIMIT_CPU is a week (it
+// must not add executions up; each one's cpu_ms comes from the cgroup), not
+// the worker's max_timeout_ms that a one-shot sandbox starts with, which
+// would kill a session once its executions together used that much CPU.
+TEST_F(SessionsTest, TheDriversCpuRlimitDoesNotAddExecutionsUp) {
+  const std::string limits =
+      "import resource\nsoft, hard = resource.getrlimit(resource.RLIMIT_CPU)\n"
+      "result = [soft, hard]\n";
+  for (int i = 0; i < 2; ++i) {  // the spawn's limit, then one set again
+    json r = Run("py-rlimit", "python", limits);
+    ASSERT_EQ(r["status"], "succeeded") << r.dump();
+    EXPECT_GE(r["result"][0].get<long>(), 7L * 24 * 3600) << r.dump();
+    EXPECT_GE(r["result"][1].get<long>(), 7L * 24 * 3600) << r.dump();
+  }
+}
+
 TEST_F(SessionsTest, JavaScriptKeepsState) {
   json a = Run("js-1", "javascript",
                "var counter = 10; function bump(n) { return counter += n; }\n"

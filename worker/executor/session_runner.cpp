@@ -8,6 +8,7 @@
 #include "common/protocol/session_key.hpp"
 #include "worker/executor/execution_driver.hpp"
 #include "worker/executor/output_pump.hpp"
+#include "worker/executor/warm_pool.hpp"
 
 namespace kiln::worker {
 
@@ -15,10 +16,6 @@ using common::protocol::SessionIdOf;
 namespace {
 
 const common::SubsystemLog kLog("sessions");
-
-// A session driver lives across many executions: the per-process cpu rlimit
-// must not add them up (cpu_ms is enforced per execution from the cgroup).
-constexpr uint64_t kDriverCpuRlimitMs = 7ull * 24 * 3600 * 1000;
 
 // Freeze/thaw of a session between executions. UNAVAILABLE (no cgroups, or
 // a v1 host without a freezer hierarchy) is said once and lived with; any
@@ -43,7 +40,7 @@ bool FreezeOk(const common::Status& st, const char* what) {
 DriverSpec SessionSpec(SessionSandbox& s, std::chrono::milliseconds interrupt_grace) {
   DriverSpec spec;
   spec.machine = SessionPolicy(interrupt_grace);
-  spec.cpu_rlimit_ms = kDriverCpuRlimitMs;
+  spec.cpu_rlimit_ms = kSessionCpuRlimitMs;
   spec.cpu_from_start = true;
   spec.frames = &s.control;
   return spec;

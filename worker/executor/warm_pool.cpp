@@ -76,6 +76,7 @@ common::StatusOr<WarmSandbox> WarmPool::Spawn(runtimes::Language language, bool 
   spec.env = std::move(launch.env);
   spec.zygote_argv = std::move(launch.zygote_argv);
   spec.limits = launch_limits_;
+  if (session) spec.limits.cpu_ms = kSessionCpuRlimitMs;
   spec.stdin_fd = std::move(in.read);
   spec.stdout_fd = std::move(out.write);
   spec.stderr_fd = std::move(err.write);

@@ -52,6 +52,11 @@ inline constexpr std::chrono::milliseconds kRefillHold{10};
 // only a job that found one holds the refill. Younger, and jobs come faster
 // than sandboxes start; the refill must not wait then.
 inline constexpr std::chrono::milliseconds kSettledAge{50};
+// A session's driver lives across many executions, so its RLIMIT_CPU must
+// not add them up (cpu_ms is enforced per execution from the cgroup): it is
+// spawned with this one, and each execution sets it again (a hard limit
+// can only be lowered, so the spawn's is the ceiling).
+inline constexpr uint64_t kSessionCpuRlimitMs = 7ull * 24 * 3600 * 1000;
 
 class WarmPool {
  public:

@@ -10,6 +10,7 @@
 
 #include "worker/sandbox/cgroups.hpp"
 #include "worker/sandbox/fs_util.hpp"
+#include "worker/sandbox/held_file.hpp"
 
 namespace kiln::worker::sandbox {
 namespace {
@@ -48,6 +49,13 @@ class CgroupV2 final : public SandboxCgroup {
     }
     if (PathExists(dir_ + "/memory.swap.max"))
       RETURN_IF_ERROR(WriteFileString(dir_ + "/memory.swap.max", "0"));
+    // The files read (or written) per execution, opened once (held_file.hpp).
+    cpu_stat_ = HeldFile::Open(dir_ + "/cpu.stat", O_RDONLY);
+    mem_peak_ = HeldFile::Open(dir_ + "/memory.peak", O_RDONLY);
+    mem_now_ = HeldFile::Open(dir_ + "/memory.current", O_RDONLY);
+    mem_events_ = HeldFile::Open(dir_ + "/memory.events", O_RDONLY);
+    freeze_ = HeldFile::Open(dir_ + "/cgroup.freeze", O_WRONLY);
+    events_ = HeldFile::Open(dir_ + "/cgroup.events", O_RDONLY);
     return Status::Ok();
   }
 
@@ -65,23 +73,23 @@ class CgroupV2 final : public SandboxCgroup {
 
   CgroupStats Stats() const override {
     CgroupStats s;
-    if (auto st = ReadFileString(dir_ + "/cpu.stat"); st.ok()) {
+    if (auto st = cpu_stat_.Read(); st.ok()) {
       if (auto us = ParseKeyedU64(*st, "usage_usec")) s.cpu_ms = *us / 1e3;
     }
-    if (auto peak = ReadFileU64(dir_ + "/memory.peak"); peak.ok()) s.peak_bytes = *peak;
-    if (auto now = ReadFileU64(dir_ + "/memory.current"); now.ok()) s.current_bytes = *now;
-    if (auto ev = ReadFileString(dir_ + "/memory.events"); ev.ok()) {
+    if (auto peak = mem_peak_.ReadU64(); peak.ok()) s.peak_bytes = *peak;
+    if (auto now = mem_now_.ReadU64(); now.ok()) s.current_bytes = *now;
+    if (auto ev = mem_events_.Read(); ev.ok()) {
       s.oom_killed = ParseKeyedU64(*ev, "oom_kill").value_or(0) > 0;
     }
     return s;
   }
 
   Status Freeze(bool frozen) override {
-    RETURN_IF_ERROR(WriteFileString(dir_ + "/cgroup.freeze", frozen ? "1" : "0"));
+    RETURN_IF_ERROR(freeze_.Write(frozen ? "1" : "0"));
     if (!frozen) return Status::Ok();
     return WaitUntil(
         [&] {
-          auto ev = ReadFileString(dir_ + "/cgroup.events");
+          auto ev = events_.Read();
           return ev.ok() && ParseKeyedU64(*ev, "frozen").value_or(0) == 1;
         },
         "cgroup v2: " + dir_ + " did not freeze");
@@ -93,6 +101,9 @@ class CgroupV2 final : public SandboxCgroup {
 
   Status Destroy() override {
     join_fds_.clear();
+    for (HeldFile* f : {&cpu_stat_, &mem_peak_, &mem_now_, &mem_events_, &freeze_, &events_}) {
+      *f = HeldFile();
+    }
     if (!created_) return Status::Ok();
     created_ = false;
     return RemoveCgroupDir(dir_);
@@ -101,6 +112,7 @@ class CgroupV2 final : public SandboxCgroup {
  private:
   std::string dir_;
   std::vector<UniqueFd> join_fds_;
+  HeldFile cpu_stat_, mem_peak_, mem_now_, mem_events_, freeze_, events_;
   bool created_ = false;
 };
 

@@ -228,10 +228,10 @@ class CgroupV1Manager final : public CgroupManager {
   // The kernel patches its code on every CPU (a static key, with IPIs) when
   // the first v1 cgroup starts freezing and when the last one thaws. Each
   // session freezes and thaws its cgroup after every execution, so on an
-  // otherwise unfrozen host that happened twice per execution: ~8% of the
-  // session statements a 2-core host runs per second (docs/performance.md).
-  // An empty cgroup that stays frozen keeps the key on: the patching never
-  // happens. Best effort; named like a sandbox of this process, so a later
+  // otherwise unfrozen host that happened twice per execution (keeping the
+  // key on gave 9% more session statements per second on a 2-core host,
+  // docs/performance.md). An empty cgroup that stays frozen keeps it on:
+  // the patching never happens. Best effort; named like a sandbox of this process, so a later
   // worker's CleanupStale removes one left by a crash.
   void KeepFreezerActive() {
     if (base_.freezer.empty()) return;

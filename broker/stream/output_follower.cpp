@@ -241,7 +241,7 @@ common::Status OutputFollower::CheckEnds(bool all) {
   return common::Status::Ok();
 }
 
-common::StatusOr<bool> OutputFollower::ReadOnce(bool may_block) {
+common::StatusOr<bool> OutputFollower::ReadOnce() {
   size_t buffered = 0;
   for (auto& [id, e] : entries_) buffered += e.reader->Buffered();
   // Jobs to read, from the earliest cursor among their readers with room.
@@ -264,8 +264,20 @@ common::StatusOr<bool> OutputFollower::ReadOnce(bool may_block) {
   }
   if (jobs.empty()) return false;
 
+  // Blocks only with nothing in the inbox, decided under the lock that
+  // NotifyLocked() takes: whatever arrives later cuts the block short.
+  // Marked as blocking for the XREAD alone, so the unblocking thread never
+  // asks while this thread delivers.
+  bool block = false;
+  if (!draining) {
+    std::lock_guard lock(mu_);
+    block = inbox_.follows.empty() && inbox_.wakes.empty() && inbox_.ends.empty() &&
+            inbox_.unfollows.empty();
+    blocking_ = block;
+    unblock_ = false;
+  }
   std::vector<std::string> args = {"XREAD", "COUNT", std::to_string(kReadCount)};
-  if (may_block && !draining) {
+  if (block) {
     args.push_back("BLOCK");
     args.push_back(std::to_string(options_.block.count()));
   }
@@ -273,7 +285,12 @@ common::StatusOr<bool> OutputFollower::ReadOnce(bool may_block) {
   for (const auto& [job, from] : jobs) args.push_back(JobStore::OutputKey(job));
   for (const auto& [job, from] : jobs) args.push_back(from.first);
   std::vector<std::string_view> argv(args.begin(), args.end());
-  ASSIGN_OR_RETURN(RedisReply reply, conn_->Command(argv));
+  auto replied = conn_->Command(argv);
+  if (block) {
+    std::lock_guard lock(mu_);
+    blocking_ = false;
+  }
+  ASSIGN_OR_RETURN(RedisReply reply, std::move(replied));
 
   // [[key, [[entry-id, [field, value, ...]], ...]], ...]; nil when nothing came.
   std::map<std::string, std::vector<JobStore::StoredChunk>> read;
@@ -335,19 +352,7 @@ void OutputFollower::Run(std::stop_token stop) {
     bool idle = false;
     if (st.ok()) st = RefreshClientId();
     if (st.ok()) {
-      bool may_block;
-      {
-        std::lock_guard lock(mu_);
-        may_block = inbox_.follows.empty() && inbox_.wakes.empty() && inbox_.ends.empty() &&
-                    inbox_.unfollows.empty();
-        blocking_ = may_block;
-        unblock_ = false;
-      }
-      auto read = ReadOnce(may_block);
-      {
-        std::lock_guard lock(mu_);
-        blocking_ = false;
-      }
+      auto read = ReadOnce();
       if (read.ok()) {
         idle = !*read;  // no reader with room
       } else {

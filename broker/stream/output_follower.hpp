@@ -134,9 +134,10 @@ class OutputFollower {
   void RetryDeclinedEnds();
   // Reads the status of entries never checked, and of all every kCheckInterval.
   common::Status CheckEnds(bool all);
-  // One XREAD for every reader with room; delivers; ends the drained.
-  // False when no reader had room (nothing was read).
-  common::StatusOr<bool> ReadOnce(bool may_block);
+  // One XREAD for every reader with room (blocking up to options_.block
+  // for new output when no reader drains and the inbox is empty); delivers;
+  // ends the drained. False when no reader had room (nothing was read).
+  common::StatusOr<bool> ReadOnce();
   // Ends `it`'s reader with `error` (the entry is gone).
   void Fail(std::map<Id, Entry>::iterator it, const common::Status& error);
   // Takes `it` out of the follower.
@@ -154,7 +155,7 @@ class OutputFollower {
   // Terminal records in use, by job id (expired ones are swept each turn).
   std::map<std::string, std::weak_ptr<const JobRecord>> ends_;  // guarded by mu_
   size_t count_ = 0;  // guarded by mu_: followed, inbox included
-  // The follower's read may block (set before the XREAD, cleared after).
+  // The follower's XREAD blocks (set just before it, cleared when it returns).
   bool blocking_ = false;    // guarded by mu_
   bool unblock_ = false;     // guarded by mu_: NotifyLocked() came meanwhile
   long long client_id_ = 0;  // guarded by mu_: the follower connection's CLIENT ID

@@ -51,6 +51,9 @@ common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
   workers.Get("endpoint", &c.worker_endpoint);
   workers.Get("heartbeat_interval_ms", &c.heartbeat_interval_ms, 50, 60'000);
   workers.Get("heartbeat_liveness", &c.heartbeat_liveness, 1, 100);
+  workers.Get("secret_key_file", &c.worker_secret_key_file);
+  workers.Get("accepted_keys_dir", &c.worker_accepted_keys_dir);
+  workers.Get("allow_unauthenticated", &c.worker_allow_unauthenticated);
   YamlReader clients = b.Child("clients");
   clients.Get("endpoint", &c.native.endpoint);
   clients.Get("max_connections", &c.native.max_connections, 1, 1'000'000);
@@ -204,6 +207,10 @@ common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
   }
   if (c.tenants.empty()) {
     return common::InvalidRequest(file + ": tenants: at least one tenant is required");
+  }
+  if (c.worker_secret_key_file.empty() != c.worker_accepted_keys_dir.empty()) {
+    return common::InvalidRequest(
+        file + ": broker.workers.secret_key_file and accepted_keys_dir go together");
   }
   if (c.id.empty()) {
     char host[256] = {};

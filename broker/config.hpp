@@ -119,6 +119,13 @@ struct BrokerConfig {
   std::string worker_endpoint = "tcp://127.0.0.1:5555";
   uint32_t heartbeat_interval_ms = 1000;
   uint32_t heartbeat_liveness = 3;
+  // CURVE on the worker endpoint (docs/security.md, "Worker links"): the
+  // broker's secret key file and the directory of accepted <worker-id>.pub
+  // files, both or neither. Without them the endpoint must be loopback-only
+  // unless worker_allow_unauthenticated says otherwise.
+  std::string worker_secret_key_file;
+  std::string worker_accepted_keys_dir;
+  bool worker_allow_unauthenticated = false;
   // Native client protocol endpoint (ZeroMQ ROUTER, docs/protocol.md).
   NativeConfig native;
   // Redis.

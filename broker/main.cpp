@@ -3,9 +3,12 @@
 
 #include <CLI/CLI.hpp>
 #include <csignal>
+#include <optional>
 #include <thread>
 
 #include "broker/api/http_api.hpp"
+#include "broker/auth/endpoint_exposure.hpp"
+#include "broker/auth/worker_keyring.hpp"
 #include "broker/config.hpp"
 #include "broker/metrics/broker_metrics.hpp"
 #include "broker/native/native_api.hpp"
@@ -22,6 +25,7 @@
 #include "broker/stream/output_follower.hpp"
 #include "broker/stream/unread_budget.hpp"
 #include "common/allocator_tuning.hpp"
+#include "common/curve/curve_keys.hpp"
 #include "common/fd_limit.hpp"
 #include "common/log/logging.hpp"
 #include "common/stop_signals.hpp"
@@ -104,6 +108,26 @@ int main(int argc, char** argv) {
   dopts.liveness = cfg->heartbeat_liveness;
   dopts.worker_slot_cap = sc.worker_slots;
   dopts.pump_interval = std::chrono::milliseconds(sc.pump_interval_ms);
+  const bool curve = !cfg->worker_secret_key_file.empty();
+  if (auto st = broker::CheckWorkerEndpointExposure(cfg->worker_endpoint, curve,
+                                                    cfg->worker_allow_unauthenticated);
+      !st.ok()) {
+    return Fail(st.WithContext(config_file));
+  }
+  std::optional<broker::WorkerKeyring> keyring;
+  if (curve) {
+    auto own = common::ReadCurveSecretKeyFile(cfg->worker_secret_key_file);
+    if (!own.ok()) return Fail(own.status());
+    dopts.curve_secret_key = own->secret_z85;
+    dopts.keyring = &keyring.emplace(cfg->worker_accepted_keys_dir);
+    spdlog::info("worker endpoint: CURVE, broker key {}, accepted keys from {}", own->public_z85,
+                 cfg->worker_accepted_keys_dir);
+  } else if (!broker::IsLoopbackEndpoint(cfg->worker_endpoint)) {
+    spdlog::warn(
+        "worker endpoint {} takes unauthenticated workers from other hosts "
+        "(broker.workers.allow_unauthenticated)",
+        cfg->worker_endpoint);
+  }
   std::vector<std::pair<std::string, uint64_t>> tenant_limits;
   for (const auto& t : cfg->tenants) {
     if (!t.secrets.empty()) dopts.tenant_secrets[t.name] = t.secrets;

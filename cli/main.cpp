@@ -47,12 +47,19 @@ int main(int argc, char** argv) {
       ->type_name("TOKEN");
 
   const std::vector<Command> commands = {
-      AddRunCommand(app, &globals),     AddStatusCommand(app, &globals),
-      AddCancelCommand(app, &globals),  AddSessionsCommand(app, &globals),
-      AddKillCommand(app, &globals),    AddApprovalsCommand(app, &globals),
-      AddApproveCommand(app, &globals), AddDenyCommand(app, &globals),
-      AddWorkersCommand(app, &globals), AddHealthCommand(app, &globals),
-      AddMcpCommand(app, &globals),     AddAuditCommand(app, &globals),
+      AddRunCommand(app, &globals),
+      AddStatusCommand(app, &globals),
+      AddCancelCommand(app, &globals),
+      AddSessionsCommand(app, &globals),
+      AddKillCommand(app, &globals),
+      AddApprovalsCommand(app, &globals),
+      AddApproveCommand(app, &globals),
+      AddDenyCommand(app, &globals),
+      AddWorkersCommand(app, &globals),
+      AddHealthCommand(app, &globals),
+      AddMcpCommand(app, &globals),
+      AddAuditCommand(app, &globals),
+      AddKeygenCommand(app),
   };
 
   try {

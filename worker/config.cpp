@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "common/config/yaml_reader.hpp"
+#include "common/curve/curve_keys.hpp"
 
 namespace kiln::worker {
 namespace {
@@ -47,6 +48,8 @@ common::StatusOr<WorkerConfig> LoadWorkerConfig(const std::string& file) {
   w.Get("idle_session_memory_per_tenant_mb", &c.idle_session_memory_per_tenant_mb, 0, 1u << 24);
   w.Get("metrics_endpoint", &c.metrics_endpoint);
   w.Get("metrics_listen", &c.metrics_listen);
+  w.Get("secret_key_file", &c.secret_key_file);
+  w.Get("broker_key_file", &c.broker_key_file);
   common::YamlReader paths = w.Child("interpreters");
   paths.Get("python", &c.runtime_paths.python);
   paths.Get("javascript", &c.runtime_paths.node);
@@ -114,6 +117,22 @@ common::StatusOr<WorkerConfig> LoadWorkerConfig(const std::string& file) {
   if (!st.ok()) return st.WithContext(file);
 
   if (c.runtimes.empty()) return common::InvalidRequest(file + ": worker.runtimes is empty");
+  if (c.secret_key_file.empty() != c.broker_key_file.empty()) {
+    return common::InvalidRequest(
+        file + ": worker.secret_key_file and worker.broker_key_file go together");
+  }
+  if (!c.secret_key_file.empty()) {
+    ASSIGN_OR_RETURN(common::CurveKeyPair own, common::ReadCurveSecretKeyFile(c.secret_key_file));
+    ASSIGN_OR_RETURN(c.curve_broker_public, common::ReadCurvePublicKeyFile(c.broker_key_file));
+    c.curve_public = std::move(own.public_z85);
+    c.curve_secret = std::move(own.secret_z85);
+    // The broker accepts a key only as the worker id its file names.
+    if (c.id.empty()) {
+      std::string stem = c.secret_key_file.substr(c.secret_key_file.rfind('/') + 1);
+      if (stem.size() > 4 && stem.substr(stem.size() - 4) == ".key") stem.resize(stem.size() - 4);
+      c.id = stem;
+    }
+  }
   if (c.id.empty()) {
     char host[256] = {};
     ::gethostname(host, sizeof(host) - 1);

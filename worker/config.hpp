@@ -51,6 +51,13 @@ struct WorkerConfig {
   uint64_t idle_session_memory_per_tenant_mb = 2048;
   std::string metrics_endpoint;  // reported to brokers; empty when none
   std::string metrics_listen;    // host:port of GET /metrics; empty: off
+  // CURVE (docs/security.md, "Worker links"): worker.secret_key_file and
+  // worker.broker_key_file, both or neither; the keys as read (Z85).
+  std::string secret_key_file;
+  std::string broker_key_file;
+  std::string curve_public;
+  std::string curve_secret;
+  std::string curve_broker_public;
   sandbox::SandboxConfig sandbox;
   // Logging (log.level, log.format, log.levels per subsystem).
   common::LogOptions log = DefaultLogOptions();

@@ -82,9 +82,10 @@ WorkerLoop::WorkerLoop(const WorkerConfig& config, zmq::context_t* ctx, Executor
   register_base_.heartbeat_interval_ms = config.heartbeat_interval_ms;
   register_base_.incarnation = incarnation_;
   register_base_.isolation = config.sandbox.isolation;
+  const LinkKeys keys{config.curve_broker_public, config.curve_public, config.curve_secret};
   for (const auto& ep : config.brokers) {
     links_.push_back(std::make_unique<BrokerLink>(
-        ctx, ep, config.id, [this, ep] { return MakeRegister(ep); },
+        ctx, ep, keys, [this, ep] { return MakeRegister(ep); },
         std::chrono::milliseconds(config.heartbeat_interval_ms), config.heartbeat_liveness));
   }
   handlers_ = {

@@ -195,6 +195,17 @@ BrokerMetrics::BrokerMetrics() : registry_(std::make_shared<prometheus::Registry
   for (const char* reason : {"limit", "address_limit", "auth_timeout", "bad_frames", "stalled"}) {
     native_connections_closed_->Add({{"reason", reason}});
   }
+  worker_refused_ = &prometheus::BuildCounter()
+                         .Name("kiln_worker_refused_total")
+                         .Help(
+                             "Connections and messages the worker endpoint refused, by reason "
+                             "(unknown_key, handshake, registration, unregistered, revoked, "
+                             "not_its_job)")
+                         .Register(r);
+  for (const char* reason :
+       {"unknown_key", "handshake", "registration", "unregistered", "revoked", "not_its_job"}) {
+    worker_refused_->Add({{"reason", reason}});
+  }
   auto gauge = [&r](const char* name, const char* help) {
     return &prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({});
   };
@@ -331,6 +342,10 @@ void BrokerMetrics::RedisError() { redis_errors_->Increment(); }
 
 void BrokerMetrics::SetNativeConnections(size_t open) {
   native_connections_->Set(static_cast<double>(open));
+}
+
+void BrokerMetrics::WorkerRefused(const std::string& reason) {
+  worker_refused_->Add({{"reason", reason}}).Increment();
 }
 
 void BrokerMetrics::NativeConnectionClosed(const std::string& reason) {

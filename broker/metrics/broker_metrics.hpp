@@ -67,6 +67,8 @@ class BrokerMetrics {
   void SetWorkers(size_t live, uint64_t slots, uint64_t slots_busy);
   // A worker declared dead, or gone with jobs (`jobs` of them lost).
   void WorkerLost();
+  // The worker endpoint refused a connection or message (worker_refused_).
+  void WorkerRefused(const std::string& reason);
   void JobsWorkerLost(size_t jobs);
   // `route` is a route name ("submit", "get", ...), never a path.
   void HttpRequest(const std::string& route, int code);
@@ -132,6 +134,7 @@ class BrokerMetrics {
   prometheus::Gauge* worker_slots_;
   prometheus::Gauge* worker_slots_busy_;
   prometheus::Counter* workers_lost_;
+  prometheus::Family<prometheus::Counter>* worker_refused_;
   prometheus::Counter* jobs_worker_lost_;
   prometheus::Counter* redis_errors_;
   prometheus::Counter* output_chunks_dropped_;

@@ -47,6 +47,8 @@ common::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Create(DispatcherOptio
   g.heartbeat_interval = options.heartbeat_interval;
   g.liveness = options.liveness;
   g.metrics = options.metrics;
+  g.curve_secret_key = options.curve_secret_key;
+  g.keyring = options.keyring;
   auto d = std::unique_ptr<Dispatcher>(
       new Dispatcher(std::move(options), std::move(wake), stores, waiters));
   Dispatcher* self = d.get();
@@ -376,6 +378,12 @@ void Dispatcher::StoreOutput(std::vector<JobOutput> batch) {
   size_t entries = 0;
   for (size_t i = 0; i < batch.size() && i < stored->size(); ++i) {
     entries += (*stored)[i].entries;
+    if ((*stored)[i].foreign) {
+      static common::LogLimiter limit(kHostileLines, kLogWindow);
+      kJobsLog.Warn(limit, {.job = batch[i].job_id, .worker = batch[i].worker},
+                    "output refused: the job runs on another worker");
+      if (options_.metrics) options_.metrics->WorkerRefused("not_its_job");
+    }
     auto it = in_flight_.find(batch[i].job_id);
     if (it != in_flight_.end() && (*stored)[i].running) it->second.stored = (*stored)[i];
   }
@@ -487,16 +495,25 @@ void Dispatcher::FinishForeign(const std::string& identity, const protocol::Resu
   // WORKER_LOST while the worker was away past its window) keeps its one
   // terminal state (the finish script checks). Only what Redis answered is
   // acknowledged: otherwise the worker keeps the Result and sends it again.
-  if (res.reason == protocol::EndReason::kRefused) {
-    if (Requeue(res.job_id)) Send(identity, protocol::ResultAck{res.job_id});
-    return;
-  }
   auto record = stores_.jobs->Load(res.job_id);
   if (!record.ok() && record.status().code() != Code::kNotFound) {
     if (options_.metrics) options_.metrics->RedisError();
     return;
   }
-  // A worker may send results for any job id: only a running job takes one.
+  // A worker may send results for any job id: only a running job takes one,
+  // and only from the worker it runs on.
+  if (record.ok() && record->status == JobStatus::kRunning && record->worker != identity) {
+    static common::LogLimiter limit(kHostileLines, kLogWindow);
+    kJobsLog.Warn(limit, {.job = res.job_id, .worker = identity},
+                  "result refused: the job runs on worker '{}'", record->worker);
+    if (options_.metrics) options_.metrics->WorkerRefused("not_its_job");
+    Send(identity, protocol::ResultAck{res.job_id});
+    return;
+  }
+  if (res.reason == protocol::EndReason::kRefused) {
+    if (Requeue(res.job_id)) Send(identity, protocol::ResultAck{res.job_id});
+    return;
+  }
   auto t =
       record.ok()
           ? JobLifecycle::Apply(

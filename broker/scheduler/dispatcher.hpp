@@ -60,6 +60,7 @@
 namespace kiln::broker {
 
 class AuditWriter;
+class WorkerKeyring;
 class BrokerMetrics;
 
 struct DispatcherOptions {
@@ -85,6 +86,9 @@ struct DispatcherOptions {
   std::vector<ScheduleStore::TenantShare> tenant_shares;
   BrokerMetrics* metrics = nullptr;  // optional; outlives the Dispatcher
   AuditWriter* audit = nullptr;      // optional; gets every terminal record stored here
+  // CURVE on the worker endpoint (GatewayOptions): both or neither.
+  std::string curve_secret_key;
+  WorkerKeyring* keyring = nullptr;  // outlives the Dispatcher
 };
 
 struct DispatcherStores {

@@ -6,9 +6,9 @@ namespace kiln::broker {
 
 namespace protocol = common::protocol;
 
-bool OutputBuffer::Add(protocol::OutputChunk chunk) {
+bool OutputBuffer::Add(const std::string& worker, protocol::OutputChunk chunk) {
   std::lock_guard lock(mu_);
-  auto [it, fresh] = jobs_.try_emplace(chunk.job_id);
+  auto [it, fresh] = jobs_.try_emplace(Key{chunk.job_id, worker});
   Pending& p = it->second;
   const size_t n = chunk.data.size();
   if (p.bytes + n > per_job_bytes_ || bytes_ + n > total_bytes_) {
@@ -16,7 +16,7 @@ bool OutputBuffer::Add(protocol::OutputChunk chunk) {
     if (fresh) jobs_.erase(it);
     return false;
   }
-  if (fresh) order_.push_back(chunk.job_id);
+  if (fresh) order_.push_back(it->first);
   p.bytes += n;
   bytes_ += n;
   if (!p.chunks.empty()) {
@@ -31,8 +31,8 @@ bool OutputBuffer::Add(protocol::OutputChunk chunk) {
   return true;
 }
 
-JobOutput OutputBuffer::Extract(std::map<std::string, Pending>::iterator it) {
-  JobOutput out{it->first, std::move(it->second.chunks)};
+JobOutput OutputBuffer::Extract(std::map<Key, Pending>::iterator it) {
+  JobOutput out{it->first.first, std::move(it->second.chunks), it->first.second};
   bytes_ -= it->second.bytes;
   jobs_.erase(it);
   return out;
@@ -42,10 +42,12 @@ std::vector<JobOutput> OutputBuffer::Take(const std::vector<std::string>& job_id
   std::vector<JobOutput> out;
   std::lock_guard lock(mu_);
   for (const auto& id : job_ids) {
-    auto it = jobs_.find(id);
-    if (it == jobs_.end()) continue;
-    out.push_back(Extract(it));
-    order_.erase(std::find(order_.begin(), order_.end(), id));
+    for (auto it = jobs_.lower_bound(Key{id, ""}); it != jobs_.end() && it->first.first == id;) {
+      order_.erase(std::find(order_.begin(), order_.end(), it->first));
+      auto next = std::next(it);
+      out.push_back(Extract(it));
+      it = next;
+    }
   }
   return out;
 }

@@ -6,6 +6,7 @@
 
 #include "broker/job/isolation.hpp"
 #include "broker/metrics/broker_metrics.hpp"
+#include "common/curve/curve_keys.hpp"
 #include "common/log/logging.hpp"
 #include "common/protocol/codec.hpp"
 
@@ -41,16 +42,35 @@ common::StatusOr<std::unique_ptr<WorkerGateway>> WorkerGateway::Create(GatewayOp
                                                                        std::function<void()> wake) {
   common::UniqueFd wake_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!wake_fd.valid()) return common::ErrnoStatus("eventfd", errno);
+  const bool curve = options.keyring != nullptr;
+  if (curve != !options.curve_secret_key.empty()) {
+    return common::InvalidRequest(
+        "worker endpoint: CURVE needs both the secret key and the keyring");
+  }
+  std::unique_ptr<ZapHandler> zap;
+  if (curve) {
+    // Before the bind: without a handler libzmq lets every CURVE client in.
+    options.keyring->Refresh();
+    ASSIGN_OR_RETURN(zap, ZapHandler::Create(ctx, options.keyring, options.metrics));
+  }
   try {
     zmq::socket_t router(*ctx, zmq::socket_type::router);
-    router.set(zmq::sockopt::router_mandatory, 1);  // sends to a gone worker fail, not vanish
-    router.set(zmq::sockopt::router_handover, 1);   // a reconnecting worker takes its id back
+    // Sends to a gone worker fail rather than vanish. No ROUTER_HANDOVER: a
+    // peer announcing a live connection's routing id is refused by libzmq
+    // instead of taking its messages (workers set no routing id).
+    router.set(zmq::sockopt::router_mandatory, 1);
     router.set(zmq::sockopt::linger, 0);
     router.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(protocol::kMaxMessageBytes));
+    if (curve) {
+      router.set(zmq::sockopt::curve_server, true);
+      router.set(zmq::sockopt::curve_secretkey, options.curve_secret_key);
+      router.set(zmq::sockopt::zap_domain, kWorkerZapDomain);
+    }
     router.bind(options.endpoint);
     std::string bound = router.get(zmq::sockopt::last_endpoint);
-    auto gw = std::unique_ptr<WorkerGateway>(new WorkerGateway(
-        std::move(options), std::move(router), std::move(wake_fd), output, std::move(wake)));
+    auto gw = std::unique_ptr<WorkerGateway>(
+        new WorkerGateway(std::move(options), std::move(zap), std::move(router), std::move(wake_fd),
+                          output, std::move(wake)));
     gw->bound_endpoint_ = std::move(bound);
     return gw;
   } catch (const zmq::error_t& e) {
@@ -59,16 +79,17 @@ common::StatusOr<std::unique_ptr<WorkerGateway>> WorkerGateway::Create(GatewayOp
   }
 }
 
-WorkerGateway::WorkerGateway(GatewayOptions options, zmq::socket_t router, common::UniqueFd wake_fd,
-                             OutputBuffer* output, std::function<void()> wake)
+WorkerGateway::WorkerGateway(GatewayOptions options, std::unique_ptr<ZapHandler> zap,
+                             zmq::socket_t router, common::UniqueFd wake_fd, OutputBuffer* output,
+                             std::function<void()> wake)
     : options_(std::move(options)),
+      zap_(std::move(zap)),
       router_(std::move(router)),
       wake_fd_(std::move(wake_fd)),
       output_(output),
       wake_dispatcher_(std::move(wake)),
       liveness_(options_.heartbeat_interval, options_.liveness) {
   handlers_ = {
-      {protocol::MessageType::kRegister, &WorkerGateway::OnRegister},
       {protocol::MessageType::kHeartbeat, &WorkerGateway::OnHeartbeat},
       {protocol::MessageType::kOutputChunk, &WorkerGateway::OnOutputChunk},
       {protocol::MessageType::kResult, &WorkerGateway::OnResult},
@@ -130,15 +151,17 @@ void WorkerGateway::Run(std::stop_token stop) {
                 "paused or starved): every worker gets a fresh liveness window");
     }
     if (now_ >= next_beat_) Beat(now_);
+    if (zap_) CheckKeys(now_);
     zmq::pollitem_t items[] = {
         {router_.handle(), 0, ZMQ_POLLIN, 0},
         {nullptr, wake_fd_.get(), ZMQ_POLLIN, 0},
+        {zap_ ? zap_->socket().handle() : nullptr, zap_ ? 0 : -1, ZMQ_POLLIN, 0},
     };
     // Wake at least every 100 ms to notice a stop request.
     auto wait =
         std::min<Clock::duration>(next_beat_ - Clock::now(), std::chrono::milliseconds(100));
     try {
-      zmq::poll(items, 2,
+      zmq::poll(items, zap_ ? 3 : 2,
                 std::chrono::duration_cast<std::chrono::milliseconds>(
                     std::max<Clock::duration>(wait, Clock::duration::zero())));
     } catch (const zmq::error_t& e) {
@@ -150,6 +173,7 @@ void WorkerGateway::Run(std::stop_token stop) {
       ssize_t n = ::read(wake_fd_.get(), &count, sizeof(count));
       (void)n;
     }
+    if (zap_ && (items[2].revents & ZMQ_POLLIN)) zap_->Serve();
     SendQueued();
     if (items[0].revents & ZMQ_POLLIN) ReceiveAll(Clock::now());
   }
@@ -172,8 +196,40 @@ void WorkerGateway::Beat(Clock::time_point now) {
     static common::LogLimiter limit(kRoutineLines, kLogWindow);
     kLog.Warn(limit, {.worker = id}, "worker missed {} heartbeats: declared dead",
               options_.liveness);
-    Post(WorkerGone{id, "the worker stopped answering heartbeats", true}, 64);
+    Drop(id, "the worker stopped answering heartbeats", true);
   }
+}
+
+void WorkerGateway::CheckKeys(Clock::time_point now) {
+  if (now < next_key_check_) return;
+  next_key_check_ = now + std::chrono::seconds(1);
+  options_.keyring->Refresh();
+  const uint64_t generation = options_.keyring->generation();
+  if (generation == keys_checked_) return;
+  keys_checked_ = generation;
+  for (const auto& routing : links_.Routings()) {
+    WorkerLinks::Link* link = links_.Of(routing);
+    auto named = options_.keyring->WorkerOf(link->key);
+    if (named && *named == link->worker) {
+      link->generation = generation;
+      continue;
+    }
+    std::string worker = link->worker;
+    kLog.Warn({.worker = worker}, "the worker's key is no longer accepted: dropping it");
+    Refuse("revoked");
+    SendTo(routing, protocol::Disconnect{"your key is no longer accepted"});
+    Drop(worker, "the worker's key is no longer accepted", false);
+  }
+}
+
+void WorkerGateway::Drop(const std::string& worker, std::string why, bool expired) {
+  liveness_.Remove(worker);
+  links_.Remove(worker);
+  Post(WorkerGone{worker, std::move(why), expired}, 64);
+}
+
+void WorkerGateway::Refuse(const std::string& reason) {
+  if (options_.metrics) options_.metrics->WorkerRefused(reason);
 }
 
 void WorkerGateway::SendQueued() {
@@ -191,15 +247,20 @@ void WorkerGateway::SendQueued() {
 }
 
 bool WorkerGateway::SendNow(const std::string& worker, const protocol::Message& m) {
+  auto routing = links_.RoutingOf(worker);
+  return routing && SendTo(*routing, m);
+}
+
+bool WorkerGateway::SendTo(const std::string& routing, const protocol::Message& m) {
   std::string bytes = protocol::Encode(m);
   try {
-    if (!router_.send(zmq::buffer(worker), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+    if (!router_.send(zmq::buffer(routing), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
       return false;
     }
     return router_.send(zmq::buffer(bytes), zmq::send_flags::dontwait).has_value();
   } catch (const zmq::error_t& e) {
     static common::LogLimiter limit(kHostileLines, kLogWindow);
-    if (e.num() != EHOSTUNREACH) kLog.Warn(limit, {.worker = worker}, "send failed: {}", e.what());
+    if (e.num() != EHOSTUNREACH) kLog.Warn(limit, {}, "send failed: {}", e.what());
     return false;
   }
 }
@@ -224,63 +285,112 @@ void WorkerGateway::ReceiveAll(Clock::time_point now) {
       kLog.Error({}, "receive failed: {}", e.what());
       return;
     }
-    std::string worker = identity_frame.to_string();
+    std::string routing = identity_frame.to_string();
+    // With CURVE, the key the connection authenticated with (the ZAP
+    // handler's User-Id); libzmq attaches it to every message.
+    const char* user_id = zap_ ? ::zmq_msg_gets(payload.handle(), "User-Id") : nullptr;
+    const std::string key = user_id != nullptr ? user_id : "";
+    if (zap_ && key.empty()) continue;  // not authenticated: cannot happen with a ZAP handler
     auto decoded = protocol::Decode(
         std::string_view(static_cast<const char*>(payload.data()), payload.size()));
+    const WorkerLinks::Link* link = links_.Of(routing);
     if (!decoded.ok()) {
       static common::LogLimiter limit(kHostileLines, kLogWindow);
-      kLog.Warn(limit, {.worker = worker}, "dropping a bad message from a worker: {}",
-                decoded.status().message());
+      kLog.Warn(limit, {.worker = link ? link->worker : ""},
+                "dropping a bad message from a worker connection: {}", decoded.status().message());
       continue;
     }
+    const protocol::MessageType type = protocol::TypeOf(*decoded);
+    if (type == protocol::MessageType::kRegister) {
+      OnRegister(routing, key, std::get<protocol::Register>(*decoded));
+      continue;
+    }
+    // Only a registered connection speaks for a worker, and (CURVE) only
+    // with the key it registered with: a peer that picked a dead
+    // connection's routing id is not that worker.
+    if (link == nullptr || link->key != key) {
+      OnUnregistered(routing, type);
+      continue;
+    }
+    const std::string worker = link->worker;
     liveness_.Heard(worker, now);  // anything from a known worker proves it alive
-    auto handler = handlers_.find(protocol::TypeOf(*decoded));
+    auto handler = handlers_.find(type);
     if (handler != handlers_.end()) (this->*handler->second)(worker, *decoded);
   }
 }
 
-void WorkerGateway::OnRegister(const std::string& worker, protocol::Message& m) {
-  auto& reg = std::get<protocol::Register>(m);
-  if (reg.worker_id.empty() || reg.worker_id != worker || reg.slots == 0 || reg.runtimes.empty()) {
-    static common::LogLimiter limit(kHostileLines, kLogWindow);
-    kLog.Warn(limit, {.worker = worker},
-              "refusing registration from '{}': needs an id (its routing id), slots and "
-              "runtimes",
-              worker);
-    SendNow(worker, protocol::Disconnect{"registration needs worker_id, slots and runtimes"});
+void WorkerGateway::OnRegister(const std::string& routing, const std::string& key,
+                               protocol::Register& reg) {
+  static common::LogLimiter limit(kHostileLines, kLogWindow);
+  auto refuse = [&](std::string_view why, const std::string& told) {
+    kLog.Warn(limit, {.worker = reg.worker_id}, "refusing registration as '{}': {}",
+              reg.worker_id.substr(0, 128), why);
+    Refuse("registration");
+    SendTo(routing, protocol::Disconnect{told});
+  };
+  if (!common::IsCurveKeyName(reg.worker_id) || reg.slots == 0 || reg.runtimes.empty()) {
+    refuse("needs an id ([A-Za-z0-9._-], up to 128), slots and runtimes",
+           "registration needs worker_id ([A-Za-z0-9._-]), slots and runtimes");
     return;
   }
   if (!IsIsolationLevel(NormalizeIsolation(reg.isolation))) {
     // A level this broker does not know: it could place no job there
     // correctly, so it takes none rather than treat the worker as another.
-    static common::LogLimiter limit(kHostileLines, kLogWindow);
-    kLog.Warn(limit, {.worker = worker}, "refusing registration from '{}': unknown isolation level",
-              worker);
-    SendNow(worker, protocol::Disconnect{"unknown isolation level: standard or gvisor"});
+    refuse("unknown isolation level", "unknown isolation level: standard or gvisor");
     return;
   }
-  liveness_.Register(worker, now_);
-  SendNow(worker, protocol::RegisterAck{options_.broker_id,
+  if (zap_) {
+    auto named = options_.keyring->WorkerOf(key);
+    if (!named || *named != reg.worker_id) {
+      refuse(named ? "its key belongs to worker '" + *named + "'" : "its key is not accepted",
+             "this key may not register as " + reg.worker_id);
+      return;
+    }
+  }
+  if (const WorkerLinks::Link* here = links_.Of(routing);
+      here != nullptr && here->worker != reg.worker_id) {
+    refuse("the connection already speaks for '" + here->worker + "'",
+           "this connection is already registered as another worker");
+    return;
+  }
+  const uint64_t generation = zap_ ? options_.keyring->generation() : 0;
+  if (links_.Bind(routing, reg.worker_id, key, generation)) {
+    static common::LogLimiter moved(kRoutineLines, kLogWindow);
+    kLog.Info(moved, {.worker = reg.worker_id}, "worker registered again from a new connection");
+  }
+  liveness_.Register(reg.worker_id, now_);
+  SendTo(routing, protocol::RegisterAck{options_.broker_id,
                                         static_cast<uint32_t>(options_.heartbeat_interval.count()),
                                         options_.liveness});
-  Post(WorkerRegistered{worker, std::move(reg)}, 4096);
+  std::string worker = reg.worker_id;
+  Post(WorkerRegistered{std::move(worker), std::move(reg)}, 4096);
+}
+
+void WorkerGateway::OnUnregistered(const std::string& routing, protocol::MessageType type) {
+  // We do not know this connection (we restarted, declared its worker dead,
+  // or it reconnected): make it register. Anything but a heartbeat from it
+  // is refused — a Result or output must come from the job's worker.
+  if (type != protocol::MessageType::kHeartbeat) {
+    static common::LogLimiter limit(kHostileLines, kLogWindow);
+    kLog.Warn(limit, {}, "refused a {} from a connection that has not registered",
+              protocol::TypeName(type));
+    Refuse("unregistered");
+  }
+  if (type != protocol::MessageType::kDisconnect) {
+    SendTo(routing, protocol::Disconnect{"unknown worker: register again"});
+  }
 }
 
 void WorkerGateway::OnHeartbeat(const std::string& worker, protocol::Message& m) {
-  if (!liveness_.Known(worker)) {
-    // We do not know this worker (we restarted, or declared it dead): make it
-    // register again.
-    SendNow(worker, protocol::Disconnect{"unknown worker: register again"});
-    return;
-  }
   Post(WorkerBeat{worker, std::get<protocol::Heartbeat>(m)}, 64);
 }
 
-void WorkerGateway::OnOutputChunk(const std::string&, protocol::Message& m) {
+void WorkerGateway::OnOutputChunk(const std::string& worker, protocol::Message& m) {
   // Chunks of jobs another broker dispatched are stored as well: subscribers
-  // read them from Redis, wherever they are connected.
+  // read them from Redis, wherever they are connected. Redis stores them
+  // only while the job runs on this worker (scripts::AppendOutput).
   auto& chunk = std::get<protocol::OutputChunk>(m);
-  if (!output_->Add(std::move(chunk))) {
+  if (!output_->Add(worker, std::move(chunk))) {
     if (options_.metrics) options_.metrics->OutputChunkDropped();
   }
   wake_dispatcher_();
@@ -296,8 +406,7 @@ void WorkerGateway::OnDisconnect(const std::string& worker, protocol::Message& m
   auto& d = std::get<protocol::Disconnect>(m);
   static common::LogLimiter limit(kRoutineLines, kLogWindow);
   kLog.Info(limit, {.worker = worker}, "worker disconnected: {}", d.reason);
-  liveness_.Remove(worker);
-  Post(WorkerGone{worker, "the worker disconnected: " + d.reason, false}, 64);
+  Drop(worker, "the worker disconnected: " + d.reason, false);
 }
 
 void WorkerGateway::OnUnexpected(const std::string& worker, protocol::Message& m) {

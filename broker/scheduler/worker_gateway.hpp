@@ -14,6 +14,12 @@
 // Dispatcher, whose work touches Redis. So a slow or absent Redis, or a
 // dispatcher busy storing a flood, never stops heartbeats, and a Result never
 // waits in the socket behind another job's chunks.
+// Every party is untrusted (docs/security.md, "Worker links"): a worker is
+// known by the connection it registered on (WorkerLinks), so a message from
+// a connection that has not registered is refused, and with CURVE a
+// connection is let in only with an accepted key (ZapHandler), registers only
+// as the worker id its key names, and loses its worker when the key is
+// revoked.
 // Run() belongs to one thread; Send() and TakeEvents() are thread-safe.
 #pragma once
 
@@ -28,7 +34,9 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "broker/auth/zap_handler.hpp"
 #include "broker/scheduler/output_buffer.hpp"
+#include "broker/scheduler/worker_links.hpp"
 #include "broker/scheduler/worker_liveness.hpp"
 #include "common/protocol/messages.hpp"
 #include "common/status.hpp"
@@ -47,6 +55,11 @@ struct GatewayOptions {
   // past it a Result is dropped unacknowledged and its worker sends it again.
   size_t max_event_bytes = 512u << 20;
   BrokerMetrics* metrics = nullptr;  // optional; outlives the gateway
+  // CURVE: the broker's secret key (Z85) and the worker keys it accepts,
+  // both or neither. Without them anyone who reaches the endpoint may
+  // register (loopback development only: broker/main.cpp refuses otherwise).
+  std::string curve_secret_key;
+  WorkerKeyring* keyring = nullptr;  // outlives the gateway
 };
 
 // What the gateway tells the dispatcher, in the order it happened.
@@ -99,16 +112,25 @@ class WorkerGateway {
   using Handler = void (WorkerGateway::*)(const std::string& worker,
                                           common::protocol::Message& message);
 
-  WorkerGateway(GatewayOptions options, zmq::socket_t router, common::UniqueFd wake_fd,
-                OutputBuffer* output, std::function<void()> wake);
+  WorkerGateway(GatewayOptions options, std::unique_ptr<ZapHandler> zap, zmq::socket_t router,
+                common::UniqueFd wake_fd, OutputBuffer* output, std::function<void()> wake);
 
   void ReceiveAll(WorkerLiveness::Clock::time_point now);
   void SendQueued();
   bool SendNow(const std::string& worker, const common::protocol::Message& m);
+  bool SendTo(const std::string& routing, const common::protocol::Message& m);
   void Post(GatewayEvent event, size_t bytes);
   void Beat(WorkerLiveness::Clock::time_point now);
+  // Re-reads the accepted keys (once a second) and ends the workers whose
+  // key is no longer accepted.
+  void CheckKeys(WorkerLiveness::Clock::time_point now);
+  // Forgets a worker's connection and liveness, and tells the dispatcher.
+  void Drop(const std::string& worker, std::string why, bool expired);
+  void Refuse(const std::string& reason);
 
-  void OnRegister(const std::string& worker, common::protocol::Message& m);
+  void OnRegister(const std::string& routing, const std::string& key,
+                  common::protocol::Register& reg);
+  void OnUnregistered(const std::string& routing, common::protocol::MessageType type);
   void OnHeartbeat(const std::string& worker, common::protocol::Message& m);
   void OnOutputChunk(const std::string& worker, common::protocol::Message& m);
   void OnResult(const std::string& worker, common::protocol::Message& m);
@@ -116,6 +138,7 @@ class WorkerGateway {
   void OnUnexpected(const std::string& worker, common::protocol::Message& m);
 
   GatewayOptions options_;
+  std::unique_ptr<ZapHandler> zap_;  // declared first: outlives router_ (see ZapHandler)
   zmq::socket_t router_;
   common::UniqueFd wake_fd_;  // eventfd: Send() was called
   OutputBuffer* output_;
@@ -125,6 +148,9 @@ class WorkerGateway {
 
   // Loop-owned.
   WorkerLiveness liveness_;
+  WorkerLinks links_;
+  WorkerLiveness::Clock::time_point next_key_check_{};
+  uint64_t keys_checked_ = 0;  // the keyring generation every link was checked against
   WorkerLiveness::Clock::time_point now_{};  // of the current turn
   WorkerLiveness::Clock::time_point next_beat_{};
 

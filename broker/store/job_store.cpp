@@ -133,8 +133,8 @@ common::StatusOr<std::vector<StoredOutput>> JobStore::AppendOutput(
   commands.reserve(jobs.size());
   const std::string max_kept = std::to_string(kMaxChunksKept);
   for (const JobOutput& j : jobs) {
-    std::vector<std::string> argv = {"EVALSHA", scripts::AppendOutput().sha1, "0", j.job_id, ttl_s_,
-                                     max_kept};
+    std::vector<std::string> argv = {
+        "EVALSHA", scripts::AppendOutput().sha1, "0", j.job_id, ttl_s_, max_kept, j.worker};
     argv.reserve(argv.size() + 4 * j.chunks.size());
     for (const auto& c : j.chunks) {
       argv.push_back(c.stream == common::protocol::Stream::kStderr ? "stderr" : "stdout");
@@ -159,6 +159,7 @@ common::StatusOr<std::vector<StoredOutput>> JobStore::AppendOutput(
     if (r.elements.size() != 3) return common::Internal("redis: unexpected reply storing output");
     StoredOutput s;
     s.running = r.elements[0].integer >= 0;
+    s.foreign = r.elements[0].integer == -2;
     s.stdout_bytes = static_cast<uint64_t>(std::max<long long>(r.elements[0].integer, 0));
     s.stderr_bytes = static_cast<uint64_t>(std::max<long long>(r.elements[1].integer, 0));
     s.entries = static_cast<uint32_t>(std::max<long long>(r.elements[2].integer, 0));

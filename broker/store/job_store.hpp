@@ -39,11 +39,15 @@ namespace kiln::broker {
 struct JobOutput {
   std::string job_id;
   std::vector<common::protocol::OutputChunk> chunks;
+  // The worker that sent the chunks: stored only while the job runs there.
+  // Empty: the broker's own (the tail it completes from a Result).
+  std::string worker;
 };
 
 // How much of a job's output is stored, after AppendOutput.
 struct StoredOutput {
-  bool running = true;  // false: the job has ended (or is unknown), nothing was stored
+  bool running = true;   // false: the job has ended (or is unknown), nothing was stored
+  bool foreign = false;  // the job runs on another worker than the sender: nothing was stored
   uint64_t stdout_bytes = 0;
   uint64_t stderr_bytes = 0;
   uint32_t entries = 0;  // stream entries this call added

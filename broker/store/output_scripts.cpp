@@ -5,24 +5,27 @@
 namespace kiln::broker::scripts {
 namespace {
 
-// ARGV: job id, ttl_s, max entries kept, then per chunk: stream ('stdout' or
-// 'stderr'), seq, offset, data. A chunk is stored where it continues its
+// ARGV: job id, ttl_s, max entries kept, the sending worker ('' for the
+// broker's own), then per chunk: stream ('stdout' or 'stderr'), seq, offset,
+// data. A chunk is stored where it continues its
 // stream (its offset at or before the stored end, its data past it: only the
 // new bytes are kept), in entries of at most 64 KiB, with seq increasing
 // (renumbered after the last stored one when needed: a completion sends 0).
-// Nothing is stored unless the job is running: chunks never follow the end.
+// Nothing is stored unless the job is running, and on the sending worker:
+// chunks never follow the end, and no worker writes another's output.
 // Returns {stdout end, stderr end, entries stored}; {-1, -1, 0} when the job
-// is not running.
+// is not running, {-2, -2, 0} when it runs on another worker.
 constexpr const char* kAppendOutput = R"lua(
 local id = ARGV[1]
 local jk = K.job .. id
 local ok = K.out .. id
-local f = redis.call('HMGET', jk, 'status', 'out_stdout', 'out_stderr', 'out_seq')
+local f = redis.call('HMGET', jk, 'status', 'out_stdout', 'out_stderr', 'out_seq', 'worker')
 if f[1] ~= 'running' then return {-1, -1, 0} end
+if ARGV[4] ~= '' and f[5] ~= ARGV[4] then return {-2, -2, 0} end
 local ends = {stdout = tonumber(f[2]) or 0, stderr = tonumber(f[3]) or 0}
 local seq = tonumber(f[4]) or -1
 local stored = 0
-for i = 4, #ARGV - 3, 4 do
+for i = 5, #ARGV - 3, 4 do
   local s, q, off, data = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), ARGV[i + 3]
   local e = ends[s]
   if e and q and off and off <= e and off + #data > e then

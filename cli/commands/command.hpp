@@ -5,7 +5,7 @@
 //   CLI11_PARSE(app, argc, argv);  if (run.app->parsed()) return run.run();
 //
 // One file each in commands/: run, status, cancel, sessions, kill, approvals,
-// approve + deny, workers, health, mcp. Main thread only (mcp starts its own
+// approve + deny, workers, health, mcp, audit, keygen. Main thread only (mcp starts its own
 // threads for tool calls).
 #pragma once
 
@@ -39,6 +39,7 @@ Command AddApproveCommand(CLI::App& root, const GlobalFlags* globals);
 Command AddDenyCommand(CLI::App& root, const GlobalFlags* globals);
 Command AddMcpCommand(CLI::App& root, const GlobalFlags* globals);
 Command AddAuditCommand(CLI::App& root, const GlobalFlags* globals);
+Command AddKeygenCommand(CLI::App& root);
 
 // Shared by the commands.
 

@@ -5,11 +5,14 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <sstream>
 #include <stdexcept>
+
+#include "common/curve/curve_keys.hpp"
 
 namespace kiln::testing {
 namespace {
@@ -161,6 +164,7 @@ std::unique_ptr<TestCluster> TestCluster::Start(const ClusterOptions& options) {
   c->options_ = options;
   c->dir_ = MakeTempDir("kiln-it");
   c->redis_port_ = FreePort();
+  if (options.curve) c->MakeKeys();
   c->StartRedis();
   bool redis_up = WaitFor([&] { return CanConnect(c->redis_port_); }, std::chrono::seconds(10));
   if (!redis_up) throw std::runtime_error("redis-server did not start: " + c->DumpLogs());
@@ -183,6 +187,23 @@ std::unique_ptr<TestCluster> TestCluster::Start(const ClusterOptions& options) {
     throw std::runtime_error("workers did not register: " + c->DumpLogs());
   }
   return c;
+}
+
+void TestCluster::MakeKeys() {
+  auto make = [&](const std::string& name) {
+    auto kp = common::GenerateCurveKeyPair();
+    if (!kp.ok()) throw std::runtime_error(kp.status().ToString());
+    auto st = common::WriteCurveKeyFiles(keys_dir(), name, *kp);
+    if (!st.ok()) throw std::runtime_error(st.ToString());
+    return *kp;
+  };
+  ::mkdir(keys_dir().c_str(), 0700);
+  ::mkdir(accepted_keys_dir().c_str(), 0700);
+  make("broker");
+  for (int i = 0; i < options_.workers; ++i) {
+    const auto kp = make(worker_id(i));
+    WriteFile(accepted_keys_dir() + "/" + worker_id(i) + ".pub", kp.public_z85 + "\n");
+  }
 }
 
 void TestCluster::StartRedis() {
@@ -228,7 +249,11 @@ void TestCluster::StartBroker(int i) {
     << options_.broker_http_fields << "}\n"
     << "  workers: {endpoint: \"tcp://127.0.0.1:" << zmq_ports_[i]
     << "\", heartbeat_interval_ms: " << options_.heartbeat_interval_ms
-    << ", heartbeat_liveness: " << options_.heartbeat_liveness << "}\n"
+    << ", heartbeat_liveness: " << options_.heartbeat_liveness
+    << (options_.curve ? ", secret_key_file: \"" + keys_dir() +
+                             "/broker.key\", accepted_keys_dir: \"" + accepted_keys_dir() + "\""
+                       : std::string())
+    << "}\n"
     << "  clients: {endpoint: \"tcp://127.0.0.1:" << client_ports_[i] << "\""
     << options_.broker_clients_fields << "}\n"
     << "  redis: {url: \"redis://127.0.0.1:" << redis_port_ << "\"}\n"
@@ -267,8 +292,12 @@ void TestCluster::StartWorker(int i) {
   for (size_t b = 0; b < zmq_ports_.size(); ++b) {
     y << (b ? ", " : "") << "\"tcp://127.0.0.1:" << zmq_ports_[b] << "\"";
   }
-  y << "]\n"
-    << options_.extra_worker_yaml << "sandbox:\n"
+  y << "]\n";
+  if (options_.curve) {
+    y << "  secret_key_file: \"" << keys_dir() << "/" << worker_id(i) << ".key\"\n"
+      << "  broker_key_file: \"" << keys_dir() << "/broker.pub\"\n";
+  }
+  y << options_.extra_worker_yaml << "sandbox:\n"
     << "  state_dir: " << dir_ << "/w" << i << "\n"
     << "  cgroup_prefix: kiln-it-" << suffix << "-w" << i << "\n"
     << "  uid_base: " << kUidBase + 10000 * i << "\n"

@@ -56,6 +56,9 @@ struct ClusterOptions {
   // a silent peer is dead after about interval x liveness.
   int heartbeat_interval_ms = 200;
   int heartbeat_liveness = 5;
+  // CURVE on the worker links: a broker key pair and one per worker (named
+  // after its id) in keys_dir(), every worker's .pub in accepted_keys_dir().
+  bool curve = false;
 };
 
 // A Redis reply, as RedisCommand parses it.
@@ -105,6 +108,14 @@ class TestCluster {
     return "tcp://127.0.0.1:" + std::to_string(client_ports_.at(broker));
   }
   std::string worker_config(int i) const;
+  // The broker's worker endpoint (broker.workers.endpoint), tcp://127.0.0.1:PORT.
+  std::string worker_endpoint(int broker = 0) const {
+    return "tcp://127.0.0.1:" + std::to_string(zmq_ports_.at(broker));
+  }
+  // With `curve`: <dir>/keys holds broker.key/.pub and <worker id>.key/.pub;
+  // brokers accept the .pub files in <dir>/keys/accepted.
+  std::string keys_dir() const { return dir_ + "/keys"; }
+  std::string accepted_keys_dir() const { return dir_ + "/keys/accepted"; }
   ChildProcess& worker(int i) { return workers_.at(i); }
   ChildProcess& broker(int i) { return brokers_.at(i); }
   ChildProcess& redis() { return redis_; }
@@ -147,6 +158,7 @@ class TestCluster {
   TestCluster() = default;
   void StartBroker(int i);
   void StartRedis();
+  void MakeKeys();
 
   ClusterOptions options_;
   std::string dir_;

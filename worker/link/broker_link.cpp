@@ -14,12 +14,12 @@ namespace {
 const common::SubsystemLog kLog("link");
 }  // namespace
 
-BrokerLink::BrokerLink(zmq::context_t* ctx, std::string endpoint, std::string worker_id,
+BrokerLink::BrokerLink(zmq::context_t* ctx, std::string endpoint, LinkKeys keys,
                        MakeRegister make_register, std::chrono::milliseconds interval,
                        uint32_t liveness)
     : ctx_(ctx),
       endpoint_(std::move(endpoint)),
-      worker_id_(std::move(worker_id)),
+      keys_(std::move(keys)),
       make_register_(std::move(make_register)),
       interval_(interval),
       liveness_(liveness) {}
@@ -27,7 +27,11 @@ BrokerLink::BrokerLink(zmq::context_t* ctx, std::string endpoint, std::string wo
 void BrokerLink::Connect(Clock::time_point now) {
   if (socket_) return;
   socket_.emplace(*ctx_, zmq::socket_type::dealer);
-  socket_->set(zmq::sockopt::routing_id, worker_id_);
+  if (keys_.curve()) {
+    socket_->set(zmq::sockopt::curve_serverkey, keys_.broker_public);
+    socket_->set(zmq::sockopt::curve_publickey, keys_.worker_public);
+    socket_->set(zmq::sockopt::curve_secretkey, keys_.worker_secret);
+  }
   socket_->set(zmq::sockopt::linger, 0);
   socket_->set(zmq::sockopt::sndhwm, kSendHighWater);
   // Off (the default, stated here because the link relies on it): messages

@@ -1,7 +1,7 @@
 // BrokerLink: the worker's connection to one broker (a ZeroMQ DEALER), with
 // the liveness bookkeeping of the Paranoid Pirate pattern.
 //
-//   BrokerLink link(&ctx, "tcp://10.0.0.5:5555", worker_id, [&] { return MakeRegister(); },
+//   BrokerLink link(&ctx, "tcp://10.0.0.5:5555", curve_keys, [&] { return MakeRegister(); },
 //                   interval, liveness);
 //   link.Connect(now);                          // DEALER + Register
 //   if (link.Silent(now)) link.OnSilence();     // stop routing to it; keep the socket
@@ -29,6 +29,11 @@
 // queued (then it may be lost; a socket monitor tells). The Register is built
 // at each send by `make_register` (held_jobs change).
 //
+// The socket sets no routing id: the broker knows a worker by the connection
+// it registered on, and a new connection registers again. With CURVE keys
+// the connection is encrypted and the broker checks the worker's key before
+// anything else passes (docs/security.md, "Worker links").
+//
 // Sends never block: the send queue holds kSendHighWater messages, past
 // which Send returns false and the link is `blocked()` until the loop sees
 // the socket writable again (Unblock). Belongs to the worker's event loop
@@ -46,6 +51,14 @@
 
 namespace kiln::worker {
 
+// The CURVE keys of a link (Z85); all empty: plain text, no authentication.
+struct LinkKeys {
+  std::string broker_public;
+  std::string worker_public;
+  std::string worker_secret;
+  bool curve() const { return !broker_public.empty(); }
+};
+
 class BrokerLink {
  public:
   using Clock = std::chrono::steady_clock;
@@ -59,8 +72,8 @@ class BrokerLink {
 
   enum class State { kRegistering, kRegistered, kSilent };
 
-  BrokerLink(zmq::context_t* ctx, std::string endpoint, std::string worker_id,
-             MakeRegister make_register, std::chrono::milliseconds interval, uint32_t liveness);
+  BrokerLink(zmq::context_t* ctx, std::string endpoint, LinkKeys keys, MakeRegister make_register,
+             std::chrono::milliseconds interval, uint32_t liveness);
 
   const std::string& endpoint() const { return endpoint_; }
   zmq::socket_t& socket() { return *socket_; }
@@ -118,7 +131,7 @@ class BrokerLink {
 
   zmq::context_t* ctx_;
   std::string endpoint_;
-  std::string worker_id_;
+  LinkKeys keys_;
   MakeRegister make_register_;
   std::chrono::milliseconds interval_;
   uint32_t liveness_;

@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "broker/scheduler/output_buffer.hpp"
 #include "broker/scheduler/renewal_gate.hpp"
+#include "broker/scheduler/worker_links.hpp"
 #include "broker/scheduler/worker_liveness.hpp"
 
 namespace kiln::broker {
@@ -236,11 +239,11 @@ TEST(OutputBuffer, CoalescesContiguousChunksOfAStream) {
   OutputBuffer b(1 << 20, 4 << 20);
   uint64_t off = 0;
   for (int i = 0; i < 1000; ++i) {
-    ASSERT_TRUE(b.Add(Chunk("j", static_cast<uint64_t>(i), off, "x")));
+    ASSERT_TRUE(b.Add("w1", Chunk("j", static_cast<uint64_t>(i), off, "x")));
     off += 1;
   }
-  ASSERT_TRUE(b.Add(Chunk("j", 1000, 0, "e", common::protocol::Stream::kStderr)));
-  ASSERT_TRUE(b.Add(Chunk("j", 1001, 1000, "yy")));
+  ASSERT_TRUE(b.Add("w1", Chunk("j", 1000, 0, "e", common::protocol::Stream::kStderr)));
+  ASSERT_TRUE(b.Add("w1", Chunk("j", 1001, 1000, "yy")));
   EXPECT_EQ(b.bytes(), 1003u);
   auto out = b.Take({"j"});
   ASSERT_EQ(out.size(), 1u);
@@ -257,7 +260,7 @@ TEST(OutputBuffer, CoalescesContiguousChunksOfAStream) {
 TEST(OutputBuffer, MergedEntriesStayWithinAChunk) {
   OutputBuffer b(4 << 20, 16 << 20);
   const std::string piece(40 << 10, 'a');
-  for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(b.Add(Chunk("j", i, i * piece.size(), piece)));
+  for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(b.Add("w1", Chunk("j", i, i * piece.size(), piece)));
   auto out = b.Take({"j"});
   ASSERT_EQ(out.size(), 1u);
   for (const auto& c : out[0].chunks) EXPECT_LE(c.data.size(), common::protocol::kMaxChunkBytes);
@@ -266,10 +269,10 @@ TEST(OutputBuffer, MergedEntriesStayWithinAChunk) {
 
 TEST(OutputBuffer, BoundsPerJobAndInAll) {
   OutputBuffer b(100, 150);
-  EXPECT_TRUE(b.Add(Chunk("flood", 0, 0, std::string(100, 'f'))));
-  EXPECT_FALSE(b.Add(Chunk("flood", 1, 100, "f")));  // its own bound
-  EXPECT_TRUE(b.Add(Chunk("other", 0, 0, std::string(50, 'o'))));
-  EXPECT_FALSE(b.Add(Chunk("third", 0, 0, "t")));  // the total bound
+  EXPECT_TRUE(b.Add("w1", Chunk("flood", 0, 0, std::string(100, 'f'))));
+  EXPECT_FALSE(b.Add("w1", Chunk("flood", 1, 100, "f")));  // its own bound
+  EXPECT_TRUE(b.Add("w1", Chunk("other", 0, 0, std::string(50, 'o'))));
+  EXPECT_FALSE(b.Add("w1", Chunk("third", 0, 0, "t")));  // the total bound
   EXPECT_EQ(b.dropped(), 2u);
   // Oldest job first, whole jobs, until the budget is spent.
   auto some = b.TakeSome(10);
@@ -279,7 +282,49 @@ TEST(OutputBuffer, BoundsPerJobAndInAll) {
   ASSERT_EQ(some.size(), 1u);
   EXPECT_EQ(some[0].job_id, "other");
   EXPECT_TRUE(b.empty());
-  EXPECT_TRUE(b.Add(Chunk("third", 0, 0, "t")));
+  EXPECT_TRUE(b.Add("w1", Chunk("third", 0, 0, "t")));
+}
+
+TEST(OutputBuffer, ChunksOfOneJobFromTwoWorkersStayApart) {
+  // A worker that sends chunks for a job another worker runs must neither
+  // merge into nor crowd out the real ones: Redis refuses them by sender.
+  OutputBuffer b(10, 1000);
+  EXPECT_TRUE(b.Add("rogue", Chunk("j", 0, 0, std::string(10, 'r'))));
+  EXPECT_TRUE(b.Add("w1", Chunk("j", 0, 0, "real")));
+  EXPECT_TRUE(b.Add("w1", Chunk("j", 1, 4, "!")));
+  auto out = b.Take({"j"});
+  ASSERT_EQ(out.size(), 2u);
+  std::map<std::string, std::string> by_worker;
+  for (const auto& o : out) {
+    EXPECT_EQ(o.job_id, "j");
+    for (const auto& c : o.chunks) by_worker[o.worker] += c.data;
+  }
+  EXPECT_EQ(by_worker["w1"], "real!");
+  EXPECT_EQ(by_worker["rogue"], std::string(10, 'r'));
+  EXPECT_TRUE(b.empty());
+  EXPECT_TRUE(b.TakeSome(1 << 20).empty());
+}
+
+TEST(WorkerLinks, AWorkerIsKnownByTheConnectionItRegisteredOn) {
+  WorkerLinks links;
+  EXPECT_FALSE(links.Bind("c1", "w1", "key1", 1).has_value());
+  ASSERT_NE(links.Of("c1"), nullptr);
+  EXPECT_EQ(links.Of("c1")->worker, "w1");
+  EXPECT_EQ(links.Of("c1")->key, "key1");
+  EXPECT_EQ(links.RoutingOf("w1"), "c1");
+  EXPECT_EQ(links.Of("c2"), nullptr);
+  // It reconnects and registers from c2: c1 speaks for no one any more.
+  EXPECT_EQ(links.Bind("c2", "w1", "key1", 1), "c1");
+  EXPECT_EQ(links.Of("c1"), nullptr);
+  EXPECT_EQ(links.RoutingOf("w1"), "c2");
+  EXPECT_EQ(links.size(), 1u);
+  // A second worker on its own connection; removal forgets both sides.
+  links.Bind("c3", "w2", "key2", 2);
+  EXPECT_EQ(links.Routings(), (std::vector<std::string>{"c2", "c3"}));
+  links.Remove("w1");
+  EXPECT_EQ(links.Of("c2"), nullptr);
+  EXPECT_FALSE(links.RoutingOf("w1").has_value());
+  EXPECT_EQ(links.RoutingOf("w2"), "c3");
 }
 
 }  // namespace

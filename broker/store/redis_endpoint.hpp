@@ -59,7 +59,7 @@ struct RedisEndpoint {
 // connection's reply timeout (kRedisTimeoutMs, 2 s).
 inline constexpr int kMaxReplicaTimeoutMs = 1500;
 // replica_timeout_ms when min_replicas is set and the timeout is not.
-inline constexpr int kDefaultReplicaTimeoutMs = 100;
+inline constexpr int kDefaultReplicaTimeoutMs = 500;
 inline constexpr int kDefaultSentinelPort = 26379;
 
 }  // namespace kiln::broker

@@ -180,7 +180,8 @@ int main(int argc, char** argv) {
   };
   const broker::RedisStartStep tenants{
       "store the tenant limits", [&] { return schedule.PublishTenants(dopts.tenant_shares); }};
-  if (auto st = broker::AwaitRedis(*endpoint, cfg->redis_url, {&tenants, 1}, pause); !st.ok()) {
+  if (auto st = broker::AwaitRedis(*endpoint, endpoint->Redacted(), {&tenants, 1}, pause);
+      !st.ok()) {
     if (st.code() != common::Code::kCancelled) return Fail(st);
     spdlog::info("broker {} stopping (signal {}) before it served: {}", cfg->id, sig, st.message());
     return 0;  // the front ends stop as they go out of scope
@@ -188,7 +189,7 @@ int main(int argc, char** argv) {
 
   spdlog::info("broker {} ready: http on port {}, workers on {}, clients on {}, redis {}", cfg->id,
                (*api)->port(), (*dispatcher)->endpoint(), native ? native->endpoint() : "(off)",
-               cfg->redis_url);
+               endpoint->Redacted());
   std::jthread loop([&](std::stop_token st) { (*dispatcher)->Run(st); });
   std::jthread events([&](std::stop_token st) { bus.Run(st); });
   std::jthread auditing([&](std::stop_token st) { audit_writer.Run(st); });

@@ -6,12 +6,20 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
+#include <thread>
 
 namespace kiln::broker {
 namespace {
 
 constexpr timeval kTimeout{kRedisTimeoutMs / 1000, (kRedisTimeoutMs % 1000) * 1000};
+// How long one sentinel may take to connect and to answer.
+constexpr timeval kSentinelTimeout{0, 500 * 1000};
+// Discoveries per connect when a sentinel names a replica (mid-failover).
+constexpr int kDiscoveries = 3;
+constexpr auto kRediscoverPause = std::chrono::milliseconds(100);
 
 RedisReply Convert(const redisReply* r) {
   RedisReply out;
@@ -46,14 +54,61 @@ RedisReply Convert(const redisReply* r) {
 // An error reply as a Status: UNAVAILABLE when Redis says it cannot serve
 // now but will by itself (LOADING its dataset, BUSY running a script,
 // MASTERDOWN: a replica that lost its primary, NOREPLICAS: too few replicas
-// for a write), so callers retry and clients get 503; INTERNAL for the rest
+// for a write, READONLY: a master demoted to a replica, whose connection the
+// caller drops), so callers retry and clients get 503; INTERNAL for the rest
 // (a refused password or permission, a bad command), which waiting does not fix.
 common::Status ReplyError(const std::string& error) {
   const std::string_view word = std::string_view(error).substr(0, error.find(' '));
-  const bool transient =
-      word == "LOADING" || word == "BUSY" || word == "MASTERDOWN" || word == "NOREPLICAS";
+  const bool transient = word == "LOADING" || word == "BUSY" || word == "MASTERDOWN" ||
+                         word == "NOREPLICAS" || word == "READONLY";
   return transient ? common::Unavailable("redis: " + error) : common::Internal("redis: " + error);
 }
+
+bool IsReadOnlyError(const RedisReply& r) {
+  return r.type == RedisReply::Type::kError && r.str.starts_with("READONLY");
+}
+
+// Commands that never write data: Command() sends no WAIT after them.
+bool IsRead(std::string_view name) {
+  static constexpr std::string_view kReads[] = {
+      "GET",    "MGET",      "HGET",   "HMGET",  "HGETALL", "HEXISTS", "EXISTS", "TTL",
+      "PTTL",   "TYPE",      "ZRANGE", "ZSCORE", "ZCARD",   "ZCOUNT",  "ZRANK",  "XREAD",
+      "XRANGE", "XREVRANGE", "XLEN",   "XINFO",  "LRANGE",  "LLEN",    "LPOS",   "SMEMBERS",
+      "SCARD",  "SISMEMBER", "SCAN",   "KEYS",   "DBSIZE",  "PING",    "ECHO",   "INFO",
+      "TIME",   "ROLE",      "CLIENT", "SCRIPT", "CONFIG",  "PUBLISH", "WAIT",   "SUBSCRIBE"};
+  for (std::string_view r : kReads) {
+    if (r.size() == name.size() && std::equal(r.begin(), r.end(), name.begin(), [](char a, char b) {
+          return a == std::toupper(static_cast<unsigned char>(b));
+        })) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// A hiredis context freed when it goes out of scope.
+struct ContextFree {
+  void operator()(redisContext* c) const { redisFree(c); }
+};
+using ContextPtr = std::unique_ptr<redisContext, ContextFree>;
+
+// One command on a short-lived context; an error reply is INTERNAL.
+common::StatusOr<RedisReply> Ask(redisContext* c, const std::vector<std::string_view>& argv) {
+  std::vector<const char*> ptrs;
+  std::vector<size_t> lens;
+  for (auto a : argv) {
+    ptrs.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  void* raw = redisCommandArgv(c, static_cast<int>(argv.size()), ptrs.data(), lens.data());
+  if (raw == nullptr) return common::Unavailable(c->errstr);
+  RedisReply r = Convert(static_cast<redisReply*>(raw));
+  freeReplyObject(raw);
+  if (r.type == RedisReply::Type::kError) return common::Internal(r.str);
+  return r;
+}
+
+std::string Describe(const RedisHostPort& hp) { return hp.host + ":" + std::to_string(hp.port); }
 
 }  // namespace
 
@@ -65,39 +120,6 @@ RedisScript::RedisScript(std::string source) : text(std::move(source)) {
     sha1.push_back(kHex[b >> 4]);
     sha1.push_back(kHex[b & 15]);
   }
-}
-
-common::StatusOr<RedisEndpoint> RedisEndpoint::Parse(const std::string& url) {
-  RedisEndpoint ep;
-  if (url.rfind("unix://", 0) == 0) {
-    ep.unix_path = url.substr(7);
-    if (ep.unix_path.empty()) return common::InvalidRequest("redis url: empty unix socket path");
-    return ep;
-  }
-  if (url.rfind("redis://", 0) != 0) {
-    return common::InvalidRequest("redis url must start with redis:// or unix://: " + url);
-  }
-  std::string rest = url.substr(8);
-  if (auto slash = rest.find('/'); slash != std::string::npos) {
-    std::string db = rest.substr(slash + 1);
-    rest = rest.substr(0, slash);
-    if (!db.empty()) {
-      auto [p, ec] = std::from_chars(db.data(), db.data() + db.size(), ep.db);
-      if (ec != std::errc() || p != db.data() + db.size()) {
-        return common::InvalidRequest("redis url: bad database number: " + url);
-      }
-    }
-  }
-  if (auto colon = rest.rfind(':'); colon != std::string::npos) {
-    std::string port = rest.substr(colon + 1);
-    auto [p, ec] = std::from_chars(port.data(), port.data() + port.size(), ep.port);
-    if (ec != std::errc() || p != port.data() + port.size() || ep.port <= 0 || ep.port > 65535) {
-      return common::InvalidRequest("redis url: bad port: " + url);
-    }
-    rest = rest.substr(0, colon);
-  }
-  ep.host = rest.empty() ? "127.0.0.1" : rest;
-  return ep;
 }
 
 common::StatusOr<std::unique_ptr<RedisConnection>> RedisConnection::Connect(
@@ -120,27 +142,130 @@ void RedisConnection::Drop() {
 
 common::Status RedisConnection::EnsureConnected() {
   if (ctx_ != nullptr) return common::Status::Ok();
-  redisContext* c = endpoint_.unix_path.empty()
-                        ? redisConnectWithTimeout(endpoint_.host.c_str(), endpoint_.port, kTimeout)
+  bool is_master = true;
+  if (!endpoint_.uses_sentinel()) {
+    RETURN_IF_ERROR(Open(nullptr, &is_master));
+    ++connects_;
+    return common::Status::Ok();
+  }
+  common::Status st;
+  for (int i = 0; i < kDiscoveries; ++i) {
+    if (i > 0) std::this_thread::sleep_for(kRediscoverPause);
+    ASSIGN_OR_RETURN(RedisHostPort master, AskSentinels());
+    RETURN_IF_ERROR(Open(&master, &is_master));
+    if (is_master) {
+      ++connects_;
+      return common::Status::Ok();
+    }
+    Drop();  // a demoted master the sentinels have not caught up with: never written to
+    st = common::Unavailable("redis: the sentinels name " + Describe(master) + " as master '" +
+                             endpoint_.master_name + "', but it is a replica (a failover?)");
+  }
+  return st;
+}
+
+common::Status RedisConnection::Open(const RedisHostPort* at, bool* is_master) {
+  const bool tcp = at != nullptr || endpoint_.unix_path.empty();
+  const RedisHostPort own{endpoint_.host, endpoint_.port};
+  const RedisHostPort& hp = at != nullptr ? *at : own;
+  const std::string where = tcp ? Describe(hp) : endpoint_.unix_path;
+  redisContext* c = tcp ? redisConnectWithTimeout(hp.host.c_str(), hp.port, kTimeout)
                         : redisConnectUnixWithTimeout(endpoint_.unix_path.c_str(), kTimeout);
   if (c == nullptr) return common::Unavailable("redis: cannot allocate a connection");
   if (c->err != 0) {
     std::string err = c->errstr;
     redisFree(c);
-    return common::Unavailable("redis unreachable: " + err);
+    return common::Unavailable("redis unreachable: " +
+                               (at != nullptr ? "master '" + endpoint_.master_name + "' at " +
+                                                    where + " (from a sentinel): "
+                                              : std::string()) +
+                               err);
   }
   redisSetTimeout(c, kTimeout);
   ctx_ = c;
+  // Log in, select the database and (with Sentinel) ask the role, in one round trip.
+  std::vector<std::vector<std::string_view>> hello;
+  std::vector<std::string> what;
+  if (!endpoint_.password.empty()) {
+    hello.push_back({"AUTH"});
+    if (!endpoint_.user.empty()) hello.back().push_back(endpoint_.user);
+    hello.back().push_back(endpoint_.password);
+    what.push_back(endpoint_.user.empty()
+                       ? "logging in to redis at " + where
+                       : "logging in to redis at " + where + " as user '" + endpoint_.user + "'");
+  }
+  const std::string db = std::to_string(endpoint_.db);
   if (endpoint_.db != 0) {
-    std::string db = std::to_string(endpoint_.db);
-    auto r = Command({"SELECT", db});
-    if (!r.ok()) {
-      Drop();  // never left connected to database 0
-      return r.status().WithContext("selecting database " + db);
+    hello.push_back({"SELECT", db});
+    what.push_back("selecting database " + db);
+  }
+  if (at != nullptr) {
+    hello.push_back({"ROLE"});
+    what.push_back("asking the role of " + where);
+  }
+  for (const auto& argv : hello) RETURN_IF_ERROR(Append(argv));
+  if (!hello.empty()) RETURN_IF_ERROR(Flush());
+  common::Status first;
+  for (size_t i = 0; i < hello.size(); ++i) {
+    ASSIGN_OR_RETURN(RedisReply r, ReadReply());
+    if (r.type == RedisReply::Type::kError) {
+      if (first.ok()) first = ReplyError(r.str).WithContext(what[i]);
+    } else if (hello[i][0] == "ROLE") {
+      *is_master = !r.elements.empty() && r.elements[0].str == "master";
     }
   }
-  ++connects_;
+  if (!first.ok()) {
+    Drop();  // never left connected without its log-in, or to database 0
+    return first;
+  }
   return common::Status::Ok();
+}
+
+common::StatusOr<RedisHostPort> RedisConnection::AskSentinels() {
+  std::vector<RedisHostPort>& sentinels = endpoint_.sentinels;
+  std::string errors;
+  bool all_refused = true;  // every sentinel answered, none with an address
+  for (size_t i = 0; i < sentinels.size(); ++i) {
+    const RedisHostPort& s = sentinels[i];
+    auto answer = [&]() -> common::StatusOr<RedisHostPort> {
+      ContextPtr c(redisConnectWithTimeout(s.host.c_str(), s.port, kSentinelTimeout));
+      if (c == nullptr) return common::Unavailable("cannot allocate a connection");
+      if (c->err != 0) return common::Unavailable(c->errstr);
+      redisSetTimeout(c.get(), kSentinelTimeout);
+      if (!endpoint_.sentinel_password.empty()) {
+        std::vector<std::string_view> auth = {"AUTH"};
+        if (!endpoint_.sentinel_user.empty()) auth.push_back(endpoint_.sentinel_user);
+        auth.push_back(endpoint_.sentinel_password);
+        RETURN_IF_ERROR(Ask(c.get(), auth).status().WithContext("logging in"));
+      }
+      ASSIGN_OR_RETURN(RedisReply r, Ask(c.get(), {"SENTINEL", "get-master-addr-by-name",
+                                                   endpoint_.master_name}));
+      if (r.is_nil()) return common::Internal("does not know a master of that name");
+      RedisHostPort hp;
+      if (r.elements.size() != 2) return common::Internal("unexpected reply");
+      hp.host = r.elements[0].str;
+      const std::string& port = r.elements[1].str;
+      auto [p, ec] = std::from_chars(port.data(), port.data() + port.size(), hp.port);
+      if (ec != std::errc() || p != port.data() + port.size()) {
+        return common::Internal("unexpected port '" + port + "'");
+      }
+      return hp;
+    }();
+    if (answer.ok()) {
+      // The sentinel that answered is asked first next time.
+      std::rotate(sentinels.begin(), sentinels.begin() + static_cast<std::ptrdiff_t>(i),
+                  sentinels.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      return answer;
+    }
+    if (answer.status().code() != common::Code::kInternal) all_refused = false;
+    errors += (errors.empty() ? "" : "; ") + Describe(s) + ": " + answer.status().message();
+  }
+  std::string message = "redis: no sentinel gave the address of master '" + endpoint_.master_name +
+                        "' (" + errors + ")";
+  // Sentinels that all answer without an address are misconfigured (a
+  // wrong name or password): waiting does not fix that.
+  return all_refused ? common::Internal(std::move(message))
+                     : common::Unavailable(std::move(message));
 }
 
 void RedisConnection::DropIfClosed() {
@@ -197,44 +322,70 @@ common::StatusOr<RedisReply> RedisConnection::ReadReply() {
   return r;
 }
 
-common::StatusOr<RedisReply> RedisConnection::Command(const std::vector<std::string_view>& argv) {
+common::StatusOr<std::vector<RedisReply>> RedisConnection::RoundTrip(
+    const std::vector<std::vector<std::string_view>>& commands, bool acked) {
   unanswered_ = false;
   DropIfClosed();
   RETURN_IF_ERROR(EnsureConnected());
-  RETURN_IF_ERROR(Append(argv));
+  const bool wait = acked && endpoint_.min_replicas > 0;
+  const std::string want = std::to_string(endpoint_.min_replicas);
+  const std::string within = std::to_string(endpoint_.replica_timeout_ms);
+  for (const auto& argv : commands) RETURN_IF_ERROR(Append(argv));
+  if (wait) RETURN_IF_ERROR(Append({"WAIT", want, within}));
   RETURN_IF_ERROR(Flush());
-  auto r = ReadReply();
-  if (!r.ok()) {
-    unanswered_ = true;
-    return r.status();
-  }
-  if (r->type == RedisReply::Type::kError) return ReplyError(r->str);
-  return r;
-}
-
-common::StatusOr<std::vector<RedisReply>> RedisConnection::Pipeline(
-    const std::vector<std::vector<std::string>>& commands) {
-  unanswered_ = false;
-  DropIfClosed();
-  RETURN_IF_ERROR(EnsureConnected());
-  for (const auto& cmd : commands) {
-    std::vector<std::string_view> argv(cmd.begin(), cmd.end());
-    RETURN_IF_ERROR(Append(argv));
-  }
-  RETURN_IF_ERROR(Flush());
+  const size_t expected = commands.size() + (wait ? 1 : 0);
   std::vector<RedisReply> replies;
-  replies.reserve(commands.size());
-  common::Status first_error;
-  for (size_t i = 0; i < commands.size(); ++i) {
+  replies.reserve(expected);
+  bool demoted = false;
+  for (size_t i = 0; i < expected; ++i) {
     auto r = ReadReply();
     if (!r.ok()) {
       unanswered_ = true;
       return r.status();
     }
-    if (r->type == RedisReply::Type::kError && first_error.ok()) first_error = ReplyError(r->str);
+    demoted = demoted || IsReadOnlyError(*r);
     replies.push_back(std::move(*r));
   }
-  if (!first_error.ok()) return first_error;
+  // A master demoted under this connection: the next use finds the master again.
+  if (demoted) Drop();
+  if (!wait) return replies;
+  const RedisReply acks = std::move(replies.back());
+  replies.pop_back();
+  if (demoted) return replies;  // READONLY says more than WAIT's refusal on a replica
+  // Scripts Redis has not seen ran nothing: the caller loads them and goes again.
+  if (std::all_of(replies.begin(), replies.end(), [](const RedisReply& r) {
+        return r.type == RedisReply::Type::kError && r.str.starts_with("NOSCRIPT");
+      })) {
+    return replies;
+  }
+  if (acks.type == RedisReply::Type::kError) {
+    unanswered_ = true;
+    return ReplyError(acks.str).WithContext("waiting for replicas");
+  }
+  if (acks.integer < endpoint_.min_replicas) {
+    unanswered_ = true;  // it ran on the master, but may not survive a failover
+    return common::Unavailable("redis: only " + std::to_string(acks.integer) + " of " + want +
+                               " replicas acknowledged the write within " + within + " ms");
+  }
+  return replies;
+}
+
+common::StatusOr<RedisReply> RedisConnection::Command(const std::vector<std::string_view>& argv) {
+  const bool acked = !argv.empty() && !IsRead(argv[0]);
+  ASSIGN_OR_RETURN(auto replies, RoundTrip({argv}, acked));
+  if (replies[0].type == RedisReply::Type::kError) return ReplyError(replies[0].str);
+  return std::move(replies[0]);
+}
+
+common::StatusOr<std::vector<RedisReply>> RedisConnection::Pipeline(
+    const std::vector<std::vector<std::string>>& commands) {
+  std::vector<std::vector<std::string_view>> argvs;
+  argvs.reserve(commands.size());
+  for (const auto& cmd : commands) argvs.emplace_back(cmd.begin(), cmd.end());
+  ASSIGN_OR_RETURN(auto replies, RoundTrip(argvs, true));
+  for (const RedisReply& r : replies) {
+    if (r.type == RedisReply::Type::kError) return ReplyError(r.str);
+  }
   return replies;
 }
 
@@ -246,11 +397,16 @@ common::StatusOr<RedisReply> RedisConnection::Eval(const RedisScript& script,
   argv.push_back(script.sha1);
   argv.push_back("0");
   for (const auto& a : args) argv.push_back(a);
-  auto r = Command(argv);
+  const auto run = [&]() -> common::StatusOr<RedisReply> {
+    ASSIGN_OR_RETURN(auto replies, RoundTrip({argv}, true));
+    if (replies[0].type == RedisReply::Type::kError) return ReplyError(replies[0].str);
+    return std::move(replies[0]);
+  };
+  auto r = run();
   if (r.ok() || r.status().message().find("NOSCRIPT") == std::string::npos) return r;
   argv[0] = "EVAL";
   argv[1] = script.text;
-  return Command(argv);
+  return run();
 }
 
 common::StatusOr<std::vector<common::StatusOr<RedisReply>>> RedisConnection::EvalMany(
@@ -259,24 +415,18 @@ common::StatusOr<std::vector<common::StatusOr<RedisReply>>> RedisConnection::Eva
                                                 common::Internal("redis: no reply"));
   // Sends the runs in `todo` (indexes into args_list) as one pipeline.
   auto run = [&](const std::vector<size_t>& todo) -> common::Status {
-    unanswered_ = false;
-    DropIfClosed();
-    RETURN_IF_ERROR(EnsureConnected());
+    std::vector<std::vector<std::string_view>> argvs;
+    argvs.reserve(todo.size());
     for (size_t i : todo) {
-      std::vector<std::string_view> argv = {"EVALSHA", script.sha1, "0"};
-      argv.insert(argv.end(), args_list[i].begin(), args_list[i].end());
-      RETURN_IF_ERROR(Append(argv));
+      argvs.push_back({"EVALSHA", script.sha1, "0"});
+      argvs.back().insert(argvs.back().end(), args_list[i].begin(), args_list[i].end());
     }
-    RETURN_IF_ERROR(Flush());
-    for (size_t i : todo) {
-      auto r = ReadReply();
-      if (!r.ok()) {
-        unanswered_ = true;
-        return r.status();
-      }
-      out[i] = r->type == RedisReply::Type::kError
-                   ? common::StatusOr<RedisReply>(ReplyError(r->str))
-                   : std::move(*r);
+    ASSIGN_OR_RETURN(auto replies, RoundTrip(argvs, true));
+    for (size_t k = 0; k < todo.size(); ++k) {
+      RedisReply& r = replies[k];
+      out[todo[k]] = r.type == RedisReply::Type::kError
+                         ? common::StatusOr<RedisReply>(ReplyError(r.str))
+                         : std::move(r);
     }
     return common::Status::Ok();
   };

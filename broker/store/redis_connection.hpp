@@ -8,7 +8,12 @@
 // A connection that hits an I/O error reconnects on its next use, and one
 // that Redis closed while it sat idle (a restart) reconnects before a
 // command is sent on it, so a Redis restart costs the requests in flight
-// (UNAVAILABLE) and nothing else.
+// (UNAVAILABLE) and nothing else. Every connect logs in (AUTH) and selects
+// the database as the RedisEndpoint says; with Sentinel it first asks the
+// sentinels where the master is and checks with ROLE that it is one, and a
+// READONLY reply (the master was demoted under an open connection) drops
+// the connection, so after a failover each connection follows the new
+// master on its next use. With min_replicas, writes wait for replicas (WAIT).
 // Pipeline() sends several commands in one round trip. A RedisConnection
 // belongs to one thread at a time; RedisPool is thread-safe.
 #pragma once
@@ -23,6 +28,7 @@
 #include <string_view>
 #include <vector>
 
+#include "broker/store/redis_endpoint.hpp"
 #include "common/status.hpp"
 
 struct redisContext;
@@ -51,14 +57,6 @@ struct RedisScript {
   std::string sha1;  // hex
 };
 
-struct RedisEndpoint {
-  std::string host;  // empty for a unix socket
-  int port = 6379;
-  std::string unix_path;
-  int db = 0;
-  static common::StatusOr<RedisEndpoint> Parse(const std::string& url);
-};
-
 class RedisConnection {
  public:
   static common::StatusOr<std::unique_ptr<RedisConnection>> Connect(const RedisEndpoint& ep);
@@ -68,9 +66,18 @@ class RedisConnection {
   RedisConnection(const RedisConnection&) = delete;
   RedisConnection& operator=(const RedisConnection&) = delete;
 
-  // I/O errors (unreachable, timed out, connection lost) and the error replies
-  // of a Redis that will serve again by itself (LOADING, BUSY, MASTERDOWN,
-  // NOREPLICAS) are UNAVAILABLE: retry later. Other error replies are INTERNAL.
+  // I/O errors (unreachable, timed out, connection lost), no master found
+  // through Sentinel, and the error replies of a Redis that will serve again
+  // by itself (LOADING, BUSY, MASTERDOWN, NOREPLICAS, READONLY) are
+  // UNAVAILABLE: retry later. Other error replies (a refused password, a bad
+  // command) are INTERNAL.
+  //
+  // With the endpoint's min_replicas > 0, Pipeline(), Eval(), EvalMany() and
+  // a Command() that may write (anything but a known read: GET, HGET, XREAD,
+  // PING, ...) send `WAIT min_replicas replica_timeout_ms` in the same round
+  // trip; fewer acknowledgements make the call UNAVAILABLE ("only k of N
+  // replicas acknowledged the write") with unanswered() true: it ran on the
+  // master, but may be lost in a failover.
   common::StatusOr<RedisReply> Command(const std::vector<std::string_view>& argv);
   common::StatusOr<std::vector<RedisReply>> Pipeline(
       const std::vector<std::vector<std::string>>& commands);
@@ -97,7 +104,21 @@ class RedisConnection {
 
  private:
   explicit RedisConnection(RedisEndpoint ep) : endpoint_(std::move(ep)) {}
+  // Connects when not connected: through the sentinels if the endpoint
+  // names them, then logs in and selects the database.
   common::Status EnsureConnected();
+  // Connects to `at` (nullptr: the endpoint's own host or socket) and sends
+  // AUTH, SELECT and (with Sentinel) ROLE in one round trip; *is_master says
+  // what ROLE answered.
+  common::Status Open(const RedisHostPort* at, bool* is_master);
+  // The master's address from the first sentinel that gives it; that
+  // sentinel is asked first next time.
+  common::StatusOr<RedisHostPort> AskSentinels();
+  // Sends `commands` in one round trip, with WAIT after them when `acked`
+  // and the endpoint wants replica acknowledgements; the replies include
+  // error replies; the Status is the connection's, or WAIT's shortfall.
+  common::StatusOr<std::vector<RedisReply>> RoundTrip(
+      const std::vector<std::vector<std::string_view>>& commands, bool acked);
   // Drops the connection when Redis closed it while idle (end of file or an
   // error on the socket): before a command, never with replies pending.
   void DropIfClosed();

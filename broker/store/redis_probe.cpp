@@ -55,9 +55,12 @@ std::string LoadingProgress(RedisConnection& conn) {
 // What an operator can do about an error that waiting does not fix.
 std::string Hint(const common::Status& st) {
   const std::string& m = st.message();
-  if (m.find("NOAUTH") != std::string::npos || m.find("WRONGPASS") != std::string::npos) {
-    return " (the broker does not send AUTH: give it a Redis without a password, on a private "
-           "network)";
+  if (m.find("NOAUTH") != std::string::npos) {
+    return " (the broker does not send AUTH without a password in the URL: "
+           "redis://:password@host or redis://user:password@host)";
+  }
+  if (m.find("WRONGPASS") != std::string::npos) {
+    return " (check the user and password in the URL; a % in them is written %25)";
   }
   if (m.find("NOPERM") != std::string::npos) {
     return " (the broker needs every command on every key)";

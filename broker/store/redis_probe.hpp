@@ -13,7 +13,7 @@
 // AwaitRedis: the start-up side — blocks until Redis serves this broker.
 //
 //   RedisStartStep tenants{"store the tenant limits", [&] { return schedule.PublishTenants(t); }};
-//   RETURN_IF_ERROR(AwaitRedis(endpoint, url, {&tenants, 1}, pause));
+//   RETURN_IF_ERROR(AwaitRedis(endpoint, endpoint.Redacted(), {&tenants, 1}, pause));
 //
 // From main(), before the broker serves; it blocks for as long as Redis takes.
 #pragma once
@@ -55,7 +55,9 @@ struct RedisWaitOptions {
 // cannot be fixed by waiting (a password or permission refused, a Redis too
 // old, a bad database number): it is returned at once. `pause(d)` sleeps for
 // d and returns false when the broker must stop instead (a stop signal):
-// then CANCELLED. A single call lasts at most the connection's 2 s timeout.
+// then CANCELLED. A single call lasts at most the connection's 2 s timeout
+// (plus 0.5 s per sentinel asked). `url` is what logs and errors name:
+// pass endpoint.Redacted(), never a URL with its password.
 common::Status AwaitRedis(const RedisEndpoint& endpoint, std::string_view url,
                           std::span<const RedisStartStep> steps,
                           const std::function<bool(std::chrono::milliseconds)>& pause,

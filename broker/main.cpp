@@ -160,6 +160,12 @@ int main(int argc, char** argv) {
     auto n = broker::NativeApi::Create(*cfg, &zmq_ctx, &service, &follower, &unread, &metrics);
     if (!n.ok()) return Fail(n.status());
     native = std::move(*n);
+    if (cfg->native.secret_key_file.empty() && !broker::IsLoopbackEndpoint(cfg->native.endpoint)) {
+      spdlog::warn(
+          "native client endpoint {} is reachable from other hosts in plain text: tokens "
+          "travel in clear (broker.clients.secret_key_file turns on CURVE)",
+          cfg->native.endpoint);
+    }
   }
   broker::EventBus bus(*endpoint, &waiters, &store,
                        [d = dispatcher->get()](const std::string& id) { d->Cancel(id); });

@@ -11,8 +11,10 @@
 // libzmq asks the handler bound at inproc://zeromq.zap.01 in the socket's
 // context; with none bound it would let every CURVE client in, so the
 // handler is created before the worker endpoint binds and outlives it.
-// Requests of another domain or mechanism are refused. Belongs to the
-// WorkerGateway's thread.
+// The native client endpoint's CURVE (encryption only) shares the context:
+// its domain is let in with any key, as tokens authenticate clients. Requests
+// of another domain or mechanism are refused. Belongs to the WorkerGateway's
+// thread.
 #pragma once
 
 #include <cstdint>
@@ -26,8 +28,9 @@ namespace kiln::broker {
 
 class BrokerMetrics;
 
-// The ZAP domain of the worker endpoint.
+// The ZAP domains of the worker and the native client endpoints.
 inline constexpr const char* kWorkerZapDomain = "kiln-workers";
+inline constexpr const char* kClientZapDomain = "kiln-clients";
 
 class ZapHandler {
  public:

@@ -4,8 +4,10 @@
 #include <thread>
 #include <zmq_addon.hpp>
 
+#include "broker/auth/zap_handler.hpp"
 #include "broker/metrics/broker_metrics.hpp"
 #include "common/clock.hpp"
+#include "common/curve/curve_keys.hpp"
 #include "common/log/logging.hpp"
 #include "common/protocol/client_codec.hpp"
 
@@ -55,6 +57,15 @@ common::StatusOr<std::unique_ptr<NativeApi>> NativeApi::Create(
         std::chrono::milliseconds(config.native.auth_timeout_ms), kMaxBadFrames};
     ASSIGN_OR_RETURN(api->connections_,
                      ClientConnections::Create(ctx, api->router_, limits, metrics));
+    if (!config.native.secret_key_file.empty()) {
+      // Encryption only: any client key is let in (ZapHandler answers this
+      // domain with yes when the worker endpoint has one), tokens decide.
+      ASSIGN_OR_RETURN(common::CurveKeyPair own,
+                       common::ReadCurveSecretKeyFile(config.native.secret_key_file));
+      api->router_.set(zmq::sockopt::curve_server, true);
+      api->router_.set(zmq::sockopt::curve_secretkey, own.secret_z85);
+      api->router_.set(zmq::sockopt::zap_domain, kClientZapDomain);
+    }
     api->router_.bind(config.native.endpoint);
     api->endpoint_ = api->router_.get(zmq::sockopt::last_endpoint);
   } catch (const zmq::error_t& e) {

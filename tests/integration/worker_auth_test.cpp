@@ -4,7 +4,7 @@
 // the worker it names and is dropped when revoked; with or without CURVE, a
 // Result or output for a job comes only from the worker running it; and a
 // broker that would take unauthenticated workers from other hosts does not
-// start.
+// start. Last, the native client endpoint with CURVE encryption.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -15,6 +15,7 @@
 #include <zmq.hpp>
 
 #include "common/curve/curve_keys.hpp"
+#include "common/protocol/client_codec.hpp"
 #include "common/protocol/codec.hpp"
 #include "common/protocol/messages.hpp"
 #include "tests/support/cluster.hpp"
@@ -238,6 +239,53 @@ TEST(WorkerAuthTest, AnUnauthenticatedEndpointBeyondLoopbackDoesNotStart) {
   EXPECT_NE(broker.Wait(10s), 0);
   const std::string log = ReadFile(c->dir() + "/exposed.log");
   EXPECT_NE(log.find("reachable from other hosts without CURVE"), std::string::npos) << log;
+}
+
+TEST(WorkerAuthTest, NativeClientsSpeakCurveWhenTheBrokerHasAKey) {
+  namespace client = common::protocol::client;
+  // Workers with keys too: the native endpoint shares the ZAP handler.
+  auto c = TestCluster::Start(
+      {.brokers = 1, .workers = 1, .slots = 1, .curve = true, .curve_clients = true});
+  zmq::context_t ctx(1);
+  auto broker_public = common::ReadCurvePublicKeyFile(c->keys_dir() + "/broker.pub");
+  ASSERT_TRUE(broker_public.ok());
+  auto own = common::GenerateCurveKeyPair();  // any key: the token authenticates
+  ASSERT_TRUE(own.ok());
+  const client::Submit submit{1, TestCluster::kToken,
+                              json{{"language", "python"}, {"code", "print(1)"}}.dump(), "",
+                              /*subscribe=*/true};
+  auto exchange = [&](zmq::socket_t& s) -> std::optional<client::Message> {
+    s.set(zmq::sockopt::linger, 0);
+    s.connect(c->client_endpoint());
+    s.send(zmq::buffer(client::Encode(submit)), zmq::send_flags::none);
+    for (auto until = std::chrono::steady_clock::now() + 20s;
+         std::chrono::steady_clock::now() < until;) {
+      zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
+      if (zmq::poll(&item, 1, 1500ms) == 0) return std::nullopt;
+      zmq::message_t m;
+      if (!s.recv(m, zmq::recv_flags::none)) return std::nullopt;
+      auto decoded = client::Decode(m.to_string_view());
+      if (!decoded.ok()) return std::nullopt;
+      if (std::holds_alternative<client::Result>(*decoded) ||
+          std::holds_alternative<client::Error>(*decoded)) {
+        return *decoded;
+      }
+    }
+    return std::nullopt;
+  };
+  zmq::socket_t plain(ctx, zmq::socket_type::dealer);
+  EXPECT_FALSE(exchange(plain).has_value()) << "a plain-text client was served";
+  zmq::socket_t curve(ctx, zmq::socket_type::dealer);
+  curve.set(zmq::sockopt::curve_serverkey, *broker_public);
+  curve.set(zmq::sockopt::curve_publickey, own->public_z85);
+  curve.set(zmq::sockopt::curve_secretkey, own->secret_z85);
+  auto end = exchange(curve);
+  ASSERT_TRUE(end.has_value()) << c->DumpLogs();
+  auto* result = std::get_if<client::Result>(&*end);
+  ASSERT_NE(result, nullptr);
+  auto record = nlohmann::json::parse(result->record_json, nullptr, false);
+  EXPECT_EQ(record.value("status", ""), "succeeded") << result->record_json;
+  EXPECT_EQ(record.value("stdout", ""), "1\n");
 }
 
 }  // namespace

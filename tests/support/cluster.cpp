@@ -164,7 +164,7 @@ std::unique_ptr<TestCluster> TestCluster::Start(const ClusterOptions& options) {
   c->options_ = options;
   c->dir_ = MakeTempDir("kiln-it");
   c->redis_port_ = FreePort();
-  if (options.curve) c->MakeKeys();
+  if (options.curve || options.curve_clients) c->MakeKeys();
   c->StartRedis();
   bool redis_up = WaitFor([&] { return CanConnect(c->redis_port_); }, std::chrono::seconds(10));
   if (!redis_up) throw std::runtime_error("redis-server did not start: " + c->DumpLogs());
@@ -255,6 +255,8 @@ void TestCluster::StartBroker(int i) {
                        : std::string())
     << "}\n"
     << "  clients: {endpoint: \"tcp://127.0.0.1:" << client_ports_[i] << "\""
+    << (options_.curve_clients ? ", secret_key_file: \"" + keys_dir() + "/broker.key\""
+                               : std::string())
     << options_.broker_clients_fields << "}\n"
     << "  redis: {url: \"redis://127.0.0.1:" << redis_port_ << "\"}\n"
     << "limits:\n"

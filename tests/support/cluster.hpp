@@ -59,6 +59,8 @@ struct ClusterOptions {
   // CURVE on the worker links: a broker key pair and one per worker (named
   // after its id) in keys_dir(), every worker's .pub in accepted_keys_dir().
   bool curve = false;
+  // CURVE (encryption) on the native client endpoints, with the broker key.
+  bool curve_clients = false;
 };
 
 // A Redis reply, as RedisCommand parses it.

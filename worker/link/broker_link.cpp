@@ -12,6 +12,9 @@ namespace protocol = common::protocol;
 
 namespace {
 const common::SubsystemLog kLog("link");
+constexpr uint16_t kHandshakeFailures = ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                                        ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                        ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
 }  // namespace
 
 BrokerLink::BrokerLink(zmq::context_t* ctx, std::string endpoint, LinkKeys keys,
@@ -44,7 +47,8 @@ void BrokerLink::Connect(Clock::time_point now) {
   // sent again (Reset). Without a monitor every Disconnect gets a Register.
   static std::atomic<uint64_t> monitors{0};
   const std::string monitor_at = "inproc://kiln-broker-link-monitor-" + std::to_string(monitors++);
-  if (::zmq_socket_monitor(socket_->handle(), monitor_at.c_str(), ZMQ_EVENT_DISCONNECTED) == 0) {
+  if (::zmq_socket_monitor(socket_->handle(), monitor_at.c_str(),
+                           ZMQ_EVENT_DISCONNECTED | kHandshakeFailures) == 0) {
     monitor_.emplace(*ctx_, zmq::socket_type::pair);
     monitor_->set(zmq::sockopt::linger, 0);
     monitor_->connect(monitor_at);
@@ -77,10 +81,21 @@ void BrokerLink::DrainMonitor() {
       zmq::message_t event;
       if (!monitor_->recv(event, zmq::recv_flags::dontwait)) return;
       uint16_t id = 0;
-      if (event.size() >= sizeof(id)) std::memcpy(&id, event.data(), sizeof(id));
+      uint32_t value = 0;
+      if (event.size() >= sizeof(id) + sizeof(value)) {
+        std::memcpy(&id, event.data(), sizeof(id));
+        std::memcpy(&value, static_cast<const char*>(event.data()) + sizeof(id), sizeof(value));
+      }
       if (id == ZMQ_EVENT_DISCONNECTED) {
         broke_since_register_ = true;
         ++disconnects_;
+      } else if (id & kHandshakeFailures) {
+        // Nothing else would say why the link never registers.
+        static common::LogLimiter limit(/*lines=*/5, std::chrono::seconds(60));
+        kLog.Warn(limit, {}, "broker {} refused the connection: {}", endpoint_,
+                  id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
+                      ? "our key is not accepted there (status " + std::to_string(value) + ")"
+                      : std::string("the handshake failed (CURVE keys on one side only?)"));
       }
       // The second frame (the endpoint) comes with the first.
       for (bool more = event.more(); more;) {
@@ -92,6 +107,11 @@ void BrokerLink::DrainMonitor() {
   } catch (const zmq::error_t& e) {
     kLog.Warn({}, "reading the monitor of broker {} failed: {}", endpoint_, e.what());
   }
+}
+
+void BrokerLink::HeartbeatSent(Clock::time_point now) {
+  next_heartbeat_ = now + interval_;
+  DrainMonitor();  // so that a refused handshake is logged while it lasts
 }
 
 bool BrokerLink::Send(const protocol::Message& m) {

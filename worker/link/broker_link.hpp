@@ -106,7 +106,7 @@ class BrokerLink {
   bool Reset(Clock::time_point now);
 
   bool HeartbeatDue(Clock::time_point now) const { return now >= next_heartbeat_; }
-  void HeartbeatSent(Clock::time_point now) { next_heartbeat_ = now + interval_; }
+  void HeartbeatSent(Clock::time_point now);
   // True when a registered broker has been silent for interval x liveness.
   bool Silent(Clock::time_point now) const;
   // Stops counting the broker as registered; heartbeats go on, and what is

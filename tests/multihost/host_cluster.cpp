@@ -51,6 +51,57 @@ void ThawLeftoverSandboxes(const std::string& prefix) {
   ::closedir(top);
 }
 
+// What a worker killed with jobs running leaves (a restarted worker would
+// remove it: CleanupStale): its workspaces' tmpfs mounts under dir and its
+// empty cgroups. Only that run's: paths under dir, cgroups named with its suffix.
+void RemoveWorkerLeftovers(const std::string& dir, const std::string& suffix) {
+  std::vector<std::string> mounts;
+  std::istringstream table(ReadFile("/proc/self/mounts"));
+  for (std::string line; std::getline(table, line);) {
+    std::istringstream fields(line);
+    std::string source, target;
+    fields >> source >> target;
+    if (target.rfind(dir + "/", 0) == 0) mounts.push_back(target);
+  }
+  std::sort(mounts.rbegin(), mounts.rend());  // deeper first
+  for (const auto& m : mounts) ::umount2(m.c_str(), MNT_DETACH);
+  const std::string prefix = "kiln-mh-" + suffix + "-";
+  std::error_code ec;
+  std::vector<std::filesystem::path> roots = {"/sys/fs/cgroup"};
+  for (const auto& e : std::filesystem::directory_iterator("/sys/fs/cgroup", ec)) {
+    if (e.is_directory(ec) && !e.is_symlink(ec)) roots.push_back(e.path());
+  }
+  for (const auto& root : roots) {
+    for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
+      if (e.path().filename().string().rfind(prefix, 0) != 0) continue;
+      std::vector<std::filesystem::path> dirs = {e.path()};
+      for (auto it = std::filesystem::recursive_directory_iterator(e.path(), ec);
+           it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+        if (it->is_directory(ec)) dirs.push_back(it->path());
+      }
+      std::sort(dirs.rbegin(), dirs.rend());  // children first
+      for (const auto& d : dirs) ::rmdir(d.c_str());
+    }
+  }
+}
+
+// Beds of runs that died (SIGKILL, a crash) leave their workers' mounts,
+// cgroups and temp dir behind: /tmp/kiln-mh-h<pid>-<suffix> names the run.
+void RemoveStaleRuns() {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/tmp", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("kiln-mh-h", 0) != 0) continue;
+    const size_t dash = name.find('-', 9);
+    if (dash == std::string::npos) continue;
+    const pid_t owner = static_cast<pid_t>(std::atol(name.substr(9, dash - 9).c_str()));
+    if (owner <= 0 || owner == ::getpid() || BedOwnerAlive(owner)) continue;
+    ThawLeftoverSandboxes("kiln-mh-" + name.substr(dash + 1) + "-");
+    RemoveWorkerLeftovers(e.path().string(), name.substr(dash + 1));
+    RemoveTree(e.path().string());
+  }
+}
+
 const std::vector<std::string> kHosts = {"redis", "b1", "b2", "w1", "w2", "w3", "x"};
 
 }  // namespace
@@ -66,8 +117,9 @@ bool IsTerminalStatus(const json& record) {
 std::unique_ptr<HostCluster> HostCluster::Start(const HostClusterOptions& options) {
   std::unique_ptr<HostCluster> c(new HostCluster());
   c->options_ = options;
-  c->bed_ = NetnsBed::Create(kHosts);
-  c->dir_ = MakeTempDir("kiln-mh");
+  c->bed_ = NetnsBed::Create(kHosts);  // first removes the namespaces of dead runs
+  RemoveStaleRuns();
+  c->dir_ = MakeTempDir("kiln-mh-h" + std::to_string(::getpid()));
   c->suffix_ = c->dir_.substr(c->dir_.rfind('-') + 1);
   c->MakeKeys();
   c->StartRedis();
@@ -197,45 +249,11 @@ HostCluster::~HostCluster() {
   // A worker drains on SIGTERM (its jobs run to their end); 2 s, then SIGKILL.
   for (auto& w : workers_) w.Stop(std::chrono::seconds(2));
   ThawLeftoverSandboxes("kiln-mh-" + suffix_ + "-");
-  RemoveWorkerLeftovers();
+  RemoveWorkerLeftovers(dir_, suffix_);
   for (auto& b : brokers_) b.Stop();
   redis_.Stop();
   bed_.reset();
   if (!dir_.empty() && getenv("KILN_KEEP_TEST_DIR") == nullptr) RemoveTree(dir_);
-}
-
-// What a worker killed with jobs running leaves (a restarted worker would
-// remove it: CleanupStale): its workspaces' tmpfs mounts under dir_ and its
-// empty cgroups. Only this run's: paths under dir_, cgroups named with its suffix.
-void HostCluster::RemoveWorkerLeftovers() const {
-  std::vector<std::string> mounts;
-  std::istringstream table(ReadFile("/proc/self/mounts"));
-  for (std::string line; std::getline(table, line);) {
-    std::istringstream fields(line);
-    std::string source, target;
-    fields >> source >> target;
-    if (target.rfind(dir_ + "/", 0) == 0) mounts.push_back(target);
-  }
-  std::sort(mounts.rbegin(), mounts.rend());  // deeper first
-  for (const auto& m : mounts) ::umount2(m.c_str(), MNT_DETACH);
-  const std::string prefix = "kiln-mh-" + suffix_ + "-";
-  std::error_code ec;
-  std::vector<std::filesystem::path> roots = {"/sys/fs/cgroup"};
-  for (const auto& e : std::filesystem::directory_iterator("/sys/fs/cgroup", ec)) {
-    if (e.is_directory(ec) && !e.is_symlink(ec)) roots.push_back(e.path());
-  }
-  for (const auto& root : roots) {
-    for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
-      if (e.path().filename().string().rfind(prefix, 0) != 0) continue;
-      std::vector<std::filesystem::path> dirs = {e.path()};
-      for (auto it = std::filesystem::recursive_directory_iterator(e.path(), ec);
-           it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-        if (it->is_directory(ec)) dirs.push_back(it->path());
-      }
-      std::sort(dirs.rbegin(), dirs.rend());  // children first
-      for (const auto& d : dirs) ::rmdir(d.c_str());
-    }
-  }
 }
 
 HttpReply HostCluster::Request(const std::string& method, const std::string& path,

@@ -97,7 +97,6 @@ class HostCluster {
   void StartRedis();
   void StartBroker(int b);
   void StartWorker(int w);
-  void RemoveWorkerLeftovers() const;
 
   // Declared first: destroyed last, after every process in it has stopped.
   std::unique_ptr<NetnsBed> bed_;

@@ -28,18 +28,6 @@ pid_t PidOfBedNamespace(const std::string& name) {
   return static_cast<pid_t>(std::stol(name.substr(start, i - start)));
 }
 
-// Whether the process that made a bed is still running it: alive and still
-// this test program (a reused pid names something else).
-bool BedOwnerAlive(pid_t pid) {
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
-  FILE* f = ::fopen(("/proc/" + std::to_string(pid) + "/comm").c_str(), "r");
-  if (f == nullptr) return false;
-  char comm[64] = {};
-  const bool ok = ::fgets(comm, sizeof comm, f) != nullptr;
-  ::fclose(f);
-  return ok && std::string(comm).rfind("multihost", 0) == 0;
-}
-
 void Must(const std::string& command) {
   std::string out;
   const int rc = RunCommand(command, &out);
@@ -51,6 +39,16 @@ void Must(const std::string& command) {
 std::string SwitchPort(const std::string& host) { return "v-" + host; }
 
 }  // namespace
+
+bool BedOwnerAlive(pid_t pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  FILE* f = ::fopen(("/proc/" + std::to_string(pid) + "/comm").c_str(), "r");
+  if (f == nullptr) return false;
+  char comm[64] = {};
+  const bool ok = ::fgets(comm, sizeof comm, f) != nullptr;
+  ::fclose(f);
+  return ok && std::string(comm).rfind("multihost", 0) == 0;
+}
 
 int RunCommand(const std::string& command, std::string* out) {
   FILE* p = ::popen((command + " 2>&1").c_str(), "r");

@@ -13,6 +13,8 @@
 // One thread, except RunIn, which any thread may call.
 #pragma once
 
+#include <sys/types.h>
+
 #include <exception>
 #include <memory>
 #include <optional>
@@ -103,6 +105,10 @@ class NetnsBed {
   std::vector<std::string> hosts_;
   std::vector<std::string> made_;  // namespaces created, for teardown
 };
+
+// Whether the process that made a bed (pid in its names) still runs it:
+// alive and still a multihost* program (a reused pid names something else).
+bool BedOwnerAlive(pid_t pid);
 
 // Runs a shell command line; returns its exit status (-1 if it could not
 // run) and, when `out` is given, what it printed (stdout and stderr).

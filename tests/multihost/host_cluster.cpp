@@ -1,0 +1,337 @@
+#include "tests/multihost/host_cluster.hpp"
+
+#include <dirent.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+#include <stdexcept>
+
+#include "common/curve/curve_keys.hpp"
+
+namespace kiln::testing {
+namespace {
+
+using json = nlohmann::json;
+
+// The kiln-broker and kiln-worker to run: this build's, or those of
+// $KILN_TEST_BIN_DIR (as for TestCluster).
+std::string BinDir() {
+  const char* dir = getenv("KILN_TEST_BIN_DIR");
+  return (dir != nullptr && *dir != '\0' ? std::string(dir)
+                                         : std::string(KILN_BINARY_DIR) + "/bin") +
+         "/";
+}
+
+// As TestCluster does: a worker killed while it froze a session's cgroup
+// (v1) leaves that sandbox frozen; thaw this run's so it can die.
+void ThawLeftoverSandboxes(const std::string& prefix) {
+  const std::string root = "/sys/fs/cgroup/freezer";
+  DIR* top = ::opendir(root.c_str());
+  if (top == nullptr) return;
+  while (dirent* e = ::readdir(top)) {
+    const std::string name = e->d_name;
+    if (name.rfind(prefix, 0) != 0) continue;
+    DIR* worker = ::opendir((root + "/" + name).c_str());
+    if (worker == nullptr) continue;
+    while (dirent* s = ::readdir(worker)) {
+      if (s->d_name[0] == '.') continue;
+      FILE* f = ::fopen((root + "/" + name + "/" + s->d_name + "/freezer.state").c_str(), "w");
+      if (f == nullptr) continue;
+      ::fputs("THAWED", f);
+      ::fclose(f);
+    }
+    ::closedir(worker);
+  }
+  ::closedir(top);
+}
+
+// What a worker killed with jobs running leaves (a restarted worker would
+// remove it: CleanupStale): its workspaces' tmpfs mounts under dir and its
+// empty cgroups. Only that run's: paths under dir, cgroups named with its suffix.
+void RemoveWorkerLeftovers(const std::string& dir, const std::string& suffix) {
+  std::vector<std::string> mounts;
+  std::istringstream table(ReadFile("/proc/self/mounts"));
+  for (std::string line; std::getline(table, line);) {
+    std::istringstream fields(line);
+    std::string source, target;
+    fields >> source >> target;
+    if (target.rfind(dir + "/", 0) == 0) mounts.push_back(target);
+  }
+  std::sort(mounts.rbegin(), mounts.rend());  // deeper first
+  for (const auto& m : mounts) ::umount2(m.c_str(), MNT_DETACH);
+  const std::string prefix = "kiln-mh-" + suffix + "-";
+  std::error_code ec;
+  std::vector<std::filesystem::path> roots = {"/sys/fs/cgroup"};
+  for (const auto& e : std::filesystem::directory_iterator("/sys/fs/cgroup", ec)) {
+    if (e.is_directory(ec) && !e.is_symlink(ec)) roots.push_back(e.path());
+  }
+  for (const auto& root : roots) {
+    for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
+      if (e.path().filename().string().rfind(prefix, 0) != 0) continue;
+      std::vector<std::filesystem::path> dirs = {e.path()};
+      for (auto it = std::filesystem::recursive_directory_iterator(e.path(), ec);
+           it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+        if (it->is_directory(ec)) dirs.push_back(it->path());
+      }
+      std::sort(dirs.rbegin(), dirs.rend());  // children first
+      for (const auto& d : dirs) ::rmdir(d.c_str());
+    }
+  }
+}
+
+// Beds of runs that died (SIGKILL, a crash) leave their workers' mounts,
+// cgroups and temp dir behind: /tmp/kiln-mh-h<pid>-<suffix> names the run.
+void RemoveStaleRuns() {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/tmp", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("kiln-mh-h", 0) != 0) continue;
+    const size_t dash = name.find('-', 9);
+    if (dash == std::string::npos) continue;
+    const pid_t owner = static_cast<pid_t>(std::atol(name.substr(9, dash - 9).c_str()));
+    if (owner <= 0 || owner == ::getpid() || BedOwnerAlive(owner)) continue;
+    ThawLeftoverSandboxes("kiln-mh-" + name.substr(dash + 1) + "-");
+    RemoveWorkerLeftovers(e.path().string(), name.substr(dash + 1));
+    RemoveTree(e.path().string());
+  }
+}
+
+const std::vector<std::string> kHosts = {"redis", "b1", "b2", "w1", "w2", "w3", "x"};
+
+}  // namespace
+
+bool IsTerminalStatus(const json& record) {
+  if (!record.is_object() || !record.contains("status") || !record["status"].is_string()) {
+    return false;
+  }
+  const std::string s = record["status"].get<std::string>();
+  return s != "queued" && s != "running";
+}
+
+std::unique_ptr<HostCluster> HostCluster::Start(const HostClusterOptions& options) {
+  std::unique_ptr<HostCluster> c(new HostCluster());
+  c->options_ = options;
+  c->bed_ = NetnsBed::Create(kHosts);  // first removes the namespaces of dead runs
+  RemoveStaleRuns();
+  c->dir_ = MakeTempDir("kiln-mh-h" + std::to_string(::getpid()));
+  c->suffix_ = c->dir_.substr(c->dir_.rfind('-') + 1);
+  c->MakeKeys();
+  c->StartRedis();
+  const std::string redis_ip = c->bed_->ip("redis");
+  // redis-cli runs on "x": the root namespace has no route to the bed.
+  const bool redis_answers = WaitFor(
+      [&] {
+        return c->bed_->RunIn("x", [&] {
+          std::string out;
+          RunCommand("redis-cli -h " + redis_ip + " -p " + std::to_string(kRedisPort) + " PING",
+                     &out);
+          return out.find("PONG") != std::string::npos;
+        });
+      },
+      std::chrono::seconds(10));
+  if (!redis_answers) throw std::runtime_error("redis-server did not start: " + c->DumpLogs());
+  for (int b = 0; b < kBrokers; ++b) {
+    c->brokers_.emplace_back();
+    c->StartBroker(b);
+  }
+  for (int b = 0; b < kBrokers; ++b) {
+    const bool up =
+        WaitFor([&] { return c->Request("GET", "/v1/health", "", "", b).status == 200; },
+                std::chrono::seconds(15));
+    if (!up) throw std::runtime_error("broker did not start: " + c->DumpLogs());
+  }
+  for (int w = 0; w < kWorkers; ++w) {
+    c->workers_.emplace_back();
+    c->StartWorker(w);
+  }
+  if (!c->WaitForWorkers(kWorkers, std::chrono::seconds(30))) {
+    throw std::runtime_error("workers did not register: " + c->DumpLogs());
+  }
+  return c;
+}
+
+void HostCluster::MakeKeys() {
+  auto make = [&](const std::string& name) {
+    auto kp = common::GenerateCurveKeyPair();
+    if (!kp.ok()) throw std::runtime_error(kp.status().ToString());
+    auto st = common::WriteCurveKeyFiles(keys_dir(), name, *kp);
+    if (!st.ok()) throw std::runtime_error(st.ToString());
+    return *kp;
+  };
+  ::mkdir(keys_dir().c_str(), 0700);
+  ::mkdir((dir_ + "/accepted").c_str(), 0700);
+  make("broker");
+  for (int w = 0; w < kWorkers; ++w) {
+    const auto kp = make(worker_id(w));
+    WriteFile(dir_ + "/accepted/" + worker_id(w) + ".pub", kp.public_z85 + "\n");
+  }
+}
+
+void HostCluster::StartRedis() {
+  ::mkdir((dir_ + "/redis").c_str(), 0700);
+  redis_ = bed_->Start("redis",
+                       {"/usr/bin/redis-server", "--bind", bed_->ip("redis"), "--port",
+                        std::to_string(kRedisPort), "--protected-mode", "no", "--dir",
+                        dir_ + "/redis", "--save", "", "--appendonly", "yes", "--daemonize", "no"},
+                       dir_ + "/redis.log");
+}
+
+std::string HostCluster::worker_endpoint(int b) const {
+  return "tcp://" + bed_->ip(broker_host(b)) + ":" + std::to_string(kWorkerPort);
+}
+
+void HostCluster::StartBroker(int b) {
+  const std::string cfg = dir_ + "/" + broker_host(b) + ".yaml";
+  std::ostringstream y;
+  y << "broker:\n"
+    << "  id: " << broker_host(b) << "\n"
+    << "  http: {listen: \"0.0.0.0:" << kHttpPort << "\", threads: 32}\n"
+    << "  workers: {endpoint: \"tcp://0.0.0.0:" << kWorkerPort
+    << "\", heartbeat_interval_ms: " << options_.heartbeat_interval_ms
+    << ", heartbeat_liveness: " << options_.heartbeat_liveness << ", secret_key_file: \""
+    << keys_dir() << "/broker.key\", accepted_keys_dir: \"" << dir_ << "/accepted\"}\n"
+    << "  clients: {endpoint: \"tcp://127.0.0.1:5556\"}\n"
+    << "  redis: {url: \"redis://" << bed_->ip("redis") << ":" << kRedisPort << "\"}\n"
+    << "scheduling: {slot_lease_ms: " << options_.slot_lease_ms << "}\n"
+    << "limits:\n"
+    << "  default: {timeout_ms: 20000, max_output_bytes: 65536}\n"
+    << "  max: {timeout_ms: 60000, max_output_bytes: 1048576}\n"
+    << "tenants:\n"
+    << "  - {name: tenant-a, tokens: [\"" << kToken << "\"], enabled: true, auto_approve: true}\n"
+    << "admin_tokens: [\"" << kAdminToken << "\"]\n";
+  WriteFile(cfg, y.str());
+  brokers_.at(b) = bed_->Start(broker_host(b), {BinDir() + "kiln-broker", "--config", cfg},
+                               dir_ + "/" + broker_host(b) + ".log");
+}
+
+void HostCluster::StartWorker(int w) {
+  const std::string cfg = dir_ + "/" + worker_host(w) + ".yaml";
+  std::ostringstream y;
+  y << "worker:\n"
+    << "  id: " << worker_id(w) << "\n"
+    << "  slots: " << options_.slots << "\n"
+    << "  runtimes: [shell]\n"
+    << "  warm_per_runtime: 1\n"
+    << "  heartbeat_interval_ms: " << options_.heartbeat_interval_ms << "\n"
+    << "  heartbeat_liveness: " << options_.heartbeat_liveness << "\n"
+    << "  brokers: [";
+  for (int b = 0; b < kBrokers; ++b) y << (b ? ", " : "") << "\"" << worker_endpoint(b) << "\"";
+  y << "]\n"
+    << "  secret_key_file: \"" << keys_dir() << "/" << worker_id(w) << ".key\"\n"
+    << "  broker_key_file: \"" << keys_dir() << "/broker.pub\"\n"
+    << "sandbox:\n"
+    << "  state_dir: " << dir_ << "/" << worker_host(w) << "-state\n"
+    << "  cgroup_prefix: kiln-mh-" << suffix_ << "-" << worker_host(w) << "\n"
+    << "  uid_base: " << kUidBase + 10000 * w << "\n"
+    << "  uid_count: 10000\n";
+  WriteFile(cfg, y.str());
+  workers_.at(w) = bed_->Start(worker_host(w), {BinDir() + "kiln-worker", "--config", cfg},
+                               dir_ + "/" + worker_host(w) + ".log");
+}
+
+HostCluster::~HostCluster() {
+  // Healed first, so that every process can say goodbye and stop at once.
+  if (bed_) {
+    for (const char* host : {"b1", "b2", "w1", "w2", "w3"}) {
+      try {
+        bed_->Heal(host);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "heal %s: %s\n", host, e.what());
+      }
+    }
+  }
+  // A worker drains on SIGTERM (its jobs run to their end); 2 s, then SIGKILL.
+  for (auto& w : workers_) w.Stop(std::chrono::seconds(2));
+  ThawLeftoverSandboxes("kiln-mh-" + suffix_ + "-");
+  RemoveWorkerLeftovers(dir_, suffix_);
+  for (auto& b : brokers_) b.Stop();
+  redis_.Stop();
+  bed_.reset();
+  if (!dir_.empty() && getenv("KILN_KEEP_TEST_DIR") == nullptr) RemoveTree(dir_);
+}
+
+HttpReply HostCluster::Request(const std::string& method, const std::string& path,
+                               const std::string& body, const std::string& token,
+                               int broker) const {
+  const std::string host = bed_->ip(broker_host(broker));
+  return bed_->RunIn("x", [&] {
+    httplib::Client cli(host, kHttpPort);
+    cli.set_read_timeout(60, 0);
+    cli.set_connection_timeout(2, 0);
+    httplib::Headers headers;
+    if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
+    httplib::Result r = method == "GET" ? cli.Get(path.c_str(), headers)
+                                        : cli.Post(path.c_str(), headers, body, "application/json");
+    HttpReply reply;
+    if (!r) return reply;
+    reply.status = r->status;
+    reply.raw = r->body;
+    reply.headers = r->headers;
+    reply.body = json::parse(r->body, nullptr, false);
+    return reply;
+  });
+}
+
+HttpReply HostCluster::Submit(const json& request, int broker) const {
+  return Request("POST", "/v1/executions", request.dump(), kToken, broker);
+}
+
+json HostCluster::Record(const std::string& id, int broker) const {
+  HttpReply r = Request("GET", "/v1/executions/" + id, "", kToken, broker);
+  return r.status == 200 ? r.body : json();
+}
+
+json HostCluster::WaitTerminal(const std::string& id, std::chrono::milliseconds timeout,
+                               int broker) const {
+  return WaitRecord(id, IsTerminalStatus, timeout, broker);
+}
+
+std::vector<std::string> HostCluster::WorkerIds(int broker) const {
+  std::vector<std::string> ids;
+  HttpReply r = Request("GET", "/v1/workers", "", kAdminToken, broker);
+  if (r.status != 200 || !r.body.is_object() || !r.body["workers"].is_array()) return ids;
+  for (const json& w : r.body["workers"]) ids.push_back(w.value("id", ""));
+  return ids;
+}
+
+bool HostCluster::WaitForWorkers(size_t n, std::chrono::milliseconds timeout,
+                                 const std::vector<int>& brokers) const {
+  return WaitFor(
+      [&] {
+        for (int b : brokers) {
+          if (WorkerIds(b).size() != n) return false;
+        }
+        return true;
+      },
+      timeout);
+}
+
+double HostCluster::Metric(int broker, const std::string& series) const {
+  const std::string text = Request("GET", "/metrics", "", kToken, broker).raw;
+  const auto at = text.find("\n" + series + " ");
+  return at == std::string::npos ? -1.0 : std::stod(text.substr(at + series.size() + 2));
+}
+
+std::string HostCluster::DumpLogs() const {
+  std::ostringstream out;
+  DIR* d = ::opendir(dir_.c_str());
+  if (d == nullptr) return "";
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() > 4 && name.substr(name.size() - 4) == ".log") {
+      std::string text = ReadFile(dir_ + "/" + name);
+      if (text.size() > 6000) text = "..." + text.substr(text.size() - 6000);
+      out << "==== " << name << " ====\n" << text << "\n";
+    }
+  }
+  ::closedir(d);
+  return out.str();
+}
+
+}  // namespace kiln::testing

@@ -1,0 +1,113 @@
+// HostCluster: a Kiln cluster spread over the hosts of a NetnsBed — Redis on
+// "redis", brokers on "b1" and "b2", workers on "w1".."w3" — with CURVE on
+// the worker links, and "x", an outside host for the test's HTTP client and
+// for rogue peers.
+//
+//   auto c = HostCluster::Start({});
+//   HttpReply r = c->Submit({{"language", "shell"}, {"code", "echo hi"}}, /*broker=*/0);
+//
+// Every address is the host's own on the bed's /24; ports are fixed (each
+// host has its own network stack). The destructor heals every link, stops
+// every process it started (by pid), then removes the namespaces and the
+// temp dir. One thread, except Request and what calls it, which any thread
+// may call.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/multihost/netns_bed.hpp"
+#include "tests/support/cluster.hpp"
+#include "tests/support/process.hpp"
+
+namespace kiln::testing {
+
+struct HostClusterOptions {
+  int slots = 2;  // worker.slots of each worker
+  // heartbeat_interval_ms and heartbeat_liveness of every broker and worker.
+  int heartbeat_interval_ms = 200;
+  int heartbeat_liveness = 5;
+  int slot_lease_ms = 2000;  // scheduling.slot_lease_ms: a dead broker's slots come back
+};
+
+class HostCluster {
+ public:
+  static constexpr int kBrokers = 2;
+  static constexpr int kWorkers = 3;
+  static constexpr int kHttpPort = 8080;
+  static constexpr int kWorkerPort = 5555;
+  static constexpr int kRedisPort = 6379;
+  static constexpr const char* kToken = "tenant-a-token";
+  static constexpr const char* kAdminToken = "admin-token-x";
+  static constexpr uint32_t kUidBase = 410000;  // workers use [kUidBase, kUidBase + 30000)
+
+  static std::unique_ptr<HostCluster> Start(const HostClusterOptions& options);
+  ~HostCluster();
+
+  NetnsBed& bed() { return *bed_; }
+  const std::string& dir() const { return dir_; }
+  // Hosts: "b1", "b2" (broker 0, 1), "w1".."w3" (worker 0..2).
+  static std::string broker_host(int b) { return "b" + std::to_string(b + 1); }
+  static std::string worker_host(int w) { return "w" + std::to_string(w + 1); }
+  // The id worker w registers with (its key's name): its host's name.
+  static std::string worker_id(int w) { return worker_host(w); }
+  std::string worker_endpoint(int b) const;  // tcp://10.213.0.x:5555
+  std::string keys_dir() const { return dir_ + "/keys"; }
+
+  // HTTP to broker b from host "x", through the bed's network.
+  HttpReply Request(const std::string& method, const std::string& path,
+                    const std::string& body = "", const std::string& token = kToken,
+                    int broker = 0) const;
+  // POST /v1/executions (the request's own `wait`).
+  HttpReply Submit(const nlohmann::json& request, int broker = 0) const;
+  nlohmann::json Record(const std::string& id, int broker = 0) const;
+  // Polls the record until `done(record)` or `timeout`; returns the last one.
+  template <typename Pred>
+  nlohmann::json WaitRecord(const std::string& id, Pred done, std::chrono::milliseconds timeout,
+                            int broker = 0) const {
+    nlohmann::json last;
+    WaitFor(
+        [&] {
+          last = Record(id, broker);
+          return done(last);
+        },
+        timeout);
+    return last;
+  }
+  nlohmann::json WaitTerminal(const std::string& id, std::chrono::milliseconds timeout,
+                              int broker = 0) const;
+  // The ids in broker b's GET /v1/workers (empty when it does not answer).
+  std::vector<std::string> WorkerIds(int broker) const;
+  // Until every live broker in `brokers` lists exactly `n` workers.
+  bool WaitForWorkers(size_t n, std::chrono::milliseconds timeout,
+                      const std::vector<int>& brokers = {0, 1}) const;
+  // A series of broker b's /metrics; -1 when absent.
+  double Metric(int broker, const std::string& series) const;
+
+  ChildProcess& broker(int b) { return brokers_.at(b); }
+  ChildProcess& worker(int w) { return workers_.at(w); }
+  std::string DumpLogs() const;
+
+ private:
+  HostCluster() = default;
+  void MakeKeys();
+  void StartRedis();
+  void StartBroker(int b);
+  void StartWorker(int w);
+
+  // Declared first: destroyed last, after every process in it has stopped.
+  std::unique_ptr<NetnsBed> bed_;
+  HostClusterOptions options_;
+  std::string dir_;
+  std::string suffix_;  // unique per run: cgroup prefixes
+  ChildProcess redis_;
+  std::vector<ChildProcess> brokers_;
+  std::vector<ChildProcess> workers_;
+};
+
+bool IsTerminalStatus(const nlohmann::json& record);
+
+}  // namespace kiln::testing

@@ -1,4 +1,6 @@
 // `kiln keygen NAME`: writes a CURVE key pair for a worker or a broker link.
+#include <filesystem>
+
 #include "cli/commands/command.hpp"
 #include "cli/exit_codes.hpp"
 #include "common/curve/curve_keys.hpp"
@@ -8,7 +10,7 @@ namespace {
 
 constexpr char kFooter[] =
     R"txt(Writes DIR/NAME.key (the secret key, mode 0600) and DIR/NAME.pub (the
-public key); refuses to overwrite either. A worker's NAME is the id it
+public key), creating DIR if needed; refuses to overwrite either. A worker's NAME is the id it
 registers as: copy NAME.pub into every broker's broker.workers.accepted_keys_dir
 and give the worker NAME.key (worker.secret_key_file) and the broker's .pub
 (worker.broker_key_file). Runs locally; talks to no broker.
@@ -23,6 +25,10 @@ struct KeygenFlags {
 };
 
 int Keygen(const KeygenFlags& flags) {
+  std::error_code ec;
+  std::filesystem::create_directories(flags.dir, ec);
+  if (ec)
+    return ReportError(common::InvalidRequest("cannot create " + flags.dir + ": " + ec.message()));
   auto keys = common::GenerateCurveKeyPair();
   if (!keys.ok()) return ReportError(keys.status());
   if (auto st = common::WriteCurveKeyFiles(flags.dir, flags.name, *keys); !st.ok()) {

@@ -20,6 +20,7 @@
 #include "common/protocol/messages.hpp"
 #include "tests/support/cluster.hpp"
 #include "tests/support/process.hpp"
+#include "tests/support/rogue_worker.hpp"
 
 namespace kiln::testing {
 namespace {
@@ -27,72 +28,6 @@ namespace {
 namespace protocol = common::protocol;
 using namespace std::chrono_literals;
 using json = nlohmann::json;
-
-// A peer on the worker endpoint that speaks the protocol by hand.
-class Rogue {
- public:
-  // `own` and `broker_public`: CURVE; neither: plain text.
-  Rogue(zmq::context_t& ctx, const std::string& endpoint,
-        const std::optional<common::CurveKeyPair>& own = std::nullopt,
-        const std::string& broker_public = "")
-      : socket_(ctx, zmq::socket_type::dealer) {
-    socket_.set(zmq::sockopt::linger, 0);
-    if (own) {
-      socket_.set(zmq::sockopt::curve_serverkey, broker_public);
-      socket_.set(zmq::sockopt::curve_publickey, own->public_z85);
-      socket_.set(zmq::sockopt::curve_secretkey, own->secret_z85);
-    }
-    socket_.connect(endpoint);
-  }
-
-  void Send(const protocol::Message& m) {
-    socket_.send(zmq::buffer(protocol::Encode(m)), zmq::send_flags::none);
-  }
-
-  // Everything that arrives within `wait`; heartbeats meanwhile once it
-  // has registered (as a worker must, or it is declared dead).
-  std::vector<protocol::Message> Drain(std::chrono::milliseconds wait) {
-    std::vector<protocol::Message> out;
-    for (auto until = std::chrono::steady_clock::now() + wait;
-         std::chrono::steady_clock::now() < until;) {
-      if (registered_) Send(protocol::Heartbeat{"rogue"});
-      zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
-      zmq::poll(&item, 1, 50ms);
-      zmq::message_t frame;
-      while (socket_.recv(frame, zmq::recv_flags::dontwait)) {
-        auto m = protocol::Decode(
-            std::string_view(static_cast<const char*>(frame.data()), frame.size()));
-        if (!m.ok()) continue;
-        if (protocol::TypeOf(*m) == protocol::MessageType::kRegisterAck) registered_ = true;
-        if (protocol::TypeOf(*m) == protocol::MessageType::kDisconnect) registered_ = false;
-        out.push_back(std::move(*m));
-      }
-    }
-    return out;
-  }
-
- private:
-  zmq::socket_t socket_;
-  bool registered_ = false;
-};
-
-protocol::Register Registration(const std::string& id, std::vector<std::string> runtimes,
-                                uint32_t slots = 64) {
-  protocol::Register reg;
-  reg.worker_id = id;
-  reg.hostname = "rogue";
-  reg.runtimes = std::move(runtimes);
-  reg.slots = slots;
-  reg.incarnation = "00000000000000000000000000000001";
-  return reg;
-}
-
-bool Has(const std::vector<protocol::Message>& got, protocol::MessageType type) {
-  for (const auto& m : got) {
-    if (protocol::TypeOf(m) == type) return true;
-  }
-  return false;
-}
 
 double Metric(TestCluster& c, const std::string& series) {
   const std::string text = c.Request("GET", "/metrics").raw;
@@ -111,7 +46,6 @@ size_t Workers(TestCluster& c) {
 
 TEST(WorkerAuthTest, OnlyAcceptedKeysRegisterAndGetJobs) {
   auto c = TestCluster::Start({.brokers = 1, .workers = 2, .slots = 2, .curve = true});
-  zmq::context_t ctx(1);
   auto broker_public = common::ReadCurvePublicKeyFile(c->keys_dir() + "/broker.pub");
   ASSERT_TRUE(broker_public.ok()) << broker_public.status().ToString();
   auto unknown = common::GenerateCurveKeyPair();
@@ -119,10 +53,10 @@ TEST(WorkerAuthTest, OnlyAcceptedKeysRegisterAndGetJobs) {
 
   // A plain-text peer, and one with a key the broker does not accept, each
   // registering as a roomy worker (one under a real worker's id).
-  Rogue plain(ctx, c->worker_endpoint());
-  Rogue stranger(ctx, c->worker_endpoint(), *unknown, *broker_public);
-  plain.Send(Registration("rogue-plain", {"python", "shell"}));
-  stranger.Send(Registration(c->worker_id(0), {"python", "shell"}));
+  RogueWorker plain(c->worker_endpoint());
+  RogueWorker stranger(c->worker_endpoint(), *unknown, *broker_public);
+  plain.Send(RogueRegistration("rogue-plain", {"python", "shell"}));
+  stranger.Send(RogueRegistration(c->worker_id(0), {"python", "shell"}));
 
   // Jobs carrying a secret all run on the two real workers.
   for (int i = 0; i < 6; ++i) {
@@ -143,31 +77,33 @@ TEST(WorkerAuthTest, OnlyAcceptedKeysRegisterAndGetJobs) {
   auto spare = common::GenerateCurveKeyPair();
   ASSERT_TRUE(spare.ok());
   WriteFile(c->accepted_keys_dir() + "/spare.pub", spare->public_z85 + "\n");
-  Rogue impostor(ctx, c->worker_endpoint(), *spare, *broker_public);
-  impostor.Send(Registration(c->worker_id(1), {"python"}));
+  RogueWorker impostor(c->worker_endpoint(), *spare, *broker_public);
+  impostor.Send(RogueRegistration(c->worker_id(1), {"python"}));
   auto got = impostor.Drain(1500ms);
-  EXPECT_TRUE(Has(got, protocol::MessageType::kDisconnect)) << "no refusal";
-  EXPECT_FALSE(Has(got, protocol::MessageType::kRegisterAck)) << "registered as another worker";
+  EXPECT_TRUE(HasMessage(got, protocol::MessageType::kDisconnect)) << "no refusal";
+  EXPECT_FALSE(HasMessage(got, protocol::MessageType::kRegisterAck))
+      << "registered as another worker";
   EXPECT_GE(Refused(*c, "registration"), 1.0);
   EXPECT_EQ(Workers(*c), 2u);
 
   // As itself it registers (a runtime no job asks for: it gets none), and
   // is dropped within a key check or two of its file's removal, although
   // it keeps beating.
-  impostor.Send(Registration("spare", {"cobol"}));
+  impostor.Send(RogueRegistration("spare", {"cobol"}));
   got = impostor.Drain(1000ms);
-  ASSERT_TRUE(Has(got, protocol::MessageType::kRegisterAck)) << c->DumpLogs();
+  ASSERT_TRUE(HasMessage(got, protocol::MessageType::kRegisterAck)) << c->DumpLogs();
   got = impostor.Drain(1000ms);
   EXPECT_EQ(Workers(*c), 3u);
   std::filesystem::remove(c->accepted_keys_dir() + "/spare.pub");
   got = impostor.Drain(2500ms);
-  EXPECT_TRUE(Has(got, protocol::MessageType::kDisconnect)) << "a revoked key kept its worker";
+  EXPECT_TRUE(HasMessage(got, protocol::MessageType::kDisconnect))
+      << "a revoked key kept its worker";
   EXPECT_EQ(Workers(*c), 2u);
   EXPECT_GE(Refused(*c, "revoked"), 1.0);
   // Whatever it sends now is refused: it is no worker any more.
-  impostor.Send(Registration("spare", {"cobol"}));
+  impostor.Send(RogueRegistration("spare", {"cobol"}));
   got = impostor.Drain(1000ms);
-  EXPECT_FALSE(Has(got, protocol::MessageType::kRegisterAck));
+  EXPECT_FALSE(HasMessage(got, protocol::MessageType::kRegisterAck));
 
   // The real workers serve on.
   auto r = c->Submit({{"language", "python"}, {"code", "print(6 * 7)"}});
@@ -178,7 +114,6 @@ TEST(WorkerAuthTest, OnlyAcceptedKeysRegisterAndGetJobs) {
 
 TEST(WorkerAuthTest, ResultsAndOutputComeOnlyFromTheJobsWorker) {
   auto c = TestCluster::Start({.brokers = 1, .workers = 1, .slots = 1});
-  zmq::context_t ctx(1);
   auto submitted = c->Submit({{"language", "python"},
                               {"code", "import time\nprint('real', flush=True)\ntime.sleep(5)"},
                               {"wait", false}});
@@ -194,19 +129,19 @@ TEST(WorkerAuthTest, ResultsAndOutputComeOnlyFromTheJobsWorker) {
   protocol::OutputChunk chunk{id, protocol::Stream::kStdout, 1, 0, "forged\n"};
 
   // From a connection that never registered: refused, and told to register.
-  Rogue anon(ctx, c->worker_endpoint());
+  RogueWorker anon(c->worker_endpoint());
   anon.Send(forged);
   anon.Send(chunk);
-  EXPECT_TRUE(Has(anon.Drain(500ms), protocol::MessageType::kDisconnect));
+  EXPECT_TRUE(HasMessage(anon.Drain(500ms), protocol::MessageType::kDisconnect));
   EXPECT_GE(Refused(*c, "unregistered"), 2.0);
   // From a registered worker the job does not run on: refused too (and
   // acknowledged, so it stops sending).
-  Rogue other(ctx, c->worker_endpoint());
-  other.Send(Registration("intruder", {"cobol"}));
-  ASSERT_TRUE(Has(other.Drain(1000ms), protocol::MessageType::kRegisterAck));
+  RogueWorker other(c->worker_endpoint());
+  other.Send(RogueRegistration("intruder", {"cobol"}));
+  ASSERT_TRUE(HasMessage(other.Drain(1000ms), protocol::MessageType::kRegisterAck));
   other.Send(chunk);
   other.Send(forged);
-  EXPECT_TRUE(Has(other.Drain(1000ms), protocol::MessageType::kResultAck));
+  EXPECT_TRUE(HasMessage(other.Drain(1000ms), protocol::MessageType::kResultAck));
   EXPECT_GE(Refused(*c, "not_its_job"), 1.0);
   EXPECT_EQ(record()["status"], "running");
 

@@ -18,6 +18,7 @@
 #include "common/protocol/codec.hpp"
 #include "common/protocol/messages.hpp"
 #include "tests/multihost/host_cluster.hpp"
+#include "tests/support/rogue_worker.hpp"
 
 namespace kiln::testing {
 namespace {
@@ -44,62 +45,7 @@ json Shell(const std::string& code, bool wait) {
   return {{"language", "shell"}, {"code", code}, {"wait", wait}};
 }
 
-// A peer on a broker's worker endpoint that speaks the protocol by hand
-// (as in tests/integration/worker_auth_test.cpp). Construct it inside the
-// host it should connect from (NetnsBed::RunIn): its context's I/O threads,
-// which make the connections, start there.
-class Rogue {
- public:
-  Rogue(const std::string& endpoint, const std::optional<common::CurveKeyPair>& own = std::nullopt,
-        const std::string& broker_public = "")
-      : ctx_(1), socket_(ctx_, zmq::socket_type::dealer) {
-    socket_.set(zmq::sockopt::linger, 0);
-    if (own) {
-      socket_.set(zmq::sockopt::curve_serverkey, broker_public);
-      socket_.set(zmq::sockopt::curve_publickey, own->public_z85);
-      socket_.set(zmq::sockopt::curve_secretkey, own->secret_z85);
-    }
-    socket_.connect(endpoint);
-  }
-
-  void Send(const protocol::Message& m) {
-    socket_.send(zmq::buffer(protocol::Encode(m)), zmq::send_flags::none);
-  }
-
-  // Everything that arrives within `wait`, heartbeating once registered.
-  std::vector<protocol::Message> Drain(std::chrono::milliseconds wait) {
-    std::vector<protocol::Message> out;
-    for (auto until = Clock::now() + wait; Clock::now() < until;) {
-      if (registered_) Send(protocol::Heartbeat{"rogue"});
-      zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
-      zmq::poll(&item, 1, 50ms);
-      zmq::message_t frame;
-      while (socket_.recv(frame, zmq::recv_flags::dontwait)) {
-        auto m = protocol::Decode(
-            std::string_view(static_cast<const char*>(frame.data()), frame.size()));
-        if (!m.ok()) continue;
-        if (protocol::TypeOf(*m) == protocol::MessageType::kRegisterAck) registered_ = true;
-        out.push_back(std::move(*m));
-      }
-    }
-    return out;
-  }
-
- private:
-  zmq::context_t ctx_;
-  zmq::socket_t socket_;
-  bool registered_ = false;
-};
-
-protocol::Register Registration(const std::string& id) {
-  protocol::Register reg;
-  reg.worker_id = id;
-  reg.hostname = "rogue";
-  reg.runtimes = {"python", "javascript", "shell"};
-  reg.slots = 64;
-  reg.incarnation = "00000000000000000000000000000001";
-  return reg;
-}
+const std::vector<std::string> kAllRuntimes = {"python", "javascript", "shell"};
 
 class MultiHostTest : public ::testing::Test {
  protected:
@@ -168,14 +114,14 @@ TEST_F(MultiHostTest, ARogueHostWithoutAnAcceptedKeyGetsNothing) {
 
   // On host "x", against each broker: a plain-text peer and one with a key
   // no broker accepts (under a real worker's id), each offering 64 slots.
-  std::vector<std::unique_ptr<Rogue>> rogues;
+  std::vector<std::unique_ptr<RogueWorker>> rogues;
   cluster_->bed().RunIn("x", [&] {
     for (int b = 0; b < HostCluster::kBrokers; ++b) {
-      rogues.push_back(std::make_unique<Rogue>(cluster_->worker_endpoint(b)));
-      rogues.back()->Send(Registration("rogue-plain"));
+      rogues.push_back(std::make_unique<RogueWorker>(cluster_->worker_endpoint(b)));
+      rogues.back()->Send(RogueRegistration("rogue-plain", kAllRuntimes));
       rogues.push_back(
-          std::make_unique<Rogue>(cluster_->worker_endpoint(b), *unknown, *broker_public));
-      rogues.back()->Send(Registration(HostCluster::worker_id(0)));
+          std::make_unique<RogueWorker>(cluster_->worker_endpoint(b), *unknown, *broker_public));
+      rogues.back()->Send(RogueRegistration(HostCluster::worker_id(0), kAllRuntimes));
     }
   });
 

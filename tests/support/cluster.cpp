@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "common/curve/curve_keys.hpp"
+#include "tests/support/rogue_worker.hpp"
 
 namespace kiln::testing {
 namespace {
@@ -190,13 +191,7 @@ std::unique_ptr<TestCluster> TestCluster::Start(const ClusterOptions& options) {
 }
 
 void TestCluster::MakeKeys() {
-  auto make = [&](const std::string& name) {
-    auto kp = common::GenerateCurveKeyPair();
-    if (!kp.ok()) throw std::runtime_error(kp.status().ToString());
-    auto st = common::WriteCurveKeyFiles(keys_dir(), name, *kp);
-    if (!st.ok()) throw std::runtime_error(st.ToString());
-    return *kp;
-  };
+  auto make = [&](const std::string& name) { return NewKeyFiles(keys_dir(), name); };
   ::mkdir(keys_dir().c_str(), 0700);
   ::mkdir(accepted_keys_dir().c_str(), 0700);
   make("broker");

@@ -32,7 +32,7 @@ if [[ -z "${KILN_SKIP_SANITIZERS:-}" ]]; then
     -DKILN_BUILD_TESTS=ON >/dev/null
   asan_tests=(common_unit_test protocol_codec_test protocol_client_codec_test protocol_fuzz_smoke
               fuzz_replay broker_unit_test cli_test secrets_test bench_test policy_test
-              audit_chain_test logging_test protocol_golden_frames_test)
+              audit_chain_test logging_test protocol_golden_frames_test redis_endpoint_test)
   cmake --build "$asan" -j "$(nproc)" --target "${asan_tests[@]}"
   (cd "$asan" && ctest --output-on-failure -j 2 -R "^($(IFS='|'; echo "${asan_tests[*]}"))\$")
 fi

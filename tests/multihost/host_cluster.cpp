@@ -29,29 +29,6 @@ std::string BinDir() {
          "/";
 }
 
-// As TestCluster does: a worker killed while it froze a session's cgroup
-// (v1) leaves that sandbox frozen; thaw this run's so it can die.
-void ThawLeftoverSandboxes(const std::string& prefix) {
-  const std::string root = "/sys/fs/cgroup/freezer";
-  DIR* top = ::opendir(root.c_str());
-  if (top == nullptr) return;
-  while (dirent* e = ::readdir(top)) {
-    const std::string name = e->d_name;
-    if (name.rfind(prefix, 0) != 0) continue;
-    DIR* worker = ::opendir((root + "/" + name).c_str());
-    if (worker == nullptr) continue;
-    while (dirent* s = ::readdir(worker)) {
-      if (s->d_name[0] == '.') continue;
-      FILE* f = ::fopen((root + "/" + name + "/" + s->d_name + "/freezer.state").c_str(), "w");
-      if (f == nullptr) continue;
-      ::fputs("THAWED", f);
-      ::fclose(f);
-    }
-    ::closedir(worker);
-  }
-  ::closedir(top);
-}
-
 // What a worker killed with jobs running leaves (a restarted worker would
 // remove it: CleanupStale): its workspaces' tmpfs mounts under dir and its
 // empty cgroups. Only that run's: paths under dir, cgroups named with its suffix.

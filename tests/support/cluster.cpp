@@ -130,6 +130,8 @@ RedisValue ConnectionError(const std::string& what) {
   return v;
 }
 
+}  // namespace
+
 // A worker killed inside the few milliseconds in which it stops a session
 // on cgroup v1 (freezer frozen, SIGSTOP to each process, thawed) leaves that
 // sandbox frozen, and a frozen task dies of its pending SIGKILL only once
@@ -157,8 +159,6 @@ void ThawLeftoverSandboxes(const std::string& prefix) {
   }
   ::closedir(top);
 }
-
-}  // namespace
 
 std::unique_ptr<TestCluster> TestCluster::Start(const ClusterOptions& options) {
   std::unique_ptr<TestCluster> c(new TestCluster());

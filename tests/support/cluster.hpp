@@ -89,6 +89,11 @@ struct HttpReply {
   httplib::Headers headers;
 };
 
+// Thaws every v1 freezer cgroup under /sys/fs/cgroup/freezer/<prefix>*/: a
+// worker killed while it froze a session's sandbox leaves it frozen, and a
+// frozen process cannot die. For test teardown (TestCluster, the multi-host bed).
+void ThawLeftoverSandboxes(const std::string& prefix);
+
 class TestCluster {
  public:
   static std::unique_ptr<TestCluster> Start(const ClusterOptions& options);

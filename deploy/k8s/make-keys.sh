@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # CURVE keys for the Kubernetes manifests: writes deploy/k8s/keys/ (or --dir),
-# which kustomization.yaml includes, so `kubectl apply -k deploy/k8s` creates
+# which kustomization.yaml includes: `kubectl apply --server-side -k deploy/k8s` creates
 #   Secret    kiln-broker-key      broker.key        (broker pods only)
 #   ConfigMap kiln-broker-pub      broker.pub        (worker pods)
 #   Secret    kiln-worker-keys     <node>.key, ...   (worker pods)
 #   ConfigMap kiln-worker-pubkeys  <node>.pub, ...   (the brokers' accepted_keys_dir)
-# Needs no cluster: names the worker nodes on the command line, or asks
+# Needs no cluster when given the worker nodes' names; given none, it asks
 # kubectl for the nodes labelled kiln.dev/worker=true when given none.
 #
 #   deploy/k8s/make-keys.sh node-a node-b      # keys for these nodes (kept if they exist)
@@ -28,7 +28,7 @@ while (($#)); do
   case $1 in
     --dir) dir=$2; shift 2 ;;
     --remove) remove+=("$2"); shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     -*) echo "make-keys.sh: unknown option $1" >&2; exit 2 ;;
     *) nodes+=("$1"); shift ;;
   esac
@@ -95,6 +95,6 @@ configMapGenerator:
   - {name: kiln-broker-pub, files: [broker.pub]}
   - {name: kiln-worker-pubkeys, files: $(list "${pubs[@]}")}
 EOF
-echo "worker keys in $dir: ${#keys[@]}; now: kubectl apply -k $here"
+echo "worker keys in $dir: ${#keys[@]}; now: kubectl apply --server-side -k $here"
 echo "a node's worker pod starts once its key is in the Secret (about a minute after the apply);"
 echo "after a new broker key: kubectl -n kiln rollout restart statefulset/kiln-broker daemonset/kiln-worker"

@@ -6,7 +6,7 @@
 #   Secret    kiln-worker-keys     <node>.key, ...   (worker pods)
 #   ConfigMap kiln-worker-pubkeys  <node>.pub, ...   (the brokers' accepted_keys_dir)
 # Needs no cluster when given the worker nodes' names; given none, it asks
-# kubectl for the nodes labelled kiln.dev/worker=true when given none.
+# kubectl for the nodes labelled kiln.dev/worker=true.
 #
 #   deploy/k8s/make-keys.sh node-a node-b      # keys for these nodes (kept if they exist)
 #   deploy/k8s/make-keys.sh                    # keys for the labelled nodes

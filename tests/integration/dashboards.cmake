@@ -4,7 +4,8 @@
 # the rules' syntax, run their unit tests and check the scrape config.
 kiln_add_test(dashboards_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/dashboards_test.cpp
   LIBS kiln_test_support kiln_broker_lib kiln_worker_lib LABELS integration TIMEOUT 300)
-add_dependencies(dashboards_test kiln-broker kiln-worker)
+# kiln: DeployFilesTest runs deploy/k8s/make-keys.sh with it.
+add_dependencies(dashboards_test kiln-broker kiln-worker kiln)
 
 # promtool comes with the Debian package prometheus (deploy/install-deps.sh).
 find_program(KILN_PROMTOOL promtool)

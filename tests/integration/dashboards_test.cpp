@@ -3,7 +3,8 @@
 // Statically: every dashboard is valid JSON with unique panel ids and a
 // Prometheus `datasource` variable that every panel and query uses; the
 // Grafana provisioning, compose and Kubernetes files point at the dashboards;
-// every YAML file under deploy/ parses and the Kiln configs in it load.
+// every YAML file under deploy/ parses and the Kiln configs in it load; the
+// deploy files hand the CURVE keys to the paths the configs name.
 //
 // Live: a real cluster (1 broker, 2 workers) runs a short load while a real
 // Prometheus (Debian package `prometheus`) scrapes it every second with the
@@ -28,7 +29,10 @@
 #include <thread>
 
 #include "broker/config.hpp"
+#include "broker/store/redis_endpoint.hpp"
+#include "common/curve/curve_keys.hpp"
 #include "tests/support/cluster.hpp"
+#include "tests/support/rogue_worker.hpp"
 #include "worker/config.hpp"
 
 namespace kiln::testing {
@@ -150,6 +154,57 @@ YAML::Node FindK8s(const std::string& file, const std::string& kind, const std::
         (name.empty() || doc["metadata"]["name"].as<std::string>() == name)) {
       return doc;
     }
+  }
+  return YAML::Node();
+}
+
+// `text`, a Kiln config, with each key file it names replaced by a fresh key
+// pair of the same name in `dir`, and accepted_keys_dir by `dir` (the real
+// keys are made at deploy time; the worker's loader reads its keys). *named
+// gets each setting's original path.
+std::string WithTempKeys(const std::string& text, const std::string& dir,
+                         std::map<std::string, std::string>* named) {
+  fs::create_directories(dir);
+  static const std::regex kLine(
+      R"re(^(\s*)(secret_key_file|broker_key_file|accepted_keys_dir):(\s*)"?([^"\s#]+)"?(.*)$)re");
+  std::string out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_match(line, m, kLine)) {
+      const std::string setting = m[2].str(), path = m[4].str();
+      (*named)[setting] = path;
+      std::string replacement = dir;
+      if (setting != "accepted_keys_dir") {
+        const std::string file = fs::path(path).filename().string();
+        const std::string stem = fs::path(file).stem().string();
+        if (!fs::exists(dir + "/" + stem + ".key")) NewKeyFiles(dir, stem);
+        replacement = dir + "/" + file;
+      }
+      line = m[1].str() + setting + ":" + m[3].str() + "\"" + replacement + "\"" + m[5].str();
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+// A compose service's named volumes: mount target -> volume name.
+std::map<std::string, std::string> NamedVolumes(const YAML::Node& service) {
+  std::map<std::string, std::string> out;
+  for (const auto& v : service["volumes"]) {
+    const std::string spec = v.as<std::string>();
+    const size_t colon = spec.find(':');
+    if (colon == std::string::npos || spec[0] == '.' || spec[0] == '/') continue;
+    const std::string target = spec.substr(colon + 1);
+    out[target.substr(0, target.find(':'))] = spec.substr(0, colon);
+  }
+  return out;
+}
+
+// The named volume of a pod spec (a StatefulSet's or DaemonSet's template).
+YAML::Node PodVolume(const YAML::Node& pod, const std::string& name) {
+  for (const auto& v : pod["volumes"]) {
+    if (v["name"].as<std::string>() == name) return v;
   }
   return YAML::Node();
 }
@@ -438,22 +493,50 @@ TEST(DeployFilesTest, ParseAndHoldValidConsistentKilnConfigs) {
   EXPECT_GE(yaml_files, 10u);
 
   ScopedTempDir dir;
-  // compose
-  auto compose_broker = broker::LoadBrokerConfig(deploy + "/compose/broker.yaml");
+  // The example configs load as they are (their key settings are off).
+  auto example_broker = broker::LoadBrokerConfig(deploy + "/config/broker.example.yaml");
+  EXPECT_TRUE(example_broker.ok()) << example_broker.status().ToString();
+  auto example_worker = worker::LoadWorkerConfig(deploy + "/config/worker.example.yaml");
+  EXPECT_TRUE(example_worker.ok()) << example_worker.status().ToString();
+  // compose (key files in temp copies: see WithTempKeys)
+  std::map<std::string, std::string> compose_broker_keys, compose_worker_keys;
+  auto compose_broker =
+      broker::LoadBrokerConfig(WriteTemp(dir.path, "compose-broker.yaml",
+                                         WithTempKeys(ReadFile(deploy + "/compose/broker.yaml"),
+                                                      dir.path + "/cb", &compose_broker_keys)));
   ASSERT_TRUE(compose_broker.ok()) << compose_broker.status().ToString();
-  auto compose_worker = worker::LoadWorkerConfig(deploy + "/compose/worker.yaml");
+  auto compose_worker =
+      worker::LoadWorkerConfig(WriteTemp(dir.path, "compose-worker.yaml",
+                                         WithTempKeys(ReadFile(deploy + "/compose/worker.yaml"),
+                                                      dir.path + "/cw", &compose_worker_keys)));
   ASSERT_TRUE(compose_worker.ok()) << compose_worker.status().ToString();
   // Kubernetes: the broker config is a Secret (it holds tokens), the worker's a ConfigMap.
   YAML::Node secret = FindK8s("broker.yaml", "Secret", "kiln-broker-config");
   ASSERT_TRUE(secret) << "deploy/k8s/broker.yaml: Secret kiln-broker-config";
+  std::map<std::string, std::string> k8s_broker_keys, k8s_worker_keys;
   auto k8s_broker = broker::LoadBrokerConfig(
-      WriteTemp(dir.path, "broker.yaml", secret["stringData"]["broker.yaml"].as<std::string>()));
-  EXPECT_TRUE(k8s_broker.ok()) << k8s_broker.status().ToString();
+      WriteTemp(dir.path, "broker.yaml",
+                WithTempKeys(secret["stringData"]["broker.yaml"].as<std::string>(),
+                             dir.path + "/kb", &k8s_broker_keys)));
+  ASSERT_TRUE(k8s_broker.ok()) << k8s_broker.status().ToString();
   YAML::Node cm = FindK8s("worker.yaml", "ConfigMap", "kiln-worker-config");
   ASSERT_TRUE(cm) << "deploy/k8s/worker.yaml: ConfigMap kiln-worker-config";
-  auto k8s_worker = worker::LoadWorkerConfig(
-      WriteTemp(dir.path, "worker.yaml", cm["data"]["worker.yaml"].as<std::string>()));
+  auto k8s_worker =
+      worker::LoadWorkerConfig(WriteTemp(dir.path, "worker.yaml",
+                                         WithTempKeys(cm["data"]["worker.yaml"].as<std::string>(),
+                                                      dir.path + "/kw", &k8s_worker_keys)));
   ASSERT_TRUE(k8s_worker.ok()) << k8s_worker.status().ToString();
+
+  // CURVE on the worker links everywhere: no deploy file opts out.
+  for (const auto* b : {&*compose_broker, &*k8s_broker}) {
+    EXPECT_FALSE(b->worker_secret_key_file.empty());
+    EXPECT_FALSE(b->worker_accepted_keys_dir.empty());
+    EXPECT_FALSE(b->worker_allow_unauthenticated);
+  }
+  for (const auto* w : {&*compose_worker, &*k8s_worker}) {
+    EXPECT_FALSE(w->curve_secret.empty());
+    EXPECT_FALSE(w->curve_broker_public.empty());
+  }
 
   // Prometheus scrapes the ports the compose configs listen on.
   YAML::Node prom = YAML::LoadFile(deploy + "/prometheus/prometheus.yml");
@@ -499,9 +582,152 @@ TEST(DeployFilesTest, ParseAndHoldValidConsistentKilnConfigs) {
                   sts["spec"]["serviceName"].as<std::string>() +
                   ".kiln.svc.cluster.local:" + std::to_string(PortOf(k8s_broker->worker_endpoint)));
   }
-  for (const auto& r : YAML::LoadFile(deploy + "/k8s/kustomization.yaml")["resources"]) {
-    EXPECT_TRUE(fs::exists(deploy + "/k8s/" + r.as<std::string>())) << r.as<std::string>();
+  // Every resource is in the repository, but keys/, which make-keys.sh writes.
+  YAML::Node kustomization = YAML::LoadFile(deploy + "/k8s/kustomization.yaml");
+  bool lists_keys = false;
+  for (const auto& r : kustomization["resources"]) {
+    const std::string name = r.as<std::string>();
+    if (name == "keys") {
+      lists_keys = true;
+      continue;
+    }
+    EXPECT_TRUE(fs::exists(deploy + "/k8s/" + name)) << name;
   }
+  EXPECT_TRUE(lists_keys) << "kustomization.yaml leaves out the keys make-keys.sh writes";
+
+  // --- Keys in Kubernetes ---
+  // make-keys.sh writes the Secrets and ConfigMaps the pods mount: real keys
+  // (0600), one per node, named after it.
+  const std::string keys = dir.path + "/k8s-keys";
+  ASSERT_EQ(std::system(("KILN=" + std::string(KILN_BINARY_DIR) + "/bin/kiln bash " + deploy +
+                         "/k8s/make-keys.sh --dir " + keys + " node-a node-b.example > " +
+                         dir.path + "/make-keys.log 2>&1")
+                            .c_str()),
+            0)
+      << ReadFile(dir.path + "/make-keys.log");
+  std::map<std::string, std::set<std::string>> generated;  // name -> its files
+  YAML::Node gen = YAML::LoadFile(keys + "/kustomization.yaml");
+  for (const char* kind : {"secretGenerator", "configMapGenerator"}) {
+    for (const auto& g : gen[kind]) {
+      for (const auto& f : g["files"]) {
+        ASSERT_TRUE(fs::exists(keys + "/" + f.as<std::string>())) << f.as<std::string>();
+        generated[g["name"].as<std::string>()].insert(
+            fs::path(f.as<std::string>()).filename().string());
+      }
+    }
+  }
+  EXPECT_EQ(generated["kiln-broker-key"], std::set<std::string>{"broker.key"});
+  EXPECT_EQ(generated["kiln-broker-pub"], std::set<std::string>{"broker.pub"});
+  EXPECT_EQ(generated["kiln-worker-keys"],
+            (std::set<std::string>{"node-a.key", "node-b.example.key"}));
+  EXPECT_EQ(generated["kiln-worker-pubkeys"],
+            (std::set<std::string>{"node-a.pub", "node-b.example.pub"}));
+  for (const char* key : {"/broker.key", "/workers/node-a.key"}) {
+    EXPECT_TRUE((fs::status(keys + key).permissions() & fs::perms::mask) ==
+                (fs::perms::owner_read | fs::perms::owner_write))
+        << key << " is not 0600";
+    EXPECT_TRUE(common::ReadCurveSecretKeyFile(keys + key).ok()) << key;
+  }
+  // The brokers: the key Secret copied by the init container to the config's
+  // secret_key_file; the accepted keys read through kubelet's ..data (its
+  // visible files are symlinks, which Kiln does not open).
+  YAML::Node broker_pod = sts["spec"]["template"]["spec"];
+  EXPECT_EQ(PodVolume(broker_pod, "broker-key")["secret"]["secretName"].as<std::string>(),
+            "kiln-broker-key");
+  EXPECT_EQ(PodVolume(broker_pod, "worker-pubkeys")["configMap"]["name"].as<std::string>(),
+            "kiln-worker-pubkeys");
+  ASSERT_TRUE(broker_pod["initContainers"] && broker_pod["initContainers"].size() == 1);
+  EXPECT_NE(YAML::Dump(broker_pod["initContainers"][0]["command"])
+                .find(k8s_broker_keys["secret_key_file"]),
+            std::string::npos)
+      << "the broker's init container does not write " << k8s_broker_keys["secret_key_file"];
+  EXPECT_EQ(fs::path(k8s_broker_keys["accepted_keys_dir"]).filename().string(), "..data");
+  bool mounts_pubkeys = false;
+  for (const auto& m : broker_pod["containers"][0]["volumeMounts"]) {
+    mounts_pubkeys |=
+        m["name"].as<std::string>() == "worker-pubkeys" &&
+        m["mountPath"].as<std::string>() + "/..data" == k8s_broker_keys["accepted_keys_dir"];
+  }
+  EXPECT_TRUE(mounts_pubkeys) << "accepted_keys_dir is not the worker-pubkeys mount's ..data";
+  // The workers: their node's key and broker.pub, copied to the config's paths;
+  // the id is the node name, and no surge pod ever doubles a node's id.
+  YAML::Node worker_pod = ds["spec"]["template"]["spec"];
+  EXPECT_EQ(PodVolume(worker_pod, "worker-keys")["secret"]["secretName"].as<std::string>(),
+            "kiln-worker-keys");
+  EXPECT_EQ(PodVolume(worker_pod, "broker-pub")["configMap"]["name"].as<std::string>(),
+            "kiln-broker-pub");
+  ASSERT_TRUE(worker_pod["initContainers"] && worker_pod["initContainers"].size() == 1);
+  const std::string worker_init = YAML::Dump(worker_pod["initContainers"][0]["command"]);
+  for (const char* setting : {"secret_key_file", "broker_key_file"}) {
+    EXPECT_NE(worker_init.find(k8s_worker_keys[setting]), std::string::npos)
+        << "the worker's init container does not write " << k8s_worker_keys[setting];
+  }
+  EXPECT_NE(worker_init.find("$NODE_NAME.key"), std::string::npos);
+  EXPECT_NE(YAML::Dump(worker_pod["containers"][0]["args"]).find("$(NODE_NAME)"),
+            std::string::npos);
+  EXPECT_EQ(ds["spec"]["updateStrategy"]["rollingUpdate"]["maxSurge"].as<int>(), 0);
+  // The Sentinel component: the brokers' URL names every sentinel of its StatefulSet.
+  YAML::Node component = YAML::LoadFile(deploy + "/k8s/redis-sentinel/kustomization.yaml");
+  EXPECT_EQ(component["kind"].as<std::string>(), "Component");
+  std::string sentinel_url;
+  for (const auto& p : component["patches"]) {
+    std::smatch um;
+    const std::string patch = p["patch"].as<std::string>();
+    if (std::regex_search(patch, um, std::regex(R"re(--redis=([^"\s]+))re"))) sentinel_url = um[1];
+  }
+  auto endpoint = broker::RedisEndpoint::Parse(sentinel_url);
+  ASSERT_TRUE(endpoint.ok()) << sentinel_url << ": " << endpoint.status().ToString();
+  YAML::Node sentinels;
+  for (const YAML::Node& doc :
+       YAML::LoadAllFromFile(deploy + "/k8s/redis-sentinel/redis-sentinel.yaml")) {
+    if (doc["kind"].as<std::string>() == "StatefulSet") sentinels = doc;
+  }
+  ASSERT_TRUE(sentinels);
+  ASSERT_EQ(endpoint->sentinels.size(), sentinels["spec"]["replicas"].as<size_t>());
+  for (size_t i = 0; i < endpoint->sentinels.size(); ++i) {
+    EXPECT_EQ(endpoint->sentinels[i].host, "kiln-sentinel-" + std::to_string(i) + "." +
+                                               sentinels["spec"]["serviceName"].as<std::string>() +
+                                               ".kiln.svc.cluster.local");
+  }
+  EXPECT_EQ(endpoint->master_name, "kiln");  // sentinel.sh monitors "kiln"
+  EXPECT_GE(endpoint->min_replicas, 1);
+
+  // --- Keys in compose: keygen fills the volumes the configs read ---
+  YAML::Node services = compose["services"];
+  ASSERT_TRUE(services["keygen"]);
+  for (const char* service : {"broker", "worker"}) {
+    EXPECT_EQ(services[service]["depends_on"]["keygen"]["condition"].as<std::string>(),
+              "service_completed_successfully")
+        << service;
+  }
+  const auto keygen = NamedVolumes(services["keygen"]);
+  const auto broker_volumes = NamedVolumes(services["broker"]);
+  const auto worker_volumes = NamedVolumes(services["worker"]);
+  auto volume_of = [](const std::map<std::string, std::string>& volumes, const std::string& path) {
+    auto it = volumes.find(path);
+    return it == volumes.end() ? std::string("(none)") : it->second;
+  };
+  const std::string broker_key_dir =
+      fs::path(compose_broker_keys["secret_key_file"]).parent_path().string();
+  const std::string worker_key_dir =
+      fs::path(compose_worker_keys["secret_key_file"]).parent_path().string();
+  EXPECT_EQ(volume_of(broker_volumes, broker_key_dir), volume_of(keygen, "/keys/broker"));
+  EXPECT_EQ(volume_of(broker_volumes, compose_broker_keys["accepted_keys_dir"]),
+            volume_of(keygen, "/keys/accepted"));
+  EXPECT_EQ(volume_of(worker_volumes, worker_key_dir), volume_of(keygen, "/keys/worker"));
+  EXPECT_EQ(fs::path(compose_worker_keys["broker_key_file"]).parent_path().string(),
+            worker_key_dir);
+  // keygen.sh names the worker's key after worker.id, which the broker checks.
+  EXPECT_EQ(fs::path(compose_worker_keys["secret_key_file"]).stem().string(), compose_worker->id);
+  EXPECT_NE(ReadFile(deploy + "/compose/keygen.sh")
+                .find("worker=${KILN_WORKER_ID:-" + compose_worker->id + "}"),
+            std::string::npos);
+
+  // --- Keys in systemd: the secret keys are credentials ---
+  const std::string broker_unit = ReadFile(deploy + "/systemd/kiln-broker.service");
+  EXPECT_NE(broker_unit.find("\nLoadCredential=broker.key:"), std::string::npos);
+  EXPECT_NE(unit.find("\nLoadCredential=worker.key:/etc/kiln/keys/%l.key\n"), std::string::npos);
+  EXPECT_NE(unit.find(" --id %l\n"), std::string::npos);
 }
 
 // ---------------------------------------------------------------- live

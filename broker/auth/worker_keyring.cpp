@@ -58,6 +58,7 @@ std::string Signature(const std::vector<Entry>& entries) {
 }  // namespace
 
 bool WorkerKeyring::Refresh() {
+  ++scans_;
   bool readable = false;
   std::vector<Entry> entries = List(dir_, &readable);
   if (!readable) {

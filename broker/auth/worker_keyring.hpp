@@ -38,12 +38,15 @@ class WorkerKeyring {
   // Bumped each time the accepted set changes.
   uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
   size_t size() const;
+  // How many times Refresh read the directory (its thread; for tests).
+  uint64_t scans() const { return scans_; }
 
  private:
   using Keys = std::unordered_map<std::string, std::string>;  // public key -> worker id
 
   const std::string dir_;
   std::string signature_;  // names, sizes and mtimes seen by the last Refresh (its thread)
+  uint64_t scans_ = 0;     // Refresh's thread
   mutable std::mutex mu_;
   std::shared_ptr<const Keys> keys_ = std::make_shared<Keys>();
   std::atomic<uint64_t> generation_{0};

@@ -13,6 +13,7 @@ namespace {
 const common::SubsystemLog kLog("scheduler");
 constexpr int kMaxRequestsPerCall = 256;
 constexpr size_t kMaxFrames = 16;  // a request has 7; more is not a ZAP request
+constexpr auto kUnknownKeyRefresh = std::chrono::milliseconds(100);
 
 // What libzmq's ZAP client sends: version, request id, domain, address,
 // routing id, mechanism, then the mechanism's credentials.
@@ -57,6 +58,8 @@ void ZapHandler::Serve() {
     }
     if (!any) return;
     if (f.size() < 6) {
+      ++refused_;
+      if (metrics_) metrics_->WorkerRefused("handshake");
       Answer(f.size() > 1 ? f[1] : "", false, "malformed ZAP request", "");
       continue;
     }
@@ -79,8 +82,14 @@ void ZapHandler::Serve() {
       zmq_z85_encode(z85, reinterpret_cast<const uint8_t*>(f[6].data()), 32);
       key_z85 = z85;
       if (!keyring_->WorkerOf(key_z85)) {
-        // A key added a moment ago counts at once, not at the next refresh.
-        keyring_->Refresh();
+        // A key added a moment ago counts at once, not at the next refresh;
+        // at most every kUnknownKeyRefresh, so a flood of unknown keys does
+        // not turn into a flood of directory scans.
+        const auto now = std::chrono::steady_clock::now();
+        if (now >= next_refresh_) {
+          next_refresh_ = now + kUnknownKeyRefresh;
+          keyring_->Refresh();
+        }
         if (!keyring_->WorkerOf(key_z85)) why = "unknown worker key";
       }
     }

@@ -17,6 +17,7 @@
 // thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <zmq.hpp>
@@ -52,6 +53,7 @@ class ZapHandler {
   WorkerKeyring* keyring_;
   BrokerMetrics* metrics_;
   uint64_t refused_ = 0;
+  std::chrono::steady_clock::time_point next_refresh_{};  // of the keyring, for an unknown key
 };
 
 }  // namespace kiln::broker

@@ -81,6 +81,7 @@ void RemoveStaleRuns() {
 }
 
 const std::vector<std::string> kHosts = {"redis", "b1", "b2", "w1", "w2", "w3", "x"};
+const std::vector<std::string> kRedisHosts = {"redis", "r2", "r3"};  // with redis_ha
 
 }  // namespace
 
@@ -95,7 +96,9 @@ bool IsTerminalStatus(const json& record) {
 std::unique_ptr<HostCluster> HostCluster::Start(const HostClusterOptions& options) {
   std::unique_ptr<HostCluster> c(new HostCluster());
   c->options_ = options;
-  c->bed_ = NetnsBed::Create(kHosts);  // first removes the namespaces of dead runs
+  std::vector<std::string> hosts = kHosts;
+  if (options.redis_ha) hosts.insert(hosts.end(), kRedisHosts.begin() + 1, kRedisHosts.end());
+  c->bed_ = NetnsBed::Create(hosts);  // first removes the namespaces of dead runs
   RemoveStaleRuns();
   c->dir_ = MakeTempDir("kiln-mh-h" + std::to_string(::getpid()));
   c->suffix_ = c->dir_.substr(c->dir_.rfind('-') + 1);
@@ -114,6 +117,7 @@ std::unique_ptr<HostCluster> HostCluster::Start(const HostClusterOptions& option
       },
       std::chrono::seconds(10));
   if (!redis_answers) throw std::runtime_error("redis-server did not start: " + c->DumpLogs());
+  if (options.redis_ha) c->StartRedisReplicasAndSentinels();
   for (int b = 0; b < kBrokers; ++b) {
     c->brokers_.emplace_back();
     c->StartBroker(b);
@@ -124,11 +128,11 @@ std::unique_ptr<HostCluster> HostCluster::Start(const HostClusterOptions& option
                 std::chrono::seconds(15));
     if (!up) throw std::runtime_error("broker did not start: " + c->DumpLogs());
   }
-  for (int w = 0; w < kWorkers; ++w) {
+  for (int w = 0; w < options.workers; ++w) {
     c->workers_.emplace_back();
     c->StartWorker(w);
   }
-  if (!c->WaitForWorkers(kWorkers, std::chrono::seconds(30))) {
+  if (!c->WaitForWorkers(options.workers, std::chrono::seconds(30))) {
     throw std::runtime_error("workers did not register: " + c->DumpLogs());
   }
   return c;
@@ -154,6 +158,116 @@ void HostCluster::StartRedis() {
                        dir_ + "/redis.log");
 }
 
+void HostCluster::StartRedisReplicasAndSentinels() {
+  const std::string master_ip = bed_->ip("redis");
+  for (size_t i = 1; i < kRedisHosts.size(); ++i) {
+    const std::string& host = kRedisHosts[i];
+    ::mkdir((dir_ + "/" + host).c_str(), 0700);
+    replicas_.push_back(bed_->Start(host,
+                                    {"/usr/bin/redis-server",
+                                     "--bind",
+                                     bed_->ip(host),
+                                     "--port",
+                                     std::to_string(kRedisPort),
+                                     "--protected-mode",
+                                     "no",
+                                     "--dir",
+                                     dir_ + "/" + host,
+                                     "--save",
+                                     "",
+                                     "--appendonly",
+                                     "yes",
+                                     "--replicaof",
+                                     master_ip,
+                                     std::to_string(kRedisPort),
+                                     "--repl-diskless-sync",
+                                     "yes",
+                                     "--repl-diskless-sync-delay",
+                                     "0",
+                                     "--daemonize",
+                                     "no"},
+                                    dir_ + "/" + host + ".log"));
+  }
+  // A sentinel on each Redis host, quorum 2: any two agree that the master
+  // is down after 1 s of silence. Each rewrites its own config file.
+  for (const std::string& host : kRedisHosts) {
+    const std::string conf = dir_ + "/sentinel-" + host + ".conf";
+    WriteFile(conf, "port " + std::to_string(kSentinelPort) + "\nbind " + bed_->ip(host) +
+                        "\nprotected-mode no\ndir " + dir_ + "\nsentinel monitor " + kRedisMaster +
+                        " " + master_ip + " " + std::to_string(kRedisPort) +
+                        " 2\nsentinel down-after-milliseconds " + kRedisMaster +
+                        " 1000\nsentinel failover-timeout " + kRedisMaster +
+                        " 4000\nsentinel parallel-syncs " + kRedisMaster + " 2\n");
+    sentinels_.push_back(bed_->Start(host, {"/usr/bin/redis-server", conf, "--sentinel"},
+                                     dir_ + "/sentinel-" + host + ".log"));
+  }
+  // Ready when both replicas are in sync and each sentinel knows the other
+  // two and both replicas (they meet through the master's hello channel).
+  const bool ready = WaitFor(
+      [&] {
+        const std::string info = RedisCli(master_ip, kRedisPort, "INFO replication");
+        if (info.find("connected_slaves:2") == std::string::npos) return false;
+        for (const std::string& host : kRedisHosts) {
+          const std::string ip = bed_->ip(host);
+          const std::string m =
+              RedisCli(ip, kSentinelPort, "SENTINEL master " + std::string(kRedisMaster));
+          if (m.find("num-other-sentinels\n2\n") == std::string::npos ||
+              m.find("num-slaves\n2\n") == std::string::npos) {
+            return false;
+          }
+        }
+        return true;
+      },
+      std::chrono::seconds(30));
+  if (!ready) throw std::runtime_error("Redis replicas and sentinels not ready: " + DumpLogs());
+}
+
+std::string HostCluster::RedisCli(const std::string& host, int port,
+                                  const std::string& args) const {
+  return bed_->RunIn("x", [&] {
+    std::string out;
+    RunCommand("redis-cli -h " + host + " -p " + std::to_string(port) + " " + args, &out);
+    return out;
+  });
+}
+
+std::string HostCluster::RedisMasterHost() const {
+  std::string agreed;
+  for (const std::string& host : kRedisHosts) {
+    if (host == lost_redis_host_) continue;
+    const std::string out =
+        RedisCli(bed_->ip(host), kSentinelPort,
+                 "SENTINEL get-master-addr-by-name " + std::string(kRedisMaster));
+    std::string named;
+    for (const std::string& h : kRedisHosts) {
+      if (out.rfind(bed_->ip(h) + "\n", 0) == 0) named = h;
+    }
+    if (named.empty() || (!agreed.empty() && named != agreed)) return "";
+    agreed = named;
+  }
+  return agreed;
+}
+
+void HostCluster::LoseRedisMasterHost() {
+  const std::string host = RedisMasterHost();
+  if (host.empty()) throw std::runtime_error("the sentinels name no master");
+  bed_->Partition(host);
+  lost_redis_host_ = host;
+  const size_t i = static_cast<size_t>(std::find(kRedisHosts.begin(), kRedisHosts.end(), host) -
+                                       kRedisHosts.begin());
+  (i == 0 ? redis_ : replicas_.at(i - 1)).Kill();
+  sentinels_.at(i).Kill();
+}
+
+std::string HostCluster::RedisUrl() const {
+  if (!options_.redis_ha) return "redis://" + bed_->ip("redis") + ":" + std::to_string(kRedisPort);
+  std::string url = "redis+sentinel://";
+  for (size_t i = 0; i < kRedisHosts.size(); ++i) {
+    url += (i ? "," : "") + bed_->ip(kRedisHosts[i]) + ":" + std::to_string(kSentinelPort);
+  }
+  return url + "/" + kRedisMaster + "?min_replicas=1&replica_timeout_ms=1000";
+}
+
 std::string HostCluster::worker_endpoint(int b) const {
   return "tcp://" + bed_->ip(broker_host(b)) + ":" + std::to_string(kWorkerPort);
 }
@@ -169,7 +283,7 @@ void HostCluster::StartBroker(int b) {
     << ", heartbeat_liveness: " << options_.heartbeat_liveness << ", secret_key_file: \""
     << keys_dir() << "/broker.key\", accepted_keys_dir: \"" << dir_ << "/accepted\"}\n"
     << "  clients: {endpoint: \"tcp://127.0.0.1:5556\"}\n"
-    << "  redis: {url: \"redis://" << bed_->ip("redis") << ":" << kRedisPort << "\"}\n"
+    << "  redis: {url: \"" << RedisUrl() << "\"}\n"
     << "scheduling: {slot_lease_ms: " << options_.slot_lease_ms << "}\n"
     << "limits:\n"
     << "  default: {timeout_ms: 20000, max_output_bytes: 65536}\n"
@@ -210,11 +324,13 @@ void HostCluster::StartWorker(int w) {
 HostCluster::~HostCluster() {
   // Healed first, so that every process can say goodbye and stop at once.
   if (bed_) {
-    for (const char* host : {"b1", "b2", "w1", "w2", "w3"}) {
+    std::vector<std::string> hosts = {"redis", "b1", "b2", "w1", "w2", "w3"};
+    if (!lost_redis_host_.empty() && lost_redis_host_ != "redis") hosts.push_back(lost_redis_host_);
+    for (const std::string& host : hosts) {
       try {
         bed_->Heal(host);
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "heal %s: %s\n", host, e.what());
+        std::fprintf(stderr, "heal %s: %s\n", host.c_str(), e.what());
       }
     }
   }
@@ -223,6 +339,8 @@ HostCluster::~HostCluster() {
   ThawLeftoverSandboxes("kiln-mh-" + suffix_ + "-");
   RemoveWorkerLeftovers(dir_, suffix_);
   for (auto& b : brokers_) b.Stop();
+  for (auto& s : sentinels_) s.Stop();
+  for (auto& r : replicas_) r.Stop();
   redis_.Stop();
   bed_.reset();
   if (!dir_.empty() && getenv("KILN_KEEP_TEST_DIR") == nullptr) RemoveTree(dir_);

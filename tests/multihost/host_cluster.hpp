@@ -1,7 +1,10 @@
 // HostCluster: a Kiln cluster spread over the hosts of a NetnsBed — Redis on
 // "redis", brokers on "b1" and "b2", workers on "w1".."w3" — with CURVE on
 // the worker links, and "x", an outside host for the test's HTTP client and
-// for rogue peers.
+// for rogue peers. With `redis_ha`, Redis replicas on "r2" and "r3" and a
+// Sentinel on each of the three Redis hosts; the brokers find the master
+// through the sentinels and wait for one replica's acknowledgement of every
+// write (min_replicas=1).
 //
 //   auto c = HostCluster::Start({});
 //   HttpReply r = c->Submit({{"language", "shell"}, {"code", "echo hi"}}, /*broker=*/0);
@@ -31,6 +34,8 @@ struct HostClusterOptions {
   int heartbeat_interval_ms = 200;
   int heartbeat_liveness = 5;
   int slot_lease_ms = 2000;  // scheduling.slot_lease_ms: a dead broker's slots come back
+  bool redis_ha = false;     // replicas and sentinels, as above
+  int workers = 3;           // how many of w1..w3 start (the others' hosts stay idle)
 };
 
 class HostCluster {
@@ -40,6 +45,8 @@ class HostCluster {
   static constexpr int kHttpPort = 8080;
   static constexpr int kWorkerPort = 5555;
   static constexpr int kRedisPort = 6379;
+  static constexpr int kSentinelPort = 26379;
+  static constexpr const char* kRedisMaster = "kiln";  // the sentinels' name for it
   static constexpr const char* kToken = "tenant-a-token";
   static constexpr const char* kAdminToken = "admin-token-x";
   static constexpr uint32_t kUidBase = 410000;  // workers use [kUidBase, kUidBase + 30000)
@@ -79,6 +86,15 @@ class HostCluster {
   }
   nlohmann::json WaitTerminal(const std::string& id, std::chrono::milliseconds timeout,
                               int broker = 0) const;
+  // Any redis-cli command against host:port, run on "x"; its output.
+  std::string RedisCli(const std::string& host, int port, const std::string& args) const;
+  // With redis_ha: the Redis host the sentinels still reachable name as
+  // master ("redis", "r2" or "r3"); "" while they disagree or do not answer.
+  std::string RedisMasterHost() const;
+  // With redis_ha: the master's host dies: its link is cut, then its
+  // redis-server and sentinel are killed.
+  void LoseRedisMasterHost();
+
   // The ids in broker b's GET /v1/workers (empty when it does not answer).
   std::vector<std::string> WorkerIds(int broker) const;
   // Until every live broker in `brokers` lists exactly `n` workers.
@@ -95,6 +111,8 @@ class HostCluster {
   HostCluster() = default;
   void MakeKeys();
   void StartRedis();
+  void StartRedisReplicasAndSentinels();
+  std::string RedisUrl() const;  // what the brokers' broker.redis.url says
   void StartBroker(int b);
   void StartWorker(int w);
 
@@ -104,6 +122,9 @@ class HostCluster {
   std::string dir_;
   std::string suffix_;  // unique per run: cgroup prefixes
   ChildProcess redis_;
+  std::vector<ChildProcess> replicas_;   // on r2, r3
+  std::vector<ChildProcess> sentinels_;  // on redis, r2, r3
+  std::string lost_redis_host_;          // LoseRedisMasterHost's
   std::vector<ChildProcess> brokers_;
   std::vector<ChildProcess> workers_;
 };

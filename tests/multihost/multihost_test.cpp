@@ -4,10 +4,12 @@
 // by cutting their link and lost by killing their processes as well.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -51,7 +53,7 @@ class MultiHostTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto started = Clock::now();
-    cluster_ = HostCluster::Start({});
+    cluster_ = HostCluster::Start(Options());
     std::cerr << "bed and cluster up in " << Seconds(Clock::now() - started) << " s\n";
   }
   void TearDown() override {
@@ -60,6 +62,8 @@ class MultiHostTest : public ::testing::Test {
     cluster_.reset();
     std::cerr << "cluster and bed removed in " << Seconds(Clock::now() - stopping) << " s\n";
   }
+
+  virtual HostClusterOptions Options() const { return {}; }
 
   // POST with wait:false; the job's id, or "" (after a failed expectation).
   std::string SubmitAsync(const std::string& code, int broker) {
@@ -243,6 +247,112 @@ TEST_F(MultiHostTest, ABrokerHostVanishesAndTheOtherTakesOver) {
   std::cerr << "all " << via_b1.size() << " jobs of the lost broker ended "
             << Seconds(Clock::now() - lost_at) << " s after it vanished\n";
   EXPECT_EQ(AsSet(cluster_->WorkerIds(1)), AllWorkers());
+}
+
+// Redis on three hosts (master, two replicas, a sentinel on each); brokers
+// reach it through the sentinels and wait for a replica's acknowledgement.
+class MultiHostRedisTest : public MultiHostTest {
+ protected:
+  HostClusterOptions Options() const override {
+    HostClusterOptions o;
+    o.redis_ha = true;
+    return o;
+  }
+};
+
+TEST_F(MultiHostRedisTest, TheRedisMasterHostDiesUnderLoad) {
+  ASSERT_EQ(cluster_->RedisMasterHost(), "redis");
+  // Four clients, two per broker, submit short jobs without pause until told
+  // to stop; each keeps the ids it was answered 2xx for, and its refusals.
+  struct Accepted {
+    std::string id, stdout_text;
+    int broker;
+  };
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::vector<Accepted> accepted;
+  std::map<int, int> refused;  // HTTP status -> count
+  std::map<std::string, int> refusal_codes;
+  std::atomic<int> accepted_after_failover{0};
+  std::atomic<bool> failed_over{false};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 4; ++c) {
+    clients.emplace_back([&, c] {
+      const int broker = c % HostCluster::kBrokers;
+      for (int n = 0; !stop; ++n) {
+        const std::string text = "c" + std::to_string(c) + "-" + std::to_string(n);
+        HttpReply r = cluster_->Submit(Shell("sleep 0.2; echo " + text, false), broker);
+        std::lock_guard lock(mu);
+        if (r.status == 202 && r.body.is_object() && r.body["id"].is_string()) {
+          accepted.push_back({r.body["id"].get<std::string>(), text + "\n", broker});
+          if (failed_over) ++accepted_after_failover;
+        } else {
+          ++refused[r.status];
+          if (r.body.is_object() && r.body["error"].is_object()) {
+            ++refusal_codes[r.body["error"].value("code", "")];
+          }
+        }
+        // Paced: 4 clients x ~6/s stay near the workers' 6 slots / 0.2 s.
+        std::this_thread::sleep_for(150ms);
+      }
+    });
+  }
+  std::this_thread::sleep_for(2s);
+  size_t before_loss = 0;
+  {
+    std::lock_guard lock(mu);
+    before_loss = accepted.size();
+  }
+  const auto lost_at = Clock::now();
+  cluster_->LoseRedisMasterHost();
+  std::string master;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        master = cluster_->RedisMasterHost();
+        return master == "r2" || master == "r3";
+      },
+      20s))
+      << "no replica was promoted";
+  const double promoted_after = Seconds(Clock::now() - lost_at);
+  failed_over = true;
+  // Load goes on until jobs are accepted again, and a little longer.
+  const bool accepting = WaitFor([&] { return accepted_after_failover >= 8; }, 20s);
+  std::this_thread::sleep_for(1s);
+  stop = true;
+  for (auto& t : clients) t.join();
+  const double accepting_after = Seconds(Clock::now() - lost_at);
+  ASSERT_TRUE(accepting) << "no job was accepted after the failover";
+  EXPECT_GE(before_loss, 8u);
+
+  // Every job answered 2xx, before, during or after the failover, reaches a
+  // terminal state, through either broker, and it is the real one.
+  std::map<std::string, int> outcomes;
+  for (size_t i = 0; i < accepted.size(); ++i) {
+    const Accepted& a = accepted[i];
+    json rec = cluster_->WaitTerminal(a.id, 60s, static_cast<int>(i % HostCluster::kBrokers));
+    ASSERT_TRUE(IsTerminalStatus(rec))
+        << "job " << a.id << " (accepted by broker " << a.broker << ") did not end: " << rec.dump();
+    ++outcomes[rec.value("status", "") + (ErrorCode(rec).empty() ? "" : " " + ErrorCode(rec))];
+    EXPECT_EQ(rec.value("status", ""), "succeeded") << rec.dump();
+    EXPECT_EQ(rec.value("stdout", ""), a.stdout_text) << rec.dump();
+  }
+  // ... and stays in it: one terminal state, whatever arrives later.
+  std::this_thread::sleep_for(1s);
+  for (const Accepted& a : accepted) {
+    json rec = cluster_->Record(a.id, a.broker);
+    EXPECT_EQ(rec.value("status", ""), "succeeded") << rec.dump();
+  }
+  // Refusals while Redis had no master are retryable 503s, nothing else.
+  for (const auto& [status, n] : refused) EXPECT_EQ(status, 503) << n << " answers";
+  for (const auto& [code, n] : refusal_codes) EXPECT_EQ(code, "UNAVAILABLE") << n << " answers";
+
+  std::cerr << accepted.size() << " jobs accepted (" << before_loss
+            << " before the master's host died); refused:";
+  for (const auto& [status, n] : refused) std::cerr << " " << n << "x" << status;
+  std::cerr << "; promoted " << master << " after " << promoted_after
+            << " s; accepting again after <= " << accepting_after << " s; outcomes:";
+  for (const auto& [o, n] : outcomes) std::cerr << " " << n << "x " << o;
+  std::cerr << "\n";
 }
 
 }  // namespace

@@ -16,7 +16,7 @@ namespace kiln::testing {
 namespace {
 
 constexpr const char* kSubnet = "10.213.0.";  // hosts get .2, .3, ...
-constexpr size_t kMaxHosts = 7;
+constexpr size_t kMaxHosts = 9;
 constexpr const char* kBridge = "br0";
 
 // "kiln-h<pid>-" followed by a host name: the pid, else -1.
@@ -100,7 +100,7 @@ void NetnsBed::EnterNetns(const std::string& path) {
 
 std::unique_ptr<NetnsBed> NetnsBed::Create(const std::vector<std::string>& hosts) {
   if (hosts.empty() || hosts.size() > kMaxHosts) {
-    throw std::runtime_error("a bed has 1 to 7 hosts");
+    throw std::runtime_error("a bed has 1 to 9 hosts");
   }
   RemoveStale();
   std::unique_ptr<NetnsBed> bed(new NetnsBed());

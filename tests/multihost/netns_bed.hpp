@@ -30,7 +30,7 @@ namespace kiln::testing {
 
 class NetnsBed {
  public:
-  // At most 7 hosts (8 namespaces with the switch). Throws std::runtime_error
+  // At most 9 hosts (10 namespaces with the switch). Throws std::runtime_error
   // (after removing what it made) when a namespace or link cannot be set up.
   static std::unique_ptr<NetnsBed> Create(const std::vector<std::string>& hosts);
   ~NetnsBed();

@@ -64,6 +64,7 @@ double RunLoad(HostCluster& c, const Load& load, int* failures) {
       c.bed().RunIn("x", [&] {
         httplib::Client cli(host, HostCluster::kHttpPort);
         cli.set_keep_alive(true);
+        cli.set_tcp_nodelay(true);  // else headers and body wait on a delayed ACK
         cli.set_read_timeout(60, 0);
         const httplib::Headers headers = {
             {"Authorization", std::string("Bearer ") + HostCluster::kToken}};

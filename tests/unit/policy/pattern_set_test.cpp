@@ -201,8 +201,8 @@ TEST(PatternSet, CapsTheProgramSize) {
 }
 
 // Patterns that make a backtracking engine take exponential time, on 1 MiB of
-// input without a newline. Linear time is well under a second here and
-// 27 s in the -O0 sanitizer build; a backtracking or quadratic matcher
+// input without a newline. Linear time is well under a second here, and
+// up to 27 s in a sanitizer build; a backtracking or quadratic matcher
 // would take hours (or overflow the stack).
 TEST(PatternSet, PathologicalPatternsStayLinearOnOneMebibyte) {
   const std::string text(1 << 20, 'a');

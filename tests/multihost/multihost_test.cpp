@@ -1,5 +1,6 @@
-// Kiln across hosts: Redis, two brokers, three workers and an outside host,
-// each in its own network namespace on one bridge (tests/multihost, see
+// Kiln across hosts: Redis, two brokers, three workers and an outside host
+// (MultiHostRedisTest adds two Redis replicas and three sentinels), each in
+// its own network namespace on one bridge (tests/multihost, see
 // docs/testing-multihost.md). Worker links use CURVE; hosts are partitioned
 // by cutting their link and lost by killing their processes as well.
 #include <gtest/gtest.h>

@@ -45,7 +45,7 @@ using ::testing::Not;
 constexpr int kWorkers = 2;
 constexpr uid_t kUidLo = TestCluster::kUidBase;
 constexpr uid_t kUidHi = TestCluster::kUidBase + 19999;
-constexpr int kEPERM = 1, kENOENT = 2, kESRCH = 3, kEAGAIN = 11, kEACCES = 13, kENOSPC = 28,
+constexpr int kEPERM = 1, kENOENT = 2, kESRCH = 3, kENXIO = 6, kEAGAIN = 11, kEACCES = 13, kENOSPC = 28,
               kEROFS = 30, kENOSYS = 38, kEPROTONOSUPPORT = 93, kEAFNOSUPPORT = 97,
               kENETUNREACH = 101, kECONNREFUSED = 111;
 constexpr int kSIGKILL = 9, kSIGXCPU = 24;
@@ -299,7 +299,10 @@ for p in ['/proc/1/environ', '/proc/self/environ'] + sorted(glob.glob('/proc/[0-
     if any(n in data for n in needles):
         res['hits'].append(p)
 res['in_os_environ'] = any(n.decode() in k or n.decode() in v for n in needles for k, v in os.environ.items())
-res['pid1'] = open('/proc/1/cmdline', 'rb').read().split(b'\0')[0].decode()
+try:
+    res['pid1'] = open('/proc/1/cmdline', 'rb').read().split(b'\0')[0].decode()
+except OSError as e:
+    res['pid1'] = -e.errno
 res['pids'] = sorted(int(x) for x in os.listdir('/proc') if x.isdigit())
 res['mypid'] = os.getpid()
 print(json.dumps(res))
@@ -308,15 +311,21 @@ print(json.dumps(res))
   ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
   json rep = Report(r);
   ASSERT_TRUE(rep.is_object()) << r.dump();
-  EXPECT_GT(rep["files"]["/proc/1/environ"].get<int>(), 0) << rep.dump();  // readable: our own
   EXPECT_GT(rep["files"]["/proc/self/environ"].get<int>(), 0) << rep.dump();
   EXPECT_EQ(rep["hits"], json::array()) << rep.dump();
   EXPECT_FALSE(rep["in_os_environ"].get<bool>());
   // pid 1 is kiln-init, the job's interpreter its child: the host's
-  // processes are not there.
+  // processes are not there. kiln-init is not dumpable, so hidepid hides it
+  // at the standard level; gVisor's /proc shows it.
   EXPECT_EQ(rep["mypid"], 2) << rep.dump();
-  EXPECT_EQ(rep["pid1"], "/etc/kiln-init") << rep.dump();
-  EXPECT_EQ(rep["pids"], json::array({1, 2})) << rep.dump();
+  if (Gvisor()) {
+    EXPECT_EQ(rep["pid1"], "/etc/kiln-init") << rep.dump();
+    EXPECT_EQ(rep["pids"], json::array({1, 2})) << rep.dump();
+  } else {
+    EXPECT_EQ(rep["files"]["/proc/1/environ"].get<int>(), -kENOENT) << rep.dump();
+    EXPECT_EQ(rep["pid1"], -kENOENT) << rep.dump();
+    EXPECT_EQ(rep["pids"], json::array({2})) << rep.dump();
+  }
 }
 
 TEST_P(EscapeTest, AnotherJobsWorkspaceIsNotReachable) {
@@ -1091,6 +1100,54 @@ TEST_P(EscapeTest, AJobCanKillItself) {
   EXPECT_EQ(sh.value("stdout", ""), "before\n") << sh.dump();
 }
 
+// kiln-init (pid 1) runs as the job's uid, so only its non-dumpable state
+// keeps the job out of its /proc entries: its status pipe (fd 5) would let
+// the job forge its own exit record. The job tries to write a forged
+// "exited 0" record there, then exits 3: the record must say 3.
+TEST_P(EscapeTest, TheSandboxsInitIsOutOfTheJobsReach) {
+  auto r = Run("python", R"PY(
+import json, os, struct
+res = {}
+for name, path, mode in [('fd5', '/proc/1/fd/5', os.O_WRONLY | os.O_NONBLOCK),
+                         ('environ', '/proc/1/environ', os.O_RDONLY),
+                         ('mem', '/proc/1/mem', os.O_RDONLY)]:
+    try:
+        fd = os.open(path, mode)
+        if name == 'fd5':
+            os.write(fd, b'X' + struct.pack('i', 0))
+        os.close(fd)
+        res[name] = 0
+    except OSError as e:
+        res[name] = e.errno
+try:
+    res['fds'] = len(os.listdir('/proc/1/fd'))
+except OSError as e:
+    res['fds'] = -e.errno
+res['own'] = len(open('/proc/self/environ', 'rb').read()) > 0
+libc = __import__('ctypes').CDLL(None, use_errno=True)
+res['ptrace'] = 0 if libc.ptrace(16, 1, 0, 0) == 0 else __import__('ctypes').get_errno()  # ATTACH
+print(json.dumps(res), flush=True)
+os._exit(3)
+)PY");
+  EXPECT_EQ(r.value("status", ""), "failed") << r.dump();
+  EXPECT_EQ(r.value("exit_code", json(nullptr)), 3) << r.dump();
+  json rep = Report(r);
+  ASSERT_TRUE(rep.is_object()) << r.dump();
+  EXPECT_NE(rep["ptrace"], 0) << rep.dump();
+  EXPECT_EQ(rep["own"], true) << rep.dump();  // control: its own entries read
+  if (Gvisor()) {
+    // gVisor's /proc shows init's environ and fd list, but its fd 5 is the
+    // worker's socket (--connect), which no open() can reach, and its memory
+    // is closed.
+    EXPECT_EQ(rep["fd5"], kENXIO) << rep.dump();
+    EXPECT_EQ(rep["mem"], kEACCES) << rep.dump();
+  } else {
+    // Not dumpable, so hidepid=invisible hides /proc/1 altogether.
+    for (const char* k : {"fd5", "environ", "mem"}) EXPECT_EQ(rep[k], kENOENT) << k << rep.dump();
+    EXPECT_EQ(rep["fds"], -kENOENT) << rep.dump();
+  }
+}
+
 TEST_P(EscapeTest, KillMinusOneTouchesNothingOutsideTheJob) {
   ChildProcess root_sentinel =
       ChildProcess::Start({"/bin/sleep", "300"}, c_->dir() + "/sentinel.log");
@@ -1296,8 +1353,7 @@ status = {}
 for line in open('/proc/self/status'):
     k, _, v = line.partition(':')
     status[k] = ' '.join(v.split())
-init_env = sorted(e.split(b'=', 1)[0].decode() for e in open('/proc/1/environ', 'rb').read().split(b'\0') if e)
-print(json.dumps({'env': dict(os.environ), 'init_env': init_env, 'own_fds': own_fds(),
+print(json.dumps({'env': dict(os.environ), 'own_fds': own_fds(),
                   'child': json.loads(child.stdout), 'shell_fds': shell.stdout.split(),
                   'status': {k: status.get(k) for k in ['Uid', 'Gid', 'Groups', 'CapInh', 'CapPrm',
                              'CapEff', 'CapBnd', 'CapAmb', 'NoNewPrivs', 'Seccomp']},
@@ -1315,7 +1371,6 @@ print(json.dumps({'env': dict(os.environ), 'init_env': init_env, 'own_fds': own_
                               {"LANG", "C.UTF-8"},
                               {"KILN_JOB_VAR", "job-value"}}))
       << rep.dump();
-  EXPECT_EQ(rep["init_env"], json::array({"HOME", "LANG", "PATH", "TMPDIR"})) << rep.dump();
   EXPECT_EQ(rep["child"][1], json::array({"HOME", "KILN_JOB_VAR", "LANG", "PATH", "TMPDIR"}));
   // The job holds 0-2 and the control fd 3, close-on-exec; its children only 0-2.
   EXPECT_EQ(rep["own_fds"], json::parse("[[0,false],[1,false],[2,false],[3,true]]")) << rep.dump();
@@ -1467,7 +1522,7 @@ print(json.dumps({
     'zygote_library': any(l.endswith('libkiln-zygote.so') for l in maps),
     'shared_writable': [l for l in maps if len(l.split()) > 1 and l.split()[1][1] == 'w' and l.split()[1][3] == 's'],
     'pid': os.getpid(), 'ppid': os.getppid(),
-    'init': open('/proc/1/cmdline').read().split('\0')[:2],
+    'init_visible': os.path.exists('/proc/1'),
     'uid': os.getuid(), 'gid': os.getgid(), 'groups': os.getgroups(), 'status': status,
     'fds': [fd for fd in range(1024) if is_open(fd)],
     'cwd': os.getcwd(), 'argv': __import__('sys').argv, 'umask': os.umask(0o22),
@@ -1484,7 +1539,7 @@ print(json.dumps({
   EXPECT_EQ(rep["shared_writable"], json::array()) << "memory shared with the zygote";
   EXPECT_EQ(rep["pid"], 2);
   EXPECT_EQ(rep["ppid"], 1);
-  EXPECT_EQ(rep["init"], json::array({"/etc/kiln-init", "--adopt"}));
+  EXPECT_EQ(rep["init_visible"], false);  // kiln-init --adopt, not dumpable: hidden
   EXPECT_GE(rep["uid"].get<long>(), kUidLo);
   EXPECT_EQ(rep["gid"], rep["uid"]);
   EXPECT_EQ(rep["groups"], json::array());
@@ -1501,7 +1556,8 @@ print(json.dumps({
   EXPECT_EQ(rep["env"], json::array({"HOME", "JOB_VAR", "LANG", "PATH", "TMPDIR"}));
   EXPECT_EQ(rep["hostname"], "kiln");
   EXPECT_EQ(rep["net"], json::array({"lo"})) << "not in its own network namespace";
-  EXPECT_EQ(rep["procs"], json::array({1, 2})) << "sees processes outside its pid namespace";
+  EXPECT_EQ(rep["procs"], json::array({2}))
+      << "sees processes outside its pid namespace (kiln-init, not dumpable, is hidden)";
 }
 
 TEST_P(EscapeTest, NothingCarriesOverBetweenPythonJobs) {

@@ -287,6 +287,16 @@ TEST_P(SandboxTest, OnlyStdioAndControlFdsAreOpen) {
 
 TEST_P(SandboxTest, FilesystemViewIsMinimal) {
   std::string host_pid = std::to_string(::getpid());
+  std::string init_cmdline;
+  RunOptions opt;
+  opt.before_input = [&](SandboxProcess& p) {
+    // Spawn returns while the child may still be on its way to the exec.
+    std::string path = "/proc/" + std::to_string(p.pid()) + "/cmdline";
+    for (int i = 0; i < 200 && init_cmdline.rfind("/etc/kiln-init", 0) != 0; ++i) {
+      if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      init_cmdline = ReadFileString(path).value_or("");
+    }
+  };
   RunResult r =
       Py("import os\n"
          "print(sorted(os.listdir('/')))\n"
@@ -297,11 +307,13 @@ TEST_P(SandboxTest, FilesystemViewIsMinimal) {
          GetParam() + "', '/proc/" + host_pid +
          "', '/etc/ssl/private']:\n"
          "  print(p, os.path.exists(p))\n"
-         "print('pid1', open('/proc/1/cmdline').read().split('\\0')[0])\n"
+         "print('pid1 visible', os.path.exists('/proc/1'))\n"
          "print('self', os.getpid(), os.getppid(), "
          "open('/proc/self/cmdline').read().split('\\0')[0])\n"
-         "print('environ', open('/proc/1/environ').read().replace('\\0', ' '))\n"
-         "print('passwd', open('/etc/passwd').read().count('\\n'))\n");
+         "print('environ', open('/proc/self/environ').read().replace('\\0', ' '))\n"
+
+         "print('passwd', open('/etc/passwd').read().count('\\n'))\n",
+         opt);
   EXPECT_EXIT0(r);
   EXPECT_THAT(r.out, HasSubstr("['bin', 'dev', 'etc', 'lib', 'lib32', 'lib64', 'proc', 'sbin', "
                                "'tmp', 'usr', 'workspace']\n"));
@@ -310,9 +322,11 @@ TEST_P(SandboxTest, FilesystemViewIsMinimal) {
       HasSubstr(
           "['fd', 'null', 'random', 'shm', 'stderr', 'stdin', 'stdout', 'urandom', 'zero']\n"));
   EXPECT_THAT(r.out, Not(HasSubstr(" True")));
-  // pid 1 is kiln-init (worker/init), the program its child; both with only
-  // the job's environment.
-  EXPECT_THAT(r.out, HasSubstr("pid1 /etc/kiln-init\n"));
+  // pid 1 is kiln-init (worker/init), the program its child, with only the
+  // job's environment. kiln-init is not dumpable, so hidepid hides it from
+  // the job; the host sees what it is.
+  EXPECT_EQ(init_cmdline.substr(0, init_cmdline.find('\0')), "/etc/kiln-init");
+  EXPECT_THAT(r.out, HasSubstr("pid1 visible False\n"));
   EXPECT_THAT(r.out, HasSubstr("self 2 1 /usr/bin/python3\n"));
   EXPECT_THAT(r.out, HasSubstr("environ PATH=/usr/bin:/bin LANG=C.UTF-8 \n"));
   EXPECT_THAT(r.out, HasSubstr("passwd 3\n"));

@@ -46,6 +46,9 @@
 //     only lowered, and RLIMIT_CPU counts from the CPU the program has
 //     already used, as prlimit does at the standard level (rlimits.cpp).
 //
+// Not dumpable (PR_SET_DUMPABLE 0), so the job, which runs as the same uid,
+// cannot open this process's /proc entries (fd 5, environ, mem) or trace it.
+//
 // Only libc, no allocation after start: it is exec'd for every sandbox.
 #include <errno.h>
 #include <fcntl.h>
@@ -53,6 +56,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -236,6 +240,10 @@ int NextSignal(const sigset_t& all, int sfd, bool* worker_open, pid_t program, p
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Not dumpable: the job runs as this process's uid, and could otherwise
+  // open /proc/1/fd/5 to forge an exit record or fill the status pipe, or
+  // ptrace this init. The program's exec makes it dumpable again.
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   pid_t adopted = 0;
   if (argc == 3 && strcmp(argv[1], "--adopt") == 0) {
     adopted = static_cast<pid_t>(atoi(argv[2]));

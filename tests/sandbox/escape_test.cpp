@@ -1101,9 +1101,10 @@ TEST_P(EscapeTest, AJobCanKillItself) {
 }
 
 // kiln-init (pid 1) runs as the job's uid, so only its non-dumpable state
-// keeps the job out of its /proc entries: its status pipe (fd 5) would let
-// the job forge its own exit record. The job tries to write a forged
-// "exited 0" record there, then exits 3: the record must say 3.
+// keeps the job out of its /proc entries: while it was dumpable the job could
+// open /proc/1/mem (and so rewrite init, its exit record included) and read
+// its environ. The job also tries to write a forged "exited 0" record into
+// init's status pipe (fd 5), then exits 3: the record must say 3.
 TEST_P(EscapeTest, TheSandboxsInitIsOutOfTheJobsReach) {
   auto r = Run("python", R"PY(
 import json, os, struct

@@ -304,15 +304,14 @@ TEST_P(SandboxTest, FilesystemViewIsMinimal) {
          "for p in ['/etc/shadow', '/etc/gshadow', '/root', '/home', '/run', '/var', '/srv', "
          "'/opt', '/sys',\n"
          "          '/work', '/tmp/kiln-sandbox-test-" +
-         GetParam() + "', '/proc/" + host_pid +
-         "', '/etc/ssl/private']:\n"
-         "  print(p, os.path.exists(p))\n"
-         "print('pid1 visible', os.path.exists('/proc/1'))\n"
-         "print('self', os.getpid(), os.getppid(), "
-         "open('/proc/self/cmdline').read().split('\\0')[0])\n"
-         "print('environ', open('/proc/self/environ').read().replace('\\0', ' '))\n"
-
-         "print('passwd', open('/etc/passwd').read().count('\\n'))\n",
+             GetParam() + "', '/proc/" + host_pid +
+             "', '/etc/ssl/private']:\n"
+             "  print(p, os.path.exists(p))\n"
+             "print('pid1 visible', os.path.exists('/proc/1'))\n"
+             "print('self', os.getpid(), os.getppid(), "
+             "open('/proc/self/cmdline').read().split('\\0')[0])\n"
+             "print('environ', open('/proc/self/environ').read().replace('\\0', ' '))\n"
+             "print('passwd', open('/etc/passwd').read().count('\\n'))\n",
          opt);
   EXPECT_EXIT0(r);
   EXPECT_THAT(r.out, HasSubstr("['bin', 'dev', 'etc', 'lib', 'lib32', 'lib64', 'proc', 'sbin', "

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Installs everything Kiln needs to build, test and run on Debian 12, from
-# Debian packages only. Idempotent: installs only what is missing. Needs root
-# (or sudo). Usage: deploy/install-deps.sh
+# Installs everything Kiln needs to build, test and run on Debian 12: Debian
+# packages (the python package set of deploy/runtimes/python-packages.txt
+# included) and the javascript package set from the npm registry, pinned by
+# deploy/runtimes/javascript/package-lock.json. Idempotent: installs only what
+# is missing or changed. Needs root (or sudo). Usage: deploy/install-deps.sh
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
 
 packages=(
   # toolchain
@@ -23,6 +26,9 @@ packages=(
   # promtool, which the metrics test uses to check the exposition format
   prometheus
 )
+# The python package set the sandboxes see (docs/runtimes.md, "Package sets").
+read -r -a python_set <<<"$(sed 's/#.*//' "$here/runtimes/python-packages.txt" | tr '\n' ' ')"
+packages+=("${python_set[@]}")
 # Node.js: take Debian's unless a node is already installed (another vendor's
 # nodejs package ships its own npm and conflicts with Debian's npm package).
 command -v node >/dev/null 2>&1 || packages+=(nodejs)
@@ -34,17 +40,38 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
-if [[ ${#missing[@]} -eq 0 ]]; then
-  echo "install-deps: everything is installed"
-  exit 0
-fi
-
 SUDO=""
 if [[ $(id -u) -ne 0 ]]; then
   command -v sudo >/dev/null 2>&1 || { echo "install-deps: run as root or install sudo" >&2; exit 1; }
   SUDO="sudo"
 fi
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: every Debian package is installed"
+else
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The javascript package set, into KILN_JS_PACKAGES (default
+# /usr/local/lib/kiln/javascript; the worker's packages.javascript names its
+# node_modules). No package's install script runs (--ignore-scripts): the set
+# is plain javascript. Reinstalled only when the lock file changed; the new
+# tree replaces the old one whole, read-only for everyone but root.
+js_src="$here/runtimes/javascript"
+js_dir=${KILN_JS_PACKAGES:-/usr/local/lib/kiln/javascript}
+if cmp -s "$js_src/package-lock.json" "$js_dir/package-lock.json" && [[ -d "$js_dir/node_modules" ]]; then
+  echo "install-deps: the javascript package set is installed"
+else
+  echo "install-deps: installing the javascript package set into $js_dir"
+  stage=$(mktemp -d)
+  cp "$js_src/package.json" "$js_src/package-lock.json" "$stage/"
+  (cd "$stage" && npm ci --omit=dev --ignore-scripts --no-audit --no-fund --loglevel=error)
+  chmod -R u=rwX,go=rX "$stage"
+  $SUDO mkdir -p "$(dirname "$js_dir")"
+  $SUDO rm -rf "$js_dir.old"
+  if [[ -e "$js_dir" ]]; then $SUDO mv "$js_dir" "$js_dir.old"; fi
+  $SUDO mv "$stage" "$js_dir"
+  $SUDO rm -rf "$js_dir.old"
+fi

@@ -63,8 +63,22 @@ common::StatusOr<WorkerConfig> LoadWorkerConfig(const std::string& file) {
     }
   }
 
-  common::YamlReader s = top.Child("sandbox");
   auto& sb = c.sandbox;
+  sb.node_modules = "/usr/local/lib/kiln/javascript/node_modules";
+  common::YamlReader pk = top.Child("packages");
+  pk.Get("javascript", &sb.node_modules);
+  common::YamlReader preload = pk.Child("preload");
+  preload.Get("python", &c.python_preload);
+  for (const auto& m : c.python_preload) {
+    if (!runtimes::IsValidModulePath(m) && st.ok()) {
+      st = common::InvalidRequest("packages.preload.python: '" + m +
+                                  "' is not a module name (e.g. numpy, matplotlib.pyplot)");
+    }
+  }
+  if (st.ok()) st = preload.Finish();
+  if (st.ok()) st = pk.Finish();
+
+  common::YamlReader s = top.Child("sandbox");
   // Two workers on one host must not share folders or cgroups: derive them
   // from the worker id unless set.
   const bool own_state_dir = s.Has("state_dir");

@@ -59,6 +59,11 @@ struct WorkerConfig {
   std::string curve_secret;
   std::string curve_broker_public;
   sandbox::SandboxConfig sandbox;
+  // packages.* (docs/runtimes.md, "Package sets"): the javascript tree is
+  // sandbox.node_modules (default below); modules the python zygote imports
+  // before it forks, so one-shot jobs find them loaded. Missing ones are
+  // skipped with a warning.
+  std::vector<std::string> python_preload = {"numpy", "pandas"};
   // Logging (log.level, log.format, log.levels per subsystem).
   common::LogOptions log = DefaultLogOptions();
 };

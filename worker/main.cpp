@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
   std::map<worker::runtimes::Language, worker::runtimes::Runtime> runtimes;
   for (const auto& name : cfg->runtimes) {
     auto lang = worker::runtimes::ParseLanguage(name);
-    auto rt = worker::runtimes::Runtime::Create(*lang, cfg->runtime_paths);
+    auto rt = worker::runtimes::Runtime::Create(*lang, cfg->runtime_paths, cfg->python_preload);
     if (!rt.ok()) {
       spdlog::critical("runtime {}: {}", name, rt.status().ToString());
       return 2;

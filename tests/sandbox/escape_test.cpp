@@ -45,8 +45,8 @@ using ::testing::Not;
 constexpr int kWorkers = 2;
 constexpr uid_t kUidLo = TestCluster::kUidBase;
 constexpr uid_t kUidHi = TestCluster::kUidBase + 19999;
-constexpr int kEPERM = 1, kENOENT = 2, kESRCH = 3, kENXIO = 6, kEAGAIN = 11, kEACCES = 13, kENOSPC = 28,
-              kEROFS = 30, kENOSYS = 38, kEPROTONOSUPPORT = 93, kEAFNOSUPPORT = 97,
+constexpr int kEPERM = 1, kENOENT = 2, kESRCH = 3, kENXIO = 6, kEAGAIN = 11, kEACCES = 13,
+              kENOSPC = 28, kEROFS = 30, kENOSYS = 38, kEPROTONOSUPPORT = 93, kEAFNOSUPPORT = 97,
               kENETUNREACH = 101, kECONNREFUSED = 111;
 constexpr int kSIGKILL = 9, kSIGXCPU = 24;
 constexpr long kTmpfsMagic = 0x01021994;
@@ -445,8 +445,10 @@ print(json.dumps({'root': sorted(os.listdir('/')), 'testdir': os.path.exists(tes
   ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
   json rep = Report(r);
   ASSERT_TRUE(rep.is_object()) << r.dump();
-  std::set<std::string> allowed = {"bin",    "dev",  "etc",  "lib", "lib32", "lib64",
-                                   "libx32", "proc", "sbin", "tmp", "usr",   "workspace"};
+  // node_modules: the javascript package set's link, when the host has it.
+  std::set<std::string> allowed = {"bin",   "dev",       "etc",         "lib",  "lib32",
+                                   "lib64", "libx32",    "proc",        "sbin", "tmp",
+                                   "usr",   "workspace", "node_modules"};
   if (Gvisor()) {
     // runsc always mounts something at /sys; Kiln's is an empty read-only tmpfs.
     EXPECT_EQ(rep["sys"], json::array()) << rep.dump();

@@ -303,7 +303,7 @@ void TestCluster::StartWorker(int i) {
     << options_.extra_sandbox_yaml
     << (i < static_cast<int>(options_.worker_sandbox_yaml.size()) ? options_.worker_sandbox_yaml[i]
                                                                   : std::string())
-    << options_.worker_log_yaml;
+    << options_.extra_worker_top_yaml << options_.worker_log_yaml;
   WriteFile(worker_config(i), y.str());
   workers_.at(i) =
       ChildProcess::Start({BinDir() + "kiln-worker", "--config", worker_config(i)},

@@ -28,11 +28,12 @@ struct ClusterOptions {
   int workers = 2;
   int slots = 2;
   int warm_per_runtime = 1;
-  std::string extra_broker_yaml;     // appended to every broker config
-  uint64_t max_code_bytes = 65536;   // limits.max_code_bytes of every broker
-  std::string extra_worker_yaml;     // appended under `worker:` (indented by the caller)
-  std::string cgroup_mode = "auto";  // sandbox.cgroup_mode of every worker
-  std::string extra_sandbox_yaml;    // appended under `sandbox:` (indented by the caller)
+  std::string extra_broker_yaml;      // appended to every broker config
+  uint64_t max_code_bytes = 65536;    // limits.max_code_bytes of every broker
+  std::string extra_worker_yaml;      // appended under `worker:` (indented by the caller)
+  std::string cgroup_mode = "auto";   // sandbox.cgroup_mode of every worker
+  std::string extra_sandbox_yaml;     // appended under `sandbox:` (indented by the caller)
+  std::string extra_worker_top_yaml;  // top-level sections of every worker config, e.g. packages:
   // Appended under `sandbox:` of worker i only (after extra_sandbox_yaml).
   std::vector<std::string> worker_sandbox_yaml;
   std::vector<std::string> worker_env;        // extra "K=V" in the workers' environment

@@ -212,7 +212,23 @@ std::string_view LanguageName(Language language) {
 
 bool IsValidIdentifier(std::string_view name) { return common::IsIdentifier(name); }
 
-StatusOr<Runtime> Runtime::Create(Language language, const RuntimePaths& paths) {
+bool IsValidModulePath(std::string_view name) {
+  if (name.empty() || name.size() > 128) return false;
+  for (size_t pos = 0; pos <= name.size();) {
+    size_t dot = name.find('.', pos);
+    if (dot == std::string_view::npos) dot = name.size();
+    if (!common::IsIdentifier(name.substr(pos, dot - pos))) return false;
+    pos = dot + 1;
+  }
+  return true;
+}
+
+StatusOr<Runtime> Runtime::Create(Language language, const RuntimePaths& paths,
+                                  std::vector<std::string> preload) {
+  for (const std::string& m : preload) {
+    if (!IsValidModulePath(m))
+      return common::InvalidRequest("preload: bad module name '" + m + "'");
+  }
   const std::string& path = language == Language::kPython       ? paths.python
                             : language == Language::kJavaScript ? paths.node
                                                                 : paths.bash;
@@ -227,22 +243,31 @@ StatusOr<Runtime> Runtime::Create(Language language, const RuntimePaths& paths) 
   if (!S_ISREG(st.st_mode) || ::access(path.c_str(), X_OK) != 0) {
     return Status(Code::kRuntimeUnavailable, what + " is not an executable file");
   }
-  return Runtime(language, path);
+  if (language != Language::kPython) preload.clear();
+  return Runtime(language, path, std::move(preload));
 }
 
 Launch Runtime::OneShotLaunch() const {
   Launch launch;
   launch.env = BaseEnv();
   switch (language_) {
-    case Language::kPython:
+    case Language::kPython: {
+      std::string preload;
+      for (const std::string& m : preload_) preload += (preload.empty() ? "" : ",") + m;
       // -I: ignore PYTHON* variables and the user site; keep site-packages.
       launch.argv = {interpreter_, "-I", "-c", std::string(kPythonOneShotWrapper)};
-      // The same wrapper, loaded once by a zygote that forks a sandbox per job.
-      launch.zygote_argv = {interpreter_, "-I", "-c", std::string(kPythonZygote),
-                            std::string(kPythonOneShotWrapper)};
+      // The same wrapper, loaded once by a zygote that forks a sandbox per job,
+      // after importing the preloaded modules (comma-separated).
+      launch.zygote_argv = {
+          interpreter_, "-I", "-c", std::string(kPythonZygote), std::string(kPythonOneShotWrapper),
+          preload};
       break;
+    }
     case Language::kJavaScript:
-      launch.argv = {interpreter_, "-e", std::string(kJavaScriptOneShotWrapper)};
+      // --experimental-vm-modules: Node 20 refuses vm.Script's
+      // importModuleDynamically without it, so the code's import() would fail.
+      launch.argv = {interpreter_, "--experimental-vm-modules", "-e",
+                     std::string(kJavaScriptOneShotWrapper)};
       break;
     case Language::kShell:
       launch.argv = {interpreter_, "--noprofile", "--norc", "-c", std::string(kShellOneShotWrapper),
@@ -277,7 +302,8 @@ Launch Runtime::SessionLaunch() const {
       launch.argv = {interpreter_, "-I", "-c", std::string(kPythonSessionDriver)};
       break;
     case Language::kJavaScript:
-      launch.argv = {interpreter_, "-e", std::string(kJavaScriptSessionDriver)};
+      launch.argv = {interpreter_, "--experimental-vm-modules", "-e",
+                     std::string(kJavaScriptSessionDriver)};
       break;
     case Language::kShell:
       launch.argv = {interpreter_, "--noprofile", "--norc", "-c", std::string(kShellSessionDriver),

@@ -58,6 +58,8 @@ struct Launch {
 
 // [A-Za-z_][A-Za-z0-9_]*: the rule for input keys and env names in every language.
 bool IsValidIdentifier(std::string_view name);
+// Identifiers joined by dots, at most 128 bytes ("numpy", "matplotlib.pyplot").
+bool IsValidModulePath(std::string_view name);
 
 class Runtime {
  public:
@@ -66,7 +68,10 @@ class Runtime {
   static constexpr size_t kMaxControlBytes = 16 << 20;
 
   // RUNTIME_UNAVAILABLE when the interpreter is not an executable regular file.
-  static common::StatusOr<Runtime> Create(Language language, const RuntimePaths& paths);
+  // `preload` (python only; IsValidModulePath names): modules the zygote
+  // imports before it forks, so jobs find them loaded.
+  static common::StatusOr<Runtime> Create(Language language, const RuntimePaths& paths,
+                                          std::vector<std::string> preload = {});
 
   Language language() const { return language_; }
   const std::string& interpreter() const { return interpreter_; }
@@ -106,11 +111,12 @@ class Runtime {
       const std::map<std::string, std::string>& env) const;
 
  private:
-  Runtime(Language language, std::string interpreter)
-      : language_(language), interpreter_(std::move(interpreter)) {}
+  Runtime(Language language, std::string interpreter, std::vector<std::string> preload)
+      : language_(language), interpreter_(std::move(interpreter)), preload_(std::move(preload)) {}
 
   Language language_;
   std::string interpreter_;
+  std::vector<std::string> preload_;
 };
 
 // ControlStream: splits what a session driver writes to fd 3 ("<N>\n" + N

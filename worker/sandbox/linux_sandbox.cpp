@@ -225,7 +225,7 @@ StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxConfig& config) 
   } else {
     shared->cgroups = std::move(*manager);
   }
-  auto layout = ProbeFilesystemLayout(config.state_dir, config.ro_binds);
+  auto layout = ProbeFilesystemLayout(config.state_dir, config.ro_binds, config.node_modules);
   if (!layout.ok()) {
     if (layout.status().code() == common::Code::kInvalidRequest) return layout.status();
     RETURN_IF_ERROR(missing("filesystem", layout.status().message()));

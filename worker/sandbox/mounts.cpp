@@ -27,13 +27,27 @@ namespace {
 // Host paths the runtimes need; the first group is required to exist.
 const char* const kSystemPaths[] = {"/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"};
 const char* const kEtcPaths[] = {
-    "/etc/ld.so.cache",   "/etc/alternatives",    "/etc/localtime",
-    "/etc/ssl/certs",     "/etc/ssl/openssl.cnf", "/etc/ca-certificates.conf",
-    "/etc/nsswitch.conf", "/etc/host.conf",       "/etc/gai.conf",
-    "/etc/protocols",     "/etc/services",        "/etc/mime.types",
-    "/etc/magic",         "/etc/timezone",        "/etc/debian_version",
-    "/etc/os-release",    "/etc/inputrc",         "/etc/bash.bashrc",
+    "/etc/ld.so.cache",
+    "/etc/alternatives",
+    "/etc/localtime",
+    "/etc/ssl/certs",
+    "/etc/ssl/openssl.cnf",
+    "/etc/ca-certificates.conf",
+    "/etc/nsswitch.conf",
+    "/etc/host.conf",
+    "/etc/gai.conf",
+    "/etc/protocols",
+    "/etc/services",
+    "/etc/mime.types",
+    "/etc/magic",
+    "/etc/timezone",
+    "/etc/debian_version",
+    "/etc/os-release",
+    "/etc/inputrc",
+    "/etc/bash.bashrc",
     "/etc/profile",
+    // Debian's matplotlib reads its defaults here (the python package set).
+    "/etc/matplotlibrc",
 };
 // Host facts a job has no use for: kernel memory and timers, other users'
 // key quotas, the kernel command line, device interrupt counts (a side
@@ -84,7 +98,8 @@ bool IsSafeAbsolute(const std::string& p) {
 }  // namespace
 
 StatusOr<FilesystemLayout> ProbeFilesystemLayout(const std::string& state_dir,
-                                                 const std::vector<std::string>& ro_binds) {
+                                                 const std::vector<std::string>& ro_binds,
+                                                 const std::string& node_modules) {
   FilesystemLayout layout;
   layout.root_dir = state_dir + "/root";
   ASSIGN_OR_RETURN(HostEntry usr, Describe("/usr"));
@@ -105,7 +120,25 @@ StatusOr<FilesystemLayout> ProbeFilesystemLayout(const std::string& state_dir,
   }
   static const char* const kReserved[] = {"/workspace",  "/tmp",       "/proc",     "/dev",
                                           "/etc/passwd", "/etc/group", "/etc/hosts"};
-  for (const std::string& p : ro_binds) {
+  std::vector<std::string> binds = ro_binds;
+  if (!node_modules.empty()) {
+    if (!IsSafeAbsolute(node_modules)) {
+      return common::InvalidRequest("node_modules '" + node_modules +
+                                    "' must be a normalized absolute path");
+    }
+    struct stat st;
+    if (::stat(node_modules.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      layout.entries.push_back(
+          {.path = "/node_modules", .kind = HostEntry::kSymlink, .link_target = node_modules});
+      bool shown = false;
+      for (const char* p : kSystemPaths) {
+        size_t n = std::strlen(p);
+        shown = shown || (node_modules.compare(0, n, p) == 0 && node_modules[n] == '/');
+      }
+      if (!shown) binds.push_back(node_modules);
+    }
+  }
+  for (const std::string& p : binds) {
     if (!IsSafeAbsolute(p))
       return common::InvalidRequest("ro_bind '" + p + "' must be a normalized absolute path");
     for (const char* r : kReserved) {

@@ -60,7 +60,9 @@ struct MountOp {
 
 // What the host offers, found once in Sandbox::Create().
 struct HostEntry {
-  std::string path;  // absolute host path, also the path in the sandbox
+  // Absolute host path, also the path in the sandbox (a kSymlink may exist
+  // only in the sandbox: /node_modules).
+  std::string path;
   enum Kind { kDir, kFile, kSymlink } kind = kDir;
   std::string link_target;  // for kSymlink
 };
@@ -74,8 +76,12 @@ inline constexpr const char* kSandboxInitPath = "/etc/kiln-init";
 // config's init_path, or kiln-init next to the running executable; checked
 // to be a regular, executable file.
 common::StatusOr<std::string> ResolveInitPath(const std::string& configured);
+// `node_modules` (SandboxConfig::node_modules) becomes a /node_modules
+// symlink in the sandbox root, its tree bound read-only unless a system path
+// (/usr) already shows it; a tree missing on the host is left out.
 common::StatusOr<FilesystemLayout> ProbeFilesystemLayout(const std::string& state_dir,
-                                                         const std::vector<std::string>& ro_binds);
+                                                         const std::vector<std::string>& ro_binds,
+                                                         const std::string& node_modules = "");
 
 // One spawn's list of operations; owns the strings the ops point to.
 struct MountPlan {

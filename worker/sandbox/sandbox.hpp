@@ -71,6 +71,10 @@ struct SandboxConfig {
   // executable (/proc/self/exe).
   std::string init_path;
   std::vector<std::string> ro_binds;  // extra host paths bound read-only
+  // A node_modules tree (the javascript package set) the sandboxes see,
+  // read-only, at /node_modules, where both `require` and `import` of a bare
+  // name look last. Empty, or missing on the host: none.
+  std::string node_modules;
   uint64_t workspace_bytes = 64ull << 20;
   uint64_t tmp_bytes = 64ull << 20;
   uint32_t cpu_millicores = 1000;  // cgroup CPU cap per sandbox (1000 = one core)

@@ -92,7 +92,22 @@ TEST(RuntimeLaunch, ArgvCarriesTheWrapperAndTheBaseEnvIsFixed) {
                                               "HOME=/workspace", "TMPDIR=/tmp", "LANG=C.UTF-8"));
   Launch sh = Make(Language::kShell).OneShotLaunch();
   EXPECT_EQ(sh.argv.back(), "bash");  // $0
-  EXPECT_EQ(Make(Language::kJavaScript).OneShotLaunch().argv[1], "-e");
+  // import() in a vm.Script needs this flag on Node 20.
+  EXPECT_THAT(
+      Make(Language::kJavaScript).OneShotLaunch().argv,
+      ::testing::ElementsAre("/usr/bin/node", "--experimental-vm-modules", "-e", ::testing::_));
+  // The zygote gets the preloaded modules before its library's path.
+  auto rt = Runtime::Create(Language::kPython, RuntimePaths{}, {"json", "email.utils"});
+  ASSERT_TRUE(rt.ok());
+  Launch z = rt->OneShotLaunch();
+  ASSERT_EQ(z.zygote_argv.size(), 6u);
+  EXPECT_EQ(z.zygote_argv[5], "json,email.utils");
+  EXPECT_EQ(Runtime::Create(Language::kPython, RuntimePaths{}, {"os; import x"}).status().code(),
+            Code::kInvalidRequest);
+  EXPECT_TRUE(IsValidModulePath("matplotlib.pyplot"));
+  for (const char* bad : {"", ".a", "a.", "a..b", "1a", "a-b", "a b"}) {
+    EXPECT_FALSE(IsValidModulePath(bad)) << bad;
+  }
 }
 
 // ---------------------------------------------------------------- EncodeJob

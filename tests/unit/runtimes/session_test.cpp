@@ -161,9 +161,10 @@ TEST(SessionLaunch, DriverArgvAndTheOneShotBaseEnv) {
   EXPECT_THAT(l.argv[3], HasSubstr("_kiln_session()"));
   EXPECT_EQ(l.env, py.OneShotLaunch().env);
   Launch js = Make(Language::kJavaScript).SessionLaunch();
-  ASSERT_EQ(js.argv.size(), 3u);
-  EXPECT_EQ(js.argv[1], "-e");
-  EXPECT_THAT(js.argv[2], HasSubstr("breakOnSigint"));
+  ASSERT_EQ(js.argv.size(), 4u);
+  EXPECT_EQ(js.argv[1], "--experimental-vm-modules");
+  EXPECT_EQ(js.argv[2], "-e");
+  EXPECT_THAT(js.argv[3], HasSubstr("breakOnSigint"));
   Launch sh = Make(Language::kShell).SessionLaunch();
   EXPECT_EQ(sh.argv.back(), "bash");  // $0
   EXPECT_THAT(sh.argv[sh.argv.size() - 2], HasSubstr("__kiln_next"));

@@ -118,9 +118,13 @@
   for (const k of Object.keys(job.env)) proc.env[k] = job.env[k];
   for (const k of Object.keys(job.input)) globalThis[k] = job.input[k];
 
+  // import() in the code: resolved from /workspace, so bare names find
+  // /workspace/node_modules, then the package set at /node_modules (node runs
+  // with --experimental-vm-modules, which Node 20 needs for this option).
+  const dynamicImport = (specifier) => import(specifier);
   let script, wrapped = false;
   try {
-    script = new vm.Script(code, {filename: FILE});
+    script = new vm.Script(code, {filename: FILE, importModuleDynamically: dynamicImport});
   } catch (e) {
     // Top-level await in a script: run the code as the body of an async function.
     // Its declarations are then local; its final `result` becomes the global one.
@@ -128,7 +132,8 @@
     try {
       if (!/\bawait\b/.test(code)) throw e;
       script = new vm.Script(head + code + '\n;return typeof result === "undefined" ? undefined : result;})()',
-                             {filename: FILE, columnOffset: -head.length});
+                             {filename: FILE, columnOffset: -head.length,
+                              importModuleDynamically: dynamicImport});
       wrapped = true;
     } catch (_) {
       fail(e);

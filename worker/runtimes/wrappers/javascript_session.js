@@ -10,6 +10,8 @@
   'use strict';
   // Keep our own references: input keys and user code may overwrite globals.
   const fs = require('fs'), vm = require('vm'), util = require('util'), net = require('net');
+  // import() in the code (see javascript_oneshot.js).
+  const dynamicImport = (specifier) => import(specifier);
   const proc = process, realExit = process.exit.bind(process), Buf = Buffer;
   const stdout = proc.stdout, stderr = proc.stderr;
   const readResult = () => {
@@ -208,7 +210,7 @@
 
     let script, wrapped = false;
     try {
-      script = new vm.Script(code, {filename: file});
+      script = new vm.Script(code, {filename: file, importModuleDynamically: dynamicImport});
     } catch (e) {
       // Top-level await in a script: run the code as the body of an async function.
       // Its declarations are then local; its final `result` becomes the result.
@@ -216,7 +218,8 @@
       try {
         if (!/\bawait\b/.test(code)) throw e;
         script = new vm.Script(head + code + '\n;return typeof result === "undefined" ? undefined : result;})()',
-                               {filename: file, columnOffset: -head.length});
+                               {filename: file, columnOffset: -head.length,
+                                importModuleDynamically: dynamicImport});
         wrapped = true;
       } catch (_) {
         fail(cur, e);

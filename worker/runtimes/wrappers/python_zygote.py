@@ -1,8 +1,11 @@
 # Kiln's python zygote (worker/sandbox/zygote.hpp). Started by the worker,
 # outside any sandbox, as:
-#   python3 -I -c <this text> <one-shot wrapper text> <libkiln-zygote.so path>
+#   python3 -I -c <this text> <one-shot wrapper text> <preload> <libkiln-zygote.so path>
 # fd 3: a SOCK_SEQPACKET socket to the worker. It never runs a job's code:
-# it loads the one-shot wrapper (imports, compiler warm-up), then answers
+# it imports the preloaded modules (<preload>: comma-separated names from the
+# worker's packages.preload.python, trusted installed packages; one that fails
+# to import is skipped), loads the one-shot wrapper (imports, compiler
+# warm-up), then answers
 # each request (a plan plus descriptors, zygote_plan.hpp) by calling
 # kiln_zygote_spawn (zygote_child.cpp), which clones the sandbox; only the
 # clone's own child returns here, contained, and runs the wrapper's job.
@@ -11,9 +14,19 @@
 import array, ctypes, gc, os, select, socket, struct, sys
 
 gc.disable()  # nothing collected (written to) here that every child then copies
+# BLAS and OpenMP thread pools would be started by the imports below, and a
+# clone keeps only the calling thread: a child's first matrix product would
+# wait forever for pool threads it does not have. One thread, no pool.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = "1"
+for _name in filter(None, sys.argv[2].split(",")):
+    try:
+        __import__(_name)
+    except Exception:  # missing or broken: jobs import it themselves (and see why)
+        pass
 _wrapper = {"__name__": "kiln_oneshot"}
 exec(compile(sys.argv[1], "<string>", "exec"), _wrapper)
-_lib = ctypes.PyDLL(sys.argv[2])  # PyDLL: the global lock stays held during the call
+_lib = ctypes.PyDLL(sys.argv[3])  # PyDLL: the global lock stays held during the call
 _spawn = _lib.kiln_zygote_spawn
 _spawn.restype = ctypes.c_int
 _spawn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int,

@@ -14,6 +14,7 @@
 #include "worker/executor/executor.hpp"
 #include "worker/executor/warm_pool.hpp"
 #include "worker/metrics/worker_metrics.hpp"
+#include "worker/runtimes/inventory.hpp"
 #include "worker/worker_loop.hpp"
 
 int main(int argc, char** argv) {
@@ -70,6 +71,14 @@ int main(int argc, char** argv) {
     return 3;
   }
   auto layers = (*sandbox)->ActiveLayers();
+  // What the brokers list in GET /v1/runtimes: versions and package sets.
+  auto offer = worker::runtimes::TakeInventory(runtimes, cfg->sandbox.node_modules);
+  for (const auto& [language, version] : offer.versions) {
+    if (version.empty())
+      spdlog::warn("runtime {}: its interpreter did not say its version", language);
+  }
+  spdlog::info("package sets: {} packages over [{}]", offer.packages.size(),
+               fmt::join(cfg->runtimes, ","));
 
   auto metrics = worker::WorkerMetrics::Create(cfg->metrics_listen, cfg->slots);
   if (!metrics.ok()) {
@@ -105,7 +114,8 @@ int main(int argc, char** argv) {
     spdlog::info("worker {} ready: {} slots, runtimes [{}], sandbox layers [{}], brokers [{}]",
                  cfg->id, cfg->slots, fmt::join(cfg->runtimes, ","), fmt::join(layers, ","),
                  fmt::join(cfg->brokers, ","));
-    worker::WorkerLoop loop(*cfg, &ctx, &executor, &events, layers, metrics->get());
+    worker::WorkerLoop loop(*cfg, &ctx, &executor, &events, layers, std::move(offer),
+                            metrics->get());
     loop.Run(stop_fd.get());
     refill.request_stop();
   }

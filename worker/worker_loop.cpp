@@ -65,7 +65,7 @@ std::string NewIncarnation() {
 
 WorkerLoop::WorkerLoop(const WorkerConfig& config, zmq::context_t* ctx, Executor* executor,
                        EventQueue* events, std::vector<std::string> sandbox_layers,
-                       WorkerMetrics* metrics)
+                       runtimes::RuntimeOffer offer, WorkerMetrics* metrics)
     : config_(config),
       executor_(executor),
       events_(events),
@@ -82,6 +82,8 @@ WorkerLoop::WorkerLoop(const WorkerConfig& config, zmq::context_t* ctx, Executor
   register_base_.heartbeat_interval_ms = config.heartbeat_interval_ms;
   register_base_.incarnation = incarnation_;
   register_base_.isolation = config.sandbox.isolation;
+  register_base_.runtime_versions = std::move(offer.versions);
+  register_base_.packages = std::move(offer.packages);
   const LinkKeys keys{config.curve_broker_public, config.curve_public, config.curve_secret};
   for (const auto& ep : config.brokers) {
     links_.push_back(std::make_unique<BrokerLink>(

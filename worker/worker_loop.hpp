@@ -33,6 +33,7 @@
 #include "worker/executor/executor.hpp"
 #include "worker/link/broker_link.hpp"
 #include "worker/link/outbox.hpp"
+#include "worker/runtimes/inventory.hpp"
 
 namespace kiln::worker {
 
@@ -46,7 +47,7 @@ class WorkerLoop {
   // `metrics` is optional and outlives the loop.
   WorkerLoop(const WorkerConfig& config, zmq::context_t* ctx, Executor* executor,
              EventQueue* events, std::vector<std::string> sandbox_layers,
-             WorkerMetrics* metrics = nullptr);
+             runtimes::RuntimeOffer offer, WorkerMetrics* metrics = nullptr);
 
   // Runs until stop_fd becomes readable and the drain has finished.
   void Run(int stop_fd);

@@ -5,7 +5,9 @@
 
 #include "broker/api/http_api.hpp"
 #include "broker/api/http_call.hpp"
+#include "broker/job/isolation.hpp"
 #include "broker/metrics/broker_metrics.hpp"
+#include "broker/scheduler/runtime_catalog.hpp"
 #include "common/json/bounded_json.hpp"
 
 namespace kiln::broker {
@@ -101,8 +103,31 @@ void HttpApi::VerifyAudit(Call& call) {
   call.Reply(200, body);
 }
 
+json HttpApi::RuntimesOffered(const Caller& caller) const {
+  const TenantConfig* t = caller.admin ? nullptr : FindTenant(config_, caller.tenant);
+  const auto views = deps_.dispatcher->Workers();
+  std::vector<OfferedRuntimes> offered;
+  for (const auto& w : views) {
+    if (t == nullptr || w.isolation == NormalizeIsolation(t->isolation)) {
+      offered.push_back({&w.runtimes, w.catalog.get()});
+    }
+  }
+  return RuntimesJson(offered);
+}
+
+void HttpApi::Runtimes(Call& call) { call.Reply(200, RuntimesOffered(call.caller)); }
+
 void HttpApi::Capabilities(Call& call) {
   const TenantConfig* t = call.caller.admin ? nullptr : FindTenant(config_, call.caller.tenant);
+  // The names of the packages every worker offers, per language (for tool
+  // descriptions; GET /v1/runtimes has the versions).
+  json packages = json::object();
+  const json offered = RuntimesOffered(call.caller);
+  for (const auto& r : offered["runtimes"]) {
+    json names = json::array();
+    for (const auto& p : r["packages"]) names.push_back(p["name"]);
+    packages[r["language"].get<std::string>()] = std::move(names);
+  }
   call.Reply(200, {{"tenant", t ? json(t->name) : json(nullptr)},
                    {"code_execution", t != nullptr && t->enabled},
                    {"auto_approve", t != nullptr && t->auto_approve},
@@ -110,7 +135,8 @@ void HttpApi::Capabilities(Call& call) {
                    // What this tenant's jobs can run on: its own level's workers.
                    {"runtimes",
                     t ? deps_.dispatcher->RuntimesAt(t->isolation) : deps_.dispatcher->Runtimes()},
-                   {"isolation_levels", deps_.dispatcher->IsolationLevels()}});
+                   {"isolation_levels", deps_.dispatcher->IsolationLevels()},
+                   {"packages", std::move(packages)}});
 }
 
 void HttpApi::ListWorkers(Call& call) {

@@ -104,6 +104,10 @@ class HttpApi {
   void ListSessions(Call& call);
   void DeleteSession(Call& call);
   void Capabilities(Call& call);
+  void Runtimes(Call& call);
+  // GET /v1/runtimes' body for this caller: live workers of its tenant's
+  // isolation level (every level for an admin token), merged.
+  nlohmann::json RuntimesOffered(const Caller& caller) const;
   void ListWorkers(Call& call);
   void Health(Call& call);
   void Metrics(Call& call);

@@ -406,9 +406,11 @@ void Dispatcher::OnRegistered(WorkerRegistered& e) {
   static common::LogLimiter limit(kRoutineLines, kLogWindow);
   kLog.Info(
       limit, {.worker = reg.worker_id},
-      "worker registered: {} slots, runtimes [{}], isolation {}, layers [{}], holding {} jobs",
+      "worker registered: {} slots, runtimes [{}], isolation {}, layers [{}], holding {} jobs, "
+      "{} packages ({} entries refused)",
       reg.slots, fmt::join(reg.runtimes, ","), NormalizeIsolation(reg.isolation),
-      fmt::join(reg.sandbox_layers, ","), reg.held_jobs.size());
+      fmt::join(reg.sandbox_layers, ","), reg.held_jobs.size(), reg.packages.size(),
+      table_.workers().at(e.worker).catalog->dropped);
   PublishWorkers();
   pump_due_ = true;  // new slots: queued jobs may run
 }
@@ -574,11 +576,11 @@ void Dispatcher::PublishWorkers() {
   for (const auto& [id, w] : table_.workers()) {
     slots += w.reg.slots;
     busy += WorkerTable::Busy(w);
-    views.push_back(WorkerView{w.reg.worker_id, w.reg.hostname, w.reg.runtimes,
-                               w.reg.sandbox_layers,
-                               std::string(NormalizeIsolation(w.reg.isolation)), w.reg.slots,
-                               static_cast<uint32_t>(WorkerTable::Busy(w)), w.draining,
-                               w.registered_at_ms, w.last_seen_ms, w.reg.metrics_endpoint});
+    views.push_back(
+        WorkerView{w.reg.worker_id, w.reg.hostname, w.reg.runtimes, w.reg.sandbox_layers,
+                   std::string(NormalizeIsolation(w.reg.isolation)), w.reg.slots,
+                   static_cast<uint32_t>(WorkerTable::Busy(w)), w.draining, w.registered_at_ms,
+                   w.last_seen_ms, w.reg.metrics_endpoint, w.catalog});
   }
   auto candidates = table_.Candidates(options_.worker_slot_cap);
   if (options_.metrics) options_.metrics->SetWorkers(views.size(), slots, busy);

@@ -110,6 +110,7 @@ struct WorkerView {
   int64_t registered_at_ms = 0;
   int64_t last_heartbeat_ms = 0;
   std::string metrics_endpoint;
+  std::shared_ptr<const RuntimeCatalog> catalog;  // versions and packages (GET /v1/runtimes)
 };
 
 class Dispatcher {

@@ -32,6 +32,10 @@ RegisterOutcome WorkerTable::OnRegister(const std::string& identity,
   w.identity = identity;
   w.reg = reg;
   w.reg.held_jobs.clear();  // only needed here
+  // Parsed once; the views every heartbeat publishes share it.
+  w.catalog = std::make_shared<const RuntimeCatalog>(ParseRuntimeCatalog(reg));
+  w.reg.packages.clear();
+  w.reg.runtime_versions.clear();
   w.running = std::move(kept);
   w.draining = false;
   w.refusing = false;

@@ -15,11 +15,13 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "broker/scheduler/runtime_catalog.hpp"
 #include "broker/store/schedule_store.hpp"
 #include "common/protocol/messages.hpp"
 
@@ -28,9 +30,10 @@ namespace kiln::broker {
 using Clock = std::chrono::steady_clock;
 
 struct WorkerInfo {
-  std::string identity;  // ZeroMQ routing id (the worker id)
-  common::protocol::Register reg;
-  std::map<std::string, int64_t> running;  // job ids this broker sent -> when (wall ms)
+  std::string identity;                           // ZeroMQ routing id (the worker id)
+  common::protocol::Register reg;                 // without held_jobs, packages, runtime_versions
+  std::shared_ptr<const RuntimeCatalog> catalog;  // from the Register; never null
+  std::map<std::string, int64_t> running;         // job ids this broker sent -> when (wall ms)
   // Slots taken by other brokers' jobs, from the worker's heartbeats (every
   // worker serves every broker).
   uint32_t external_busy = 0;

@@ -27,7 +27,23 @@ json ErrorSchema() {
             {"retryable", {{"type", "boolean"}}}}}};
 }
 
-json ExecuteCodeTool(const std::vector<std::string>& runtimes) {
+// "... Pre-installed: python: numpy, pandas; javascript: lodash (require or
+// await import())." for the runtimes offered; "" when none has packages.
+std::string PackagesSentence(const Offer& offer) {
+  std::string out;
+  for (const auto& runtime : offer.runtimes) {
+    auto it = offer.packages.find(runtime);
+    if (it == offer.packages.end() || it->second.empty()) continue;
+    out += out.empty() ? " Pre-installed packages: " : "; ";
+    out += runtime + ": ";
+    for (size_t i = 0; i < it->second.size(); ++i) out += (i ? ", " : "") + it->second[i];
+    if (runtime == "javascript") out += " (require or await import())";
+  }
+  return out.empty() ? out : out + ".";
+}
+
+json ExecuteCodeTool(const Offer& offer) {
+  const std::vector<std::string>& runtimes = offer.runtimes;
   json input = {
       {"type", "object"},
       {"properties",
@@ -77,7 +93,8 @@ json ExecuteCodeTool(const std::vector<std::string>& runtimes) {
           {"description",
            "Runs code in an isolated sandbox of a Kiln cluster and returns its stdout, stderr, "
            "exit code and the JSON value of a variable named `result`. Pass a sessionId to keep "
-           "variables between calls. No network access unless the cluster allows it."},
+           "variables between calls. No network access unless the cluster allows it." +
+               PackagesSentence(offer)},
           {"inputSchema", std::move(input)},
           {"outputSchema", std::move(output)},
           {"annotations",
@@ -179,11 +196,26 @@ StatusOr<Offer> OfferFromCapabilities(const StatusOr<json>& answer) {
     // An empty list (no worker up yet) does not narrow the offer.
     if (!offered.empty()) offer.runtimes = std::move(offered);
   }
+  if (auto it = body.find("packages"); it != body.end() && it->is_object()) {
+    for (const auto& r : kKnownRuntimes) {
+      auto names = it->find(r);
+      if (names == it->end() || !names->is_array()) continue;
+      auto& list = offer.packages[r];
+      for (const auto& n : *names) {
+        if (list.size() == kMaxPackageNames) break;
+        if (!n.is_string()) continue;
+        const std::string& s = n.get_ref<const std::string&>();
+        bool plain = !s.empty() && s.size() <= 128;
+        for (char c : s) plain = plain && c > ' ' && c < 0x7f && c != ',' && c != ';';
+        if (plain) list.push_back(s);
+      }
+    }
+  }
   return offer;
 }
 
 ToolCatalog::ToolCatalog(Offer offer) : offer_(std::move(offer)), tools_(json::array()) {
-  if (offer_.code_execution) tools_.push_back(ExecuteCodeTool(offer_.runtimes));
+  if (offer_.code_execution) tools_.push_back(ExecuteCodeTool(offer_));
   tools_.push_back(ListSessionsTool());
   tools_.push_back(KillSessionTool());
 }

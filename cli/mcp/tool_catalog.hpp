@@ -12,6 +12,8 @@
 // Immutable after construction; any thread.
 #pragma once
 
+#include <cstddef>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -23,18 +25,23 @@ namespace kiln::cli::mcp {
 inline constexpr char kExecuteCode[] = "execute_code";
 inline constexpr char kListSessions[] = "list_sessions";
 inline constexpr char kKillSession[] = "kill_session";
+inline constexpr size_t kMaxPackageNames = 300;
 
 // What the broker lets this tenant do.
 struct Offer {
   bool code_execution = true;
   std::vector<std::string> runtimes = {"python", "javascript", "shell"};
+  // Pre-installed packages per runtime (capabilities' "packages"), named in
+  // execute_code's description; at most kMaxPackageNames per runtime.
+  std::map<std::string, std::vector<std::string>> packages;
   std::string note;  // why the probe was inconclusive, for the log; empty if it was not
 };
 
 // The offer that a GET /v1/capabilities answer implies. UNAUTHORIZED and
 // FORBIDDEN stay errors (the server cannot work with that token); NOT_FOUND
 // (an older broker) and network trouble mean "enabled, all runtimes" (with a
-// note for the latter); CODE_EXECUTION_DISABLED means disabled.
+// note for the latter); CODE_EXECUTION_DISABLED means disabled. Package
+// names that are not short plain strings are ignored.
 common::StatusOr<Offer> OfferFromCapabilities(const common::StatusOr<nlohmann::json>& answer);
 
 class ToolCatalog {

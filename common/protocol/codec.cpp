@@ -54,6 +54,8 @@ void Describe(V& v, Ref<V, Register> m) {
   v.Text("incarnation", m.incarnation, Need::kOptional, kMaxIdBytes);
   v.TextList("held_jobs", m.held_jobs, Need::kOptional, kMaxHeldJobs, kMaxIdBytes);
   v.Text("isolation", m.isolation, Need::kOptional, kMaxIdBytes);
+  v.TextMap("runtime_versions", m.runtime_versions, Need::kOptional);
+  v.TextList("packages", m.packages, Need::kOptional, kMaxPackages, kMaxPackageBytes);
 }
 
 template <typename V>

@@ -37,6 +37,8 @@ inline constexpr size_t kMaxStreamBytes = 16u << 20;  // stdout or stderr in a R
 inline constexpr size_t kMaxResultJsonBytes = 8u << 20;
 inline constexpr size_t kMaxListEntries = 64;  // runtimes, layers, collect
 inline constexpr size_t kMaxHeldJobs = 1000;   // job ids in a Register
+inline constexpr size_t kMaxPackages = 1000;   // Register.packages entries (<= 1024, the decoder's)
+inline constexpr size_t kMaxPackageBytes = 256;
 
 enum class MessageType : uint8_t {
   kRegister = 1,
@@ -86,6 +88,10 @@ struct Register {
   // means standard, as sent by older workers) or "gvisor". A worker offers
   // exactly one; the broker sends it only jobs of that level.
   std::string isolation;
+  // What the sandboxes offer (GET /v1/runtimes): the interpreter's version
+  // per runtime, and installed packages as "<runtime> <name> <version>".
+  std::map<std::string, std::string> runtime_versions;
+  std::vector<std::string> packages;
   friend bool operator==(const Register&, const Register&) = default;
 };
 

@@ -5,7 +5,8 @@ manages with one loop per core (no sandbox, no Kiln).
 
     tests/bench/interpreter_starts.py [--runs 55] [--seconds 5] [--loops N]
 
-Prints, for `python3 -c pass` and `node -e 0`: the p50 of `--runs` starts
+Prints, for `python3 -c pass`, `node -e 0` and `python3 -c 'import pandas'`
+(when pandas is installed): the p50 of `--runs` starts
 (subprocess.run, one at a time) and the starts per second of `--loops`
 concurrent loops (default: one per CPU) over `--seconds`.
 """
@@ -17,7 +18,9 @@ import threading
 import time
 
 PROGRAMS = {"python3 -c pass": ["/usr/bin/python3", "-c", "pass"],
-            "node -e 0": ["/usr/bin/node", "-e", "0"]}
+            "node -e 0": ["/usr/bin/node", "-e", "0"],
+            # issue 17's target: a one-shot pandas job against this start
+            "python3 -c 'import pandas'": ["/usr/bin/python3", "-c", "import pandas"]}
 
 
 def one(argv):
@@ -52,10 +55,12 @@ def main():
     for name, argv in PROGRAMS.items():
         if not os.access(argv[0], os.X_OK):
             continue
+        if subprocess.run(argv, stderr=subprocess.DEVNULL).returncode != 0:
+            continue  # e.g. no pandas here
         one(argv)  # page cache
         p50 = statistics.median(one(argv) for _ in range(args.runs))
         per_s = rate(argv, args.loops, args.seconds)
-        print(f"{name:18s} start p50 {p50:6.2f} ms   {per_s:6.1f} starts/s with {args.loops} loops")
+        print(f"{name:27s} start p50 {p50:6.2f} ms   {per_s:6.1f} starts/s with {args.loops} loops")
 
 
 if __name__ == "__main__":

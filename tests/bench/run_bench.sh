@@ -8,7 +8,7 @@
 #   sudo tests/bench/run_bench.sh [--jobs N] [--slots N] [--warm N] [--brokers N] [--no-build]
 #        [--only RUN,...] [--worker-bin PATH] [--broker-bin PATH] [--cpu-weight]
 #        [--isolation standard|gvisor]
-#        [--no-zygote] [--protocol http|native]
+#        [--no-zygote] [--protocol http|native] [--preload MODULES]
 #
 # --protocol native: every kiln-bench run speaks the brokers' native ZeroMQ
 # client protocol (each broker's broker.clients.endpoint is enabled on a free
@@ -31,6 +31,7 @@ ISOLATION=standard
 ZYGOTE=true
 PAUSE_MS=100
 PROTOCOL=http
+PRELOAD="-"  # "-": the worker's default
 usage() {
   sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
   echo "flags: --jobs N (measured jobs per run, default $JOBS), --slots N (per worker, default $SLOTS),"
@@ -45,6 +46,7 @@ usage() {
   echo "       weighted 256x the default, so other load on a shared host yields to them),"
   echo "       --isolation LEVEL (standard or gvisor: both workers and the tenant at that level),"
   echo "       --no-zygote (sandbox.zygote: false: python one-shot sandboxes exec their interpreter),"
+  echo "       --preload M,M (packages.preload.python of the workers; \"\" for none; default: the worker's),"
   echo "       --pause-ms N (pause between the paced runs' jobs, default $PAUSE_MS),"
   echo "       --protocol P (http or native: how kiln-bench talks to the brokers, default $PROTOCOL)"
 }
@@ -61,6 +63,7 @@ while [[ $# -gt 0 ]]; do
     --cpu-weight) CPU_WEIGHT=1; shift ;;
     --isolation) ISOLATION="$2"; shift 2 ;;
     --no-zygote) ZYGOTE=false; shift ;;
+    --preload) PRELOAD="$2"; shift 2 ;;
     --pause-ms) PAUSE_MS="$2"; shift 2 ;;
     --protocol) PROTOCOL="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
@@ -71,6 +74,11 @@ done
   { echo "run_bench.sh: --isolation is standard or gvisor" >&2; exit 2; }
 [[ "$PROTOCOL" == http || "$PROTOCOL" == native ]] ||
   { echo "run_bench.sh: --protocol is http or native" >&2; exit 2; }
+PRELOAD_YAML=""
+if [[ "$PRELOAD" != "-" ]]; then
+  [[ "$PRELOAD" =~ ^[A-Za-z0-9_.,]*$ ]] || { echo "run_bench.sh: --preload takes module names" >&2; exit 2; }
+  PRELOAD_YAML="packages: {preload: {python: [${PRELOAD}]}}"$'\n'
+fi
 for v in JOBS SLOTS WARM BROKERS PAUSE_MS; do
   [[ "${!v}" =~ ^[0-9]+$ ]] || { echo "run_bench.sh: --${v,,} needs a number" >&2; exit 2; }
 done
@@ -233,7 +241,7 @@ sandbox:
   uid_count: 10000
   isolation: $ISOLATION
   zygote: $ZYGOTE
-log: {level: warn}
+${PRELOAD_YAML}log: {level: warn}
 EOF
   "$WORKER_BIN" --config "$TMP/worker$i.yaml" >"$TMP/worker$i.log" 2>&1 &
   PIDS+=($!)
@@ -271,6 +279,13 @@ PACED=$(( JOBS < 100 ? JOBS : 100 ))
 run python-paced --lang python --concurrency 1 --jobs "$PACED" --pause-ms "$PAUSE_MS"
 run javascript-paced --lang javascript --concurrency 1 --jobs "$PACED" --pause-ms "$PAUSE_MS"
 run shell-paced --lang shell --concurrency 1 --jobs "$PACED" --pause-ms "$PAUSE_MS"
+# A small data job: import pandas and sum a DataFrame (issue 17's target
+# compares its p50 with a bare `python3 -c 'import pandas'`,
+# tests/bench/interpreter_starts.py). The zygote preloads pandas by default.
+PANDAS_CODE=$'import pandas as pd\nresult = int(pd.DataFrame({"a": [1, 2, 3]})["a"].sum())'
+run python-pandas-paced --lang python --concurrency 1 --jobs "$PACED" --pause-ms "$PAUSE_MS" \
+  --code "$PANDAS_CODE"
+run python-pandas-c4 --lang python --concurrency 4 --jobs "$PACED" --code "$PANDAS_CODE"
 # Sessions: a trivial statement in a live interpreter (no sandbox is built;
 # the warmup jobs create the sessions).
 run python-session --lang python --concurrency 1 --jobs "$JOBS" --session bench-py

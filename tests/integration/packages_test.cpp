@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/support/cluster.hpp"
+#include "tests/support/rogue_worker.hpp"
 
 namespace kiln::testing {
 namespace {
@@ -137,6 +138,44 @@ result = { uuid: v4().length, doc: yaml.parse('a: [1, 2]'), write };
   EXPECT_EQ(b.body["result"]["write"], "EROFS") << b.raw;
 }
 
+// The broker lists what the worker registered, and what it lists is what
+// jobs find: numpy's version as numpy reports it in a job, lodash's as its
+// package.json says in a javascript job.
+TEST_F(PackagesTest, RuntimesListsVersionsAndPackagesJobsSee) {
+  json py = Run(*cluster_, "python",
+                "import numpy, platform\nresult = [platform.python_version(), numpy.__version__]");
+  ASSERT_EQ(py.value("status", ""), "succeeded") << py.dump();
+  json js = Run(*cluster_, "javascript",
+                "result = [process.versions.node, require('lodash/package.json').version]");
+  ASSERT_EQ(js.value("status", ""), "succeeded") << js.dump();
+
+  HttpReply r = cluster_->Request("GET", "/v1/runtimes");
+  ASSERT_EQ(r.status, 200) << r.raw;
+  std::map<std::string, json> by_language;
+  for (const auto& e : r.body["runtimes"]) by_language[e["language"]] = e;
+  ASSERT_EQ(by_language.size(), 3u) << r.raw;
+  auto version_of = [](const json& entry, const std::string& name) {
+    for (const auto& p : entry["packages"]) {
+      if (p["name"] == name) return p["version"].get<std::string>();
+    }
+    return std::string("(absent)");
+  };
+  EXPECT_EQ(by_language["python"]["versions"], json::array({py["result"][0]})) << r.raw;
+  EXPECT_EQ(version_of(by_language["python"], "numpy"), py["result"][1]) << r.raw;
+  EXPECT_NE(version_of(by_language["python"], "pandas"), "(absent)");
+  EXPECT_EQ(by_language["javascript"]["versions"], json::array({js["result"][0]})) << r.raw;
+  EXPECT_EQ(version_of(by_language["javascript"], "lodash"), js["result"][1]) << r.raw;
+  EXPECT_EQ(by_language["javascript"]["packages"].size(), 24u) << r.raw;  // package.json's list
+  EXPECT_EQ(by_language["shell"]["workers"], 1);
+  EXPECT_EQ(by_language["shell"]["versions"].size(), 1u) << r.raw;
+
+  // /v1/capabilities names them for clients such as the MCP server.
+  HttpReply caps = cluster_->Request("GET", "/v1/capabilities");
+  ASSERT_EQ(caps.status, 200) << caps.raw;
+  EXPECT_THAT(caps.body["packages"]["python"], ::testing::Contains("pandas")) << caps.raw;
+  EXPECT_THAT(caps.body["packages"]["javascript"], ::testing::Contains("zod")) << caps.raw;
+}
+
 // A worker told to preload nothing: the zygote's children import pandas
 // themselves (the control for the preload test above), and a worker whose
 // javascript tree is "" offers none.
@@ -157,6 +196,45 @@ TEST(PackagesConfigTest, NoPreloadAndNoJavascriptTree) {
                              "result = [e, require('fs').existsSync('/node_modules')];"}});
   ASSERT_EQ(js.status, 200) << js.raw;
   EXPECT_EQ(js.body["result"], json::parse(R"(["MODULE_NOT_FOUND", false])")) << js.raw;
+}
+
+// A peer on the worker endpoint registering a hostile catalog: bad
+// versions and names, a language it does not offer, the most entries the
+// protocol allows. The broker keeps only well-formed entries of what the
+// peer offers, and the real worker's figures stand.
+TEST(PackagesConfigTest, AWorkersHostileCatalogIsFiltered) {
+  ClusterOptions o;
+  o.workers = 1;
+  auto c = TestCluster::Start(o);
+  ASSERT_TRUE(c->WaitForWorkers(1, seconds(20))) << c->DumpLogs();
+  auto reg = RogueRegistration("rogue-catalog", {"cobol"});
+  reg.runtime_versions = {{"cobol", "<img src=x>"}, {"python", "3.99"}};
+  for (size_t i = 0; i < common::protocol::kMaxPackages; ++i) {
+    reg.packages.push_back("cobol pkg" + std::to_string(i) + " 1." + std::to_string(i));
+  }
+  reg.packages[5] = "cobol bad\x01name 1";
+  reg.packages[6] = "python numpy 0.0.1-evil";
+  reg.packages[7] = "cobol " + std::string(200, 'x') + " 1";
+  reg.packages[8] = "cobol pkg9 2.0";  // a second pkg9
+  RogueWorker rogue(c->worker_endpoint());
+  rogue.Send(reg);
+  ASSERT_TRUE(HasMessage(rogue.Drain(std::chrono::milliseconds(1000)),
+                         common::protocol::MessageType::kRegisterAck));
+  HttpReply r = c->Request("GET", "/v1/runtimes", "", TestCluster::kAdminToken);
+  ASSERT_EQ(r.status, 200) << r.raw;
+  std::map<std::string, json> by_language;
+  for (const auto& e : r.body["runtimes"]) by_language[e["language"]] = e;
+  ASSERT_TRUE(by_language.count("cobol")) << r.raw;
+  EXPECT_EQ(by_language["cobol"]["versions"], json::array()) << "the bad version was dropped";
+  EXPECT_EQ(by_language["cobol"]["packages"].size(), common::protocol::kMaxPackages - 4);
+  for (const auto& p : by_language["python"]["packages"]) {
+    EXPECT_NE(p["version"], "0.0.1-evil") << r.raw;
+  }
+  EXPECT_EQ(by_language["python"]["workers"], 1) << "the rogue does not offer python";
+  EXPECT_NE(by_language["python"]["versions"], json::array({"3.99"}));
+  HttpReply job = c->Submit({{"language", "python"}, {"code", "result = 7"}});
+  ASSERT_EQ(job.status, 200) << job.raw;
+  EXPECT_EQ(job.body["result"], 7) << job.raw;
 }
 
 }  // namespace

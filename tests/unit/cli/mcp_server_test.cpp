@@ -154,6 +154,29 @@ TEST_F(McpServerTest, TheProbeDecidesTheOffer) {
   EXPECT_EQ(offer->runtimes.size(), 3u);
 }
 
+TEST_F(McpServerTest, TheDescriptionNamesThePreinstalledPackages) {
+  json caps = {{"code_execution", true},
+               {"runtimes", {"python", "javascript"}},
+               {"packages",
+                {{"python", {"numpy", "pandas", 7, "bad name", "x,y", std::string(200, 'a')}},
+                 {"javascript", {"lodash"}},
+                 {"ruby", {"rails"}}}}};
+  auto offer = OfferFromCapabilities(caps);
+  ASSERT_TRUE(offer.ok());
+  EXPECT_EQ(offer->packages["python"], (std::vector<std::string>{"numpy", "pandas"}));
+  EXPECT_EQ(offer->packages.count("ruby"), 0u);
+  ToolCatalog catalog(*offer);
+  const std::string d = catalog.List()[0]["description"];
+  EXPECT_NE(d.find("Pre-installed packages: python: numpy, pandas; javascript: lodash (require or "
+                   "await import())."),
+            std::string::npos)
+      << d;
+  // No packages: the description says nothing about them.
+  ToolCatalog bare(Offer{});
+  EXPECT_EQ(bare.List()[0]["description"].get<std::string>().find("Pre-installed"),
+            std::string::npos);
+}
+
 TEST_F(McpServerTest, ExecuteCodeSubmitsAndShapesTheRecord) {
   backend_.submit_answer = json{{"id", "ex_9"},       {"status", "succeeded"}, {"stdout", "2\n"},
                                 {"stderr", ""},       {"exit_code", 0},        {"truncated", false},

@@ -84,11 +84,11 @@ TEST(GoldenFramesTest, WorkerFrames) {
 TEST(GoldenFramesTest, WorkerSampleDigests) {
   Sha256 full;
   for (const Message& m : samples::FullMessages()) full.Update(Encode(m));
-  EXPECT_EQ(full.FinishHex(), "21440e088ba80bd7cc70e00c0b66aeb16636bce8f9d7e8dfaad7c3d62f0ffaef");
+  EXPECT_EQ(full.FinishHex(), "0b30cdfded5e62ca2929c58922d658debb879685178e040376b533f307e7b7d0");
   Sha256 minimal;
   for (const Message& m : samples::MinimalMessages()) minimal.Update(Encode(m));
   EXPECT_EQ(minimal.FinishHex(),
-            "35d2181ef560253fe2d8df58ae01740dbdfd083d5da9f60989a367b442550375");
+            "4393b9c498422ad90e23ce97f1cfd6b4999d72e09baa93de62f6ecbea955018c");
 }
 
 TEST(GoldenFramesTest, ClientFrames) {

@@ -61,6 +61,16 @@ RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=
  && strip /build/bin/kiln-worker /build/bin/kiln-init /build/bin/libkiln-gvisor-compat.so \
       /build/bin/libkiln-zygote.so
 
+# The javascript package set (docs/runtimes.md, "Package sets"), pinned by
+# its lock file; no install script runs. Only the tree goes into the image.
+FROM debian:12-slim AS js-packages
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends nodejs npm ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /usr/local/lib/kiln/javascript
+COPY deploy/runtimes/javascript/package.json deploy/runtimes/javascript/package-lock.json ./
+RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund && chmod -R u=rwX,go=rX .
+
 FROM debian:12-slim
 # The worker's shared libraries (ldd) and the interpreters at the paths of
 # worker.interpreters (/usr/bin/python3, /usr/bin/node, /bin/bash); runsc
@@ -71,6 +81,12 @@ RUN apt-get update \
       libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libcivetweb1 \
       python3 nodejs ca-certificates runsc \
  && rm -rf /var/lib/apt/lists/*
+# The python package set the sandboxes see (deploy/runtimes/python-packages.txt).
+COPY deploy/runtimes/python-packages.txt /tmp/python-packages.txt
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends $(sed 's/#.*//' /tmp/python-packages.txt) \
+ && rm -rf /var/lib/apt/lists/* /tmp/python-packages.txt
+COPY --from=js-packages /usr/local/lib/kiln/javascript /usr/local/lib/kiln/javascript
 COPY --from=build /build/bin/kiln-worker /build/bin/kiln-init /build/bin/libkiln-gvisor-compat.so \
      /build/bin/libkiln-zygote.so /usr/local/bin/
 COPY deploy/docker/worker-entrypoint.sh /usr/local/bin/kiln-worker-entrypoint

@@ -19,9 +19,11 @@ gc.disable()  # nothing collected (written to) here that every child then copies
 # wait forever for pool threads it does not have. One thread, no pool.
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
+_preloaded = []
 for _name in filter(None, sys.argv[2].split(",")):
     try:
         __import__(_name)
+        _preloaded.append(_name)
     except Exception:  # missing or broken: jobs import it themselves (and see why)
         pass
 _wrapper = {"__name__": "kiln_oneshot"}
@@ -74,7 +76,9 @@ def _run_job(sock, env):
     # A sandbox that waits for its job (a warm stock on a calm worker) makes
     # its memory its own meanwhile; one whose job is already there (a busy
     # worker) skips that: the copies would cost more CPU than the faults.
-    if not select.select([0], [], [], 0.02)[0]:
+    # With preloaded modules the copy would be tens of MB per sandbox, most
+    # of which a job never touches (docs/performance.md, "Package sets").
+    if not _preloaded and not select.select([0], [], [], 0.02)[0]:
         _make_private()
     _wrapper["_kiln_main"]()  # exits (sys.exit / os._exit)
     os._exit(0)

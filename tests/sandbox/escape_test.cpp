@@ -45,8 +45,8 @@ using ::testing::Not;
 constexpr int kWorkers = 2;
 constexpr uid_t kUidLo = TestCluster::kUidBase;
 constexpr uid_t kUidHi = TestCluster::kUidBase + 19999;
-constexpr int kEPERM = 1, kENOENT = 2, kESRCH = 3, kENXIO = 6, kEAGAIN = 11, kEACCES = 13, kENOSPC = 28,
-              kEROFS = 30, kENOSYS = 38, kEPROTONOSUPPORT = 93, kEAFNOSUPPORT = 97,
+constexpr int kEPERM = 1, kENOENT = 2, kESRCH = 3, kENXIO = 6, kEAGAIN = 11, kEACCES = 13,
+              kENOSPC = 28, kEROFS = 30, kENOSYS = 38, kEPROTONOSUPPORT = 93, kEAFNOSUPPORT = 97,
               kENETUNREACH = 101, kECONNREFUSED = 111;
 constexpr int kSIGKILL = 9, kSIGXCPU = 24;
 constexpr long kTmpfsMagic = 0x01021994;
@@ -1365,14 +1365,18 @@ print(json.dumps({'env': dict(os.environ), 'own_fds': own_fds(),
   ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
   json rep = Report(r);
   ASSERT_TRUE(rep.is_object()) << r.dump();
-  // docs/runtimes.md: the fixed base plus the job's variables, nothing else.
+  // docs/runtimes.md: the fixed base (python's with matplotlib's two) plus
+  // the job's variables, nothing else.
   EXPECT_EQ(rep["env"], (json{{"PATH", "/usr/local/bin:/usr/bin:/bin"},
                               {"HOME", "/workspace"},
                               {"TMPDIR", "/tmp"},
                               {"LANG", "C.UTF-8"},
+                              {"MPLBACKEND", "Agg"},
+                              {"MPLCONFIGDIR", "/tmp/matplotlib"},
                               {"KILN_JOB_VAR", "job-value"}}))
       << rep.dump();
-  EXPECT_EQ(rep["child"][1], json::array({"HOME", "KILN_JOB_VAR", "LANG", "PATH", "TMPDIR"}));
+  EXPECT_EQ(rep["child"][1], json::array({"HOME", "KILN_JOB_VAR", "LANG", "MPLBACKEND",
+                                          "MPLCONFIGDIR", "PATH", "TMPDIR"}));
   // The job holds 0-2 and the control fd 3, close-on-exec; its children only 0-2.
   EXPECT_EQ(rep["own_fds"], json::parse("[[0,false],[1,false],[2,false],[3,true]]")) << rep.dump();
   EXPECT_EQ(rep["child"][0], json::array({0, 1, 2})) << rep.dump();
@@ -1554,7 +1558,8 @@ print(json.dumps({
   EXPECT_EQ(rep["cwd"], "/workspace");
   EXPECT_EQ(rep["argv"], json::array({"-c"}));
   EXPECT_EQ(rep["umask"], 022);
-  EXPECT_EQ(rep["env"], json::array({"HOME", "JOB_VAR", "LANG", "PATH", "TMPDIR"}));
+  EXPECT_EQ(rep["env"], json::array({"HOME", "JOB_VAR", "LANG", "MPLBACKEND", "MPLCONFIGDIR",
+                                     "PATH", "TMPDIR"}));
   EXPECT_EQ(rep["hostname"], "kiln");
   EXPECT_EQ(rep["net"], json::array({"lo"})) << "not in its own network namespace";
   EXPECT_EQ(rep["procs"], json::array({2}))

@@ -2,7 +2,9 @@
 # is known, as:  bash --noprofile --norc -c <this text> bash
 # fd 0: the job frame  <header line> "\n" <code> "."   (no NUL bytes anywhere)
 #       header: empty, or `export K=$'\xHH...' ...` built by the worker, every
-#       byte of every value escaped, so evaluating it can only assign variables.
+#       byte of every value escaped, so evaluating it can only assign variables;
+#       with a job's stdin it starts with `__kiln_stdin=$'\xHH...';`, which the
+#       wrapper puts on fd 0 (a file in /tmp, removed once open) and unsets.
 # fd 3: control pipe; at the end it gets "<exit status>\n", then "r<bytes of $result>"
 #       when `result` is set. `exit` in the user's code ends the shell: no frame.
 # Read everything in one go: `$(<file)` reads in blocks, `read -d ''` byte by byte.
@@ -18,6 +20,13 @@ set -- "${__kiln#*$'\n'}"
 set -- "${1%.}" "${__kiln%%$'\n'*}"
 unset __kiln LC_ALL
 eval "$2"
+if [[ -v __kiln_stdin ]]; then
+  if builtin printf '%s' "$__kiln_stdin" >"/tmp/.kiln-stdin-$$"; then
+    exec <"/tmp/.kiln-stdin-$$"
+  fi
+  command rm -f "/tmp/.kiln-stdin-$$"
+  unset __kiln_stdin
+fi
 # `shift 2` first empties $@ for the user's code; fd 3 is closed around it.
 { eval "shift 2;$1"; } 3>&-
 set -- "$?"

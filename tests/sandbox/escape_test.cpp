@@ -1373,10 +1373,11 @@ print(json.dumps({'env': dict(os.environ), 'own_fds': own_fds(),
                               {"LANG", "C.UTF-8"},
                               {"MPLBACKEND", "Agg"},
                               {"MPLCONFIGDIR", "/tmp/matplotlib"},
+                              {"XDG_CACHE_HOME", "/tmp/.cache"},
                               {"KILN_JOB_VAR", "job-value"}}))
       << rep.dump();
   EXPECT_EQ(rep["child"][1], json::array({"HOME", "KILN_JOB_VAR", "LANG", "MPLBACKEND",
-                                          "MPLCONFIGDIR", "PATH", "TMPDIR"}));
+                                          "MPLCONFIGDIR", "PATH", "TMPDIR", "XDG_CACHE_HOME"}));
   // The job holds 0-2 and the control fd 3, close-on-exec; its children only 0-2.
   EXPECT_EQ(rep["own_fds"], json::parse("[[0,false],[1,false],[2,false],[3,true]]")) << rep.dump();
   EXPECT_EQ(rep["child"][0], json::array({0, 1, 2})) << rep.dump();
@@ -1559,7 +1560,7 @@ print(json.dumps({
   EXPECT_EQ(rep["argv"], json::array({"-c"}));
   EXPECT_EQ(rep["umask"], 022);
   EXPECT_EQ(rep["env"], json::array({"HOME", "JOB_VAR", "LANG", "MPLBACKEND", "MPLCONFIGDIR",
-                                     "PATH", "TMPDIR"}));
+                                     "PATH", "TMPDIR", "XDG_CACHE_HOME"}));
   EXPECT_EQ(rep["hostname"], "kiln");
   EXPECT_EQ(rep["net"], json::array({"lo"})) << "not in its own network namespace";
   EXPECT_EQ(rep["procs"], json::array({2}))

@@ -36,12 +36,14 @@ const std::vector<std::string>& BaseEnv() {
 }
 
 // Python's: matplotlib draws off-screen (Agg: plt.show() would otherwise look
-// for a display) and keeps its font cache in /tmp, not in HOME (/workspace,
-// whose files the job may collect).
+// for a display) and keeps its font cache in /tmp, as does fontconfig (whose
+// fc-list matplotlib runs), not in HOME (/workspace, whose files the job may
+// collect).
 std::vector<std::string> PythonEnv() {
   std::vector<std::string> env = BaseEnv();
   env.emplace_back("MPLBACKEND=Agg");
   env.emplace_back("MPLCONFIGDIR=/tmp/matplotlib");
+  env.emplace_back("XDG_CACHE_HOME=/tmp/.cache");
   return env;
 }
 

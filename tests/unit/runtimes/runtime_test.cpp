@@ -89,7 +89,8 @@ TEST(RuntimeLaunch, ArgvCarriesTheWrapperAndTheBaseEnvIsFixed) {
   EXPECT_THAT(py.argv[3], HasSubstr("_kiln_main()"));
   EXPECT_THAT(py.env, ::testing::UnorderedElementsAre(
                           "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/workspace", "TMPDIR=/tmp",
-                          "LANG=C.UTF-8", "MPLBACKEND=Agg", "MPLCONFIGDIR=/tmp/matplotlib"));
+                          "LANG=C.UTF-8", "MPLBACKEND=Agg", "MPLCONFIGDIR=/tmp/matplotlib",
+                          "XDG_CACHE_HOME=/tmp/.cache"));
   EXPECT_EQ(Make(Language::kPython).SessionLaunch().env, py.env);
   EXPECT_THAT(Make(Language::kShell).OneShotLaunch().env,
               ::testing::UnorderedElementsAre("PATH=/usr/local/bin:/usr/bin:/bin",

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/base64.hpp"
 #include "tests/support/cluster.hpp"
 
 namespace kiln::testing {
@@ -266,6 +267,38 @@ TEST_F(RichResultsTest, AFloodOfFiguresIsBoundedAndTheClusterServesOn) {
   EXPECT_EQ(InSession("flood-1", "python", "x + 1")["result"], 4);
   EXPECT_EQ(Job("python", "print('still here')")["stdout"], "still here\n");
   EXPECT_EQ(cluster_->Request("GET", "/v1/health", "", "").status, 200);
+}
+
+// The tenant's registered secret is masked in outputs as everywhere else:
+// text outputs like `result`, binary ones like collected files.
+TEST(RichResultsSecretsTest, OutputsAreMasked) {
+  const std::string secret = "hunter2-Zq9xK7";
+  auto cluster = TestCluster::Start({.brokers = 1, .workers = 1, .tenant_a_secrets = {secret}});
+  ASSERT_TRUE(cluster->WaitForWorkers(1, seconds(20))) << cluster->DumpLogs();
+  HttpReply r = cluster->Submit({{"language", "python"},
+                                 {"session_id", "leaky"},
+                                 {"code",
+                                  "s = 'hunter2-' + 'Zq9xK7'\n"
+                                  "class Leak:\n"
+                                  "    def __repr__(self):\n"
+                                  "        return 'repr ' + s\n"
+                                  "    def _repr_png_(self):\n"
+                                  "        return b'PNG ' + s.encode()\n"
+                                  "    def _repr_html_(self):\n"
+                                  "        return '<b>' + s + '</b>'\n"
+                                  "Leak()"}});
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(r.raw.find(secret), std::string::npos) << r.raw;
+  const json& out = r.body["outputs"];
+  ASSERT_EQ(out.size(), 3u) << r.raw;
+  EXPECT_EQ(out[0], json::parse(R"({"mime": "text/plain", "text": "repr ***", "size": 8})"));
+  EXPECT_EQ(out[1]["mime"], "image/png");
+  auto png = common::Base64Decode(out[1]["content_base64"].get<std::string>());
+  ASSERT_TRUE(png.ok());
+  EXPECT_EQ(*png, "PNG ***");
+  EXPECT_EQ(out[2]["text"], "<b>***</b>");
+  EXPECT_GE(r.body["redactions"].get<int>(), 3) << r.raw;
+  if (::testing::Test::HasFailure()) std::cerr << cluster->DumpLogs();
 }
 
 }  // namespace

@@ -8,8 +8,9 @@
 // 0 = stdin pipe (the job frame, written once and closed by the worker),
 // 1/2 = stdout/stderr pipes, 3 = control pipe (write end). The interpreter
 // runs a small wrapper (worker/runtimes/wrappers/, embedded at build time) that
-// waits for the frame, applies `env`, injects `input`, runs the code and writes
-// one control frame to fd 3 before exiting; ParseControl decodes it.
+// waits for the frame, applies `env`, injects `input`, puts the job's stdin on
+// fd 0, runs the code and writes one control frame to fd 3 before exiting
+// (exit code, `result`, error, rich outputs); ParseControl decodes it.
 //
 // A session sandbox instead runs `SessionLaunch()`: a long-lived REPL driver
 // that reads one EncodeExecution(...) frame after another from fd 0 (kept

@@ -112,14 +112,12 @@ StatusOr<std::string> EncodeShellJob(std::string_view code, const json& input,
   if (stdin_data.find('\0') != std::string_view::npos) {
     return InvalidRequest("stdin: shell jobs cannot read a NUL byte from stdin");
   }
-  // stdin first, as a plain (unexported) variable of the wrapper's, which
-  // writes it where fd 0 will read it and unsets it; then the exports.
+  // With stdin, the header starts with `__kiln_stdin=<N>;` and the N bytes
+  // of stdin come first after it, before the code: bash splits the frame at
+  // the header's newline with a pattern whose cost grows with the square of
+  // the header's length, so bulk data stays out of the header.
   std::string header;
-  if (!stdin_data.empty()) {
-    std::string assign;
-    AppendShellExport(assign, "__kiln_stdin", stdin_data);
-    header = assign.substr(std::string_view("export ").size()) + ";";
-  }
+  if (!stdin_data.empty()) header = "__kiln_stdin=" + std::to_string(stdin_data.size()) + ";";
   const size_t exports_at = header.size();
   for (const auto& [name, value] : env) {
     if (IsBashReadonly(name)) return InvalidRequest("env name " + name + " is read-only in bash");
@@ -137,9 +135,10 @@ StatusOr<std::string> EncodeShellJob(std::string_view code, const json& input,
     AppendShellExport(header, key, text, exports_at);
   }
   std::string frame;
-  frame.reserve(header.size() + code.size() + 2);
+  frame.reserve(header.size() + stdin_data.size() + code.size() + 2);
   frame += header;
   frame += '\n';
+  frame += stdin_data;
   frame += code;
   frame += '.';  // survives $(<...) stripping trailing newlines; the wrapper drops it
   return frame;

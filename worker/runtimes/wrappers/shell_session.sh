@@ -4,8 +4,9 @@
 # export, variables, functions and options persist.
 # fd 0: execution frames, one after another:  <N> "\n" <N bytes>, the bytes being
 #       <header line> "\n" <code> "."  (the one-shot frame; no NUL bytes). EOF: exit 0.
-#       A header's `__kiln_stdin=...;` is the execution's stdin: a file in /tmp,
-#       removed once open, on the code's fd 0 (/dev/null again afterwards).
+#       A header starting `__kiln_stdin=<N>;`: the N bytes before the code are
+#       the execution's stdin: a file in /tmp, removed once open, on the code's
+#       fd 0 (/dev/null again afterwards).
 # fd 3: one control frame per execution:  <N> "\n" <N bytes of "<status>\n" ["r" <$result>]>
 # The driver's names start with __kiln; it owns the INT trap.
 #
@@ -33,6 +34,12 @@ __kiln_next() {
   __kiln_head=${__kiln_code%%$'\n'*}
   __kiln_code=${__kiln_code#*$'\n'}
   __kiln_code=${__kiln_code%.}
+  unset __kiln_stdin
+  if [[ $__kiln_head =~ ^__kiln_stdin=([1-9][0-9]*)\; ]]; then
+    __kiln_stdin=${__kiln_code:0:BASH_REMATCH[1]}
+    __kiln_code=${__kiln_code:BASH_REMATCH[1]}
+    __kiln_head=${__kiln_head#*;}
+  fi
 }
 # Writes the control frame for exit status $1 (and $result when it is set).
 __kiln_frame() {
@@ -64,7 +71,7 @@ while :; do
       builtin echo "kiln session driver: malformed frame" >&2
       exit 2
     fi
-    unset result __kiln_stdin || :
+    unset result || :
     eval "$__kiln_head" || :  # `export K=$'\xHH...'`: can only assign
     # The code's fd 0: the execution's stdin if it has one, else the driver's.
     exec {__kiln_sfd}<&0

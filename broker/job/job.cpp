@@ -8,6 +8,7 @@
 #include "common/base64.hpp"
 #include "common/json/bounded_json.hpp"
 #include "common/protocol/session_key.hpp"
+#include "common/rich_output.hpp"
 
 namespace kiln::broker {
 namespace {
@@ -55,6 +56,36 @@ common::StatusOr<std::vector<protocol::FileEntry>> FilesFromJson(const json& a) 
     files.push_back({f.at("path").get<std::string>(), std::move(content)});
   }
   return files;
+}
+
+// Text mimes as a string ("text"), the rest as base64 ("content_base64"),
+// like `files`; "size" is the data's length in bytes either way.
+json OutputsJson(const std::vector<protocol::RichOutput>& outputs) {
+  json a = json::array();
+  for (const auto& o : outputs) {
+    json e = {{"mime", o.mime}, {"size", o.data.size()}};
+    if (common::IsTextMime(o.mime)) {
+      e["text"] = o.data;
+    } else {
+      e["content_base64"] = common::Base64Encode(o.data);
+    }
+    a.push_back(std::move(e));
+  }
+  return a;
+}
+
+common::StatusOr<std::vector<protocol::RichOutput>> OutputsFromJson(const json& a) {
+  std::vector<protocol::RichOutput> outputs;
+  for (const auto& o : a) {
+    protocol::RichOutput out{o.at("mime").get<std::string>(), ""};
+    if (auto t = o.find("text"); t != o.end()) {
+      out.data = t->get<std::string>();
+    } else {
+      ASSIGN_OR_RETURN(out.data, common::Base64Decode(o.at("content_base64").get<std::string>()));
+    }
+    outputs.push_back(std::move(out));
+  }
+  return outputs;
 }
 
 template <typename T>
@@ -134,6 +165,7 @@ json JobSpec::ToJson() const {
             {"env", env},
             {"files", FilesJson(files)},
             {"collect", collect},
+            {"stdin", stdin_data},
             {"limits", LimitsJson(limits)},
             {"wait", wait},
             {"created_ms", created_ms}};
@@ -162,6 +194,7 @@ common::StatusOr<JobSpec> JobSpec::FromJson(const json& j) {
     s.env = j.at("env").get<std::map<std::string, std::string>>();
     ASSIGN_OR_RETURN(s.files, FilesFromJson(j.at("files")));
     s.collect = j.at("collect").get<std::vector<std::string>>();
+    s.stdin_data = j.value("stdin", "");  // absent in specs stored before stdin existed
     const json& l = j.at("limits");
     s.limits = {l.at("timeout_ms").get<uint64_t>(), l.at("memory_mb").get<uint64_t>(),
                 l.at("cpu_ms").get<uint64_t>(), l.at("max_output_bytes").get<uint64_t>(),
@@ -191,6 +224,7 @@ protocol::Execute JobSpec::ToExecute() const {
   e.env = env;
   e.files = files;
   e.collect = collect;
+  e.stdin_data = stdin_data;
   e.limits = limits;
   return e;
 }
@@ -233,6 +267,7 @@ JobRecord JobRecord::Queued(const JobSpec& spec) {
 size_t JobRecord::ApproxJsonBytes() const {
   size_t n = 1024 + stdout_data.size() + stderr_data.size() + result_json.size();
   for (const auto& f : files) n += 64 + f.path.size() + (f.content.size() + 2) / 3 * 4;
+  for (const auto& o : outputs) n += 64 + o.mime.size() + (o.data.size() + 2) / 3 * 4;
   for (const auto& w : warnings) n += 8 + w.size();
   return n;
 }
@@ -258,6 +293,8 @@ json JobRecord::ToJson() const {
       {"files", FilesJson(files)},
       {"files_truncated", files_truncated},
       {"files_omitted", files_omitted},
+      {"outputs", OutputsJson(outputs)},
+      {"outputs_truncated", outputs_truncated},
       {"session_epoch", Opt(session_epoch)},
       {"queue_position", Opt(queue_position)},
       {"wait_reason", wait_reason.empty() ? json(nullptr) : json(wait_reason)},
@@ -319,6 +356,10 @@ common::StatusOr<JobRecord> JobRecord::FromJson(const json& j) {
     ASSIGN_OR_RETURN(r.files, FilesFromJson(j.at("files")));
     r.files_truncated = j.value("files_truncated", false);  // absent in older records
     r.files_omitted = j.value("files_omitted", 0u);
+    if (auto o = j.find("outputs"); o != j.end()) {  // absent in older records
+      ASSIGN_OR_RETURN(r.outputs, OutputsFromJson(*o));
+    }
+    r.outputs_truncated = j.value("outputs_truncated", false);
     r.session_epoch = OptFrom<uint64_t>(j, "session_epoch");
     r.queue_position = OptFrom<uint64_t>(j, "queue_position");
     if (auto w = j.find("wait_reason"); w != j.end() && w->is_string()) {

@@ -67,6 +67,7 @@ struct JobSpec {
   std::map<std::string, std::string> env;
   std::vector<common::protocol::FileEntry> files;
   std::vector<std::string> collect;
+  std::string stdin_data;  // what the program reads on fd 0 (<= kMaxStdinBytes)
   common::protocol::Limits limits;
   bool wait = true;
   int64_t created_ms = 0;
@@ -132,10 +133,12 @@ struct JobRecord {
   std::optional<uint64_t> max_rss_kb;
   std::string worker;
   std::vector<common::protocol::FileEntry> files;
-  bool files_truncated = false;           // `collect` matched files that `files` does not hold
-  uint32_t files_omitted = 0;             // how many of them the worker found and left out
-  std::optional<uint64_t> session_epoch;  // SessionEpoch::generation
-  uint64_t session_incarnation = 0;       // SessionEpoch::incarnation; not in the JSON
+  bool files_truncated = false;  // `collect` matched files that `files` does not hold
+  uint32_t files_omitted = 0;    // how many of them the worker found and left out
+  std::vector<common::protocol::RichOutput> outputs;  // figures, echoed values (bounded)
+  bool outputs_truncated = false;                     // some outputs were left out
+  std::optional<uint64_t> session_epoch;              // SessionEpoch::generation
+  uint64_t session_incarnation = 0;                   // SessionEpoch::incarnation; not in the JSON
   std::optional<uint64_t> queue_position;
   std::string wait_reason;  // while queued: global, tenant, worker, runtime, session, fifo, ...
   uint32_t redactions = 0;
@@ -151,8 +154,8 @@ struct JobRecord {
 
   nlohmann::json ToJson() const;
   static common::StatusOr<JobRecord> FromJson(const nlohmann::json& j);
-  // About how long ToJson().dump() is, without making it: the output, result
-  // and files (base64) plus a little; what UnreadBudget charges for it.
+  // About how long ToJson().dump() is, without making it: the output, result,
+  // files and outputs (base64) plus a little; what UnreadBudget charges for it.
   size_t ApproxJsonBytes() const;
 };
 

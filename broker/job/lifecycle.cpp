@@ -3,6 +3,8 @@
 #include <string>
 #include <utility>
 
+#include "common/rich_output.hpp"
+
 namespace kiln::broker {
 namespace {
 
@@ -56,6 +58,10 @@ void ApplyResult(const protocol::Result& res, int64_t now_ms, JobRecord* r) {
   r->files = res.files;
   r->files_truncated = res.files_truncated;
   r->files_omitted = res.files_omitted;
+  // The worker bounds and checks its outputs; a hostile one may not have:
+  // only valid mime types within the count and byte bounds are kept.
+  r->outputs = res.outputs;
+  r->outputs_truncated = common::BoundRichOutputs(&r->outputs) || res.outputs_truncated;
   r->redactions = res.redactions;
   r->end_reason = protocol::EndReasonName(res.reason);
   r->queue_position.reset();

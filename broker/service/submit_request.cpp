@@ -22,7 +22,7 @@ using nlohmann::json;
 const std::set<std::string> kLanguages = {"python", "javascript", "shell"};
 const std::set<std::string> kFields = {"language", "code",  "session_id", "conversation_id",
                                        "input",    "files", "collect",    "env",
-                                       "limits",   "wait",  "priority"};
+                                       "limits",   "wait",  "priority",   "stdin"};
 
 // Session and conversation ids: 1-128 characters of [A-Za-z0-9._:-].
 bool IsSessionName(const std::string& s) {
@@ -122,6 +122,7 @@ Status CheckForRuntime(const JobSpec& spec, const json* input) {
 // tenant's secrets (64 x 4 KiB), so no accepted job is undeliverable.
 namespace protocol = common::protocol;
 static_assert(protocol::kMaxCodeBytes + protocol::kMaxInputJsonBytes + protocol::kMaxFilesBytes +
+                      protocol::kMaxStdinBytes +
                       protocol::kMaxFiles * (common::kMaxRelativePathBytes + 16) +
                       protocol::kMaxEnvEntries *
                           (common::kMaxIdentifierBytes + protocol::kMaxStringBytes + 16) +
@@ -217,6 +218,20 @@ common::StatusOr<JobSpec> ParseSubmitRequest(std::string_view body, const std::s
         return InvalidRequest("env." + key + ": value has a NUL byte or is too long");
       }
       spec.env[key] = std::move(v);
+    }
+  }
+
+  if (auto in = j.find("stdin"); in != j.end() && !in->is_null()) {
+    if (!in->is_string()) return InvalidRequest("stdin: expected a string");
+    spec.stdin_data = in->get<std::string>();
+    if (spec.stdin_data.size() > protocol::kMaxStdinBytes) {
+      return InvalidRequest("stdin: " + std::to_string(spec.stdin_data.size()) +
+                            " bytes, above the maximum of " +
+                            std::to_string(protocol::kMaxStdinBytes) + " bytes (1 MiB)");
+    }
+    // The shell wrapper holds stdin in a bash string until it is on fd 0.
+    if (spec.language == "shell" && spec.stdin_data.find('\0') != std::string::npos) {
+      return InvalidRequest("stdin: shell jobs cannot read a NUL byte from stdin");
     }
   }
 

@@ -36,6 +36,12 @@ void Describe(V& v, Ref<V, FileEntry> m) {
 }
 
 template <typename V>
+void Describe(V& v, Ref<V, RichOutput> m) {
+  v.Text("mime", m.mime, Need::kRequired, kMaxMimeBytes);
+  v.Bytes("data", m.data, Need::kRequired, kMaxRichOutputBytes);
+}
+
+template <typename V>
 void Describe(V& v, Ref<V, ErrorInfo> m) {
   v.Text("type", m.type, Need::kOptional, kMaxStringBytes);
   v.Text("message", m.message, Need::kOptional, kMaxStringBytes);
@@ -90,6 +96,7 @@ void Describe(V& v, Ref<V, Execute> m) {
   v.Bool("stream_output", m.stream_output, Need::kOptional);
   v.TextList("secrets", m.secrets, Need::kOptional);
   v.Text("isolation", m.isolation, Need::kOptional, kMaxIdBytes);
+  v.Bytes("stdin_data", m.stdin_data, Need::kOptional, kMaxStdinBytes);
 }
 
 template <typename V>
@@ -118,6 +125,8 @@ void Describe(V& v, Ref<V, Result> m) {
   v.Files("files", m.files, Need::kOptional);
   v.Bool("files_truncated", m.files_truncated, Need::kOptional);
   v.Uint("files_omitted", m.files_omitted, Need::kOptional);
+  v.Outputs("outputs", m.outputs, Need::kOptional);
+  v.Bool("outputs_truncated", m.outputs_truncated, Need::kOptional);
   v.Uint("redactions", m.redactions, Need::kOptional);
   v.Uint("session_epoch", m.session_epoch, Need::kOptional);
   v.Bool("session_reset", m.session_reset, Need::kOptional);

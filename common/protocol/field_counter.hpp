@@ -56,6 +56,11 @@ class FieldCounter {
     for (const FileEntry& f : v) n += f.path.size() + f.content.size() + 32;
     Add(key, n);
   }
+  void Outputs(std::string_view key, const std::vector<RichOutput>& v, Need) {
+    size_t n = 0;
+    for (const RichOutput& o : v) n += o.mime.size() + o.data.size() + 32;
+    Add(key, n);
+  }
   template <typename T>
   void Struct(std::string_view key, const T& v, Need) {
     FieldCounter inner;

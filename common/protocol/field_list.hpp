@@ -28,6 +28,8 @@
 //   TextMap(key, m, need)          map str -> str; <= kMaxEnvEntries, unique
 //   Files(key, v, need)            array of FileEntry maps; contents in total
 //                                  <= kMaxFilesBytes
+//   Outputs(key, v, need)          array of RichOutput maps; <= kMaxRichOutputs,
+//                                  data in total <= kMaxRichOutputBytes
 //   Struct(key, s, need)           map (the struct's own Describe())
 //   OptionalStruct(key, opt)       map when set; nil = absent
 //

@@ -107,10 +107,10 @@ bool MapReader::InRange(std::string_view key, uint64_t u, uint64_t lo, uint64_t 
   return false;
 }
 
-void MapReader::CheckFilesTotal(std::string_view key, size_t total) {
-  if (total <= kMaxFilesBytes) return;
+void MapReader::CheckTotal(std::string_view key, size_t total, size_t max) {
+  if (total <= max) return;
   Check(key, InvalidRequest("contents total " + std::to_string(total) +
-                            " bytes, exceeding the limit of " + std::to_string(kMaxFilesBytes)));
+                            " bytes, exceeding the limit of " + std::to_string(max)));
 }
 
 void MapReader::Check(std::string_view key, const Status& st, size_t index) {

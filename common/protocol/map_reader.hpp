@@ -86,6 +86,19 @@ class MapReader {
     }
     if (status_.ok()) CheckFilesTotal(key, total);
   }
+  template <typename O>  // RichOutput, whose Describe() the codec declares
+  void Outputs(std::string_view key, std::vector<O>& v, Need need) {
+    const msgpack::object_array* a = FindArray(key, need, kMaxRichOutputs);
+    if (a == nullptr) return;
+    v.resize(a->size);
+    size_t total = 0;
+    for (uint32_t i = 0; i < a->size && status_.ok(); ++i) {
+      const FieldPath entry{&path_, key, i};
+      status_ = DecodeMap(a->ptr[i], entry, &v[i]);
+      total += v[i].data.size();
+    }
+    if (status_.ok()) CheckTotal(key, total, kMaxRichOutputBytes);
+  }
   template <typename T>
   void Struct(std::string_view key, T& v, Need need) {
     const msgpack::object* o = Find(key, need);
@@ -111,7 +124,10 @@ class MapReader {
   // Find, for an array of at most max_entries (else an error and nullptr).
   const msgpack::object_array* FindArray(std::string_view key, Need need, size_t max_entries);
   bool InRange(std::string_view key, uint64_t u, uint64_t lo, uint64_t hi);
-  void CheckFilesTotal(std::string_view key, size_t total);
+  void CheckFilesTotal(std::string_view key, size_t total) {
+    CheckTotal(key, total, kMaxFilesBytes);
+  }
+  void CheckTotal(std::string_view key, size_t total, size_t max);
   // Records `st`, prefixed with the field's path, if it is an error.
   void Check(std::string_view key, const Status& st, size_t index = kNoIndex);
 

@@ -77,6 +77,10 @@ class MapWriter {
     pk_.pack_array(static_cast<uint32_t>(v.size()));
     for (const F& f : v) PackMap(pk_, sink_, f);
   }
+  template <typename O>  // RichOutput, whose Describe() the codec declares
+  void Outputs(std::string_view key, const std::vector<O>& v, Need need) {
+    Files(key, v, need);  // the same layout: an array of maps
+  }
   template <typename T>
   void Struct(std::string_view key, const T& v, Need) {
     Key(key);

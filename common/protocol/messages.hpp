@@ -17,7 +17,8 @@
 
 namespace kiln::common::protocol {
 
-// 2: result_ack (and register.incarnation, held_jobs, output_chunk.offset).
+// 2: result_ack (and register.incarnation, held_jobs, output_chunk.offset;
+// later, compatibly: execute.stdin_data, result.outputs and outputs_truncated).
 inline constexpr uint32_t kProtocolVersion = 2;
 
 // Hard limits, enforced by Decode (and by Encode's callers through config
@@ -39,6 +40,14 @@ inline constexpr size_t kMaxListEntries = 64;  // runtimes, layers, collect
 inline constexpr size_t kMaxHeldJobs = 1000;   // job ids in a Register
 inline constexpr size_t kMaxPackages = 1000;   // Register.packages entries (<= 1024, the decoder's)
 inline constexpr size_t kMaxPackageBytes = 256;
+// What a job reads on its standard input (Execute.stdin_data).
+inline constexpr size_t kMaxStdinBytes = 1u << 20;
+// Rich outputs of one execution (Result.outputs): at most this many, with at
+// most this many bytes of data in all, and mime types of at most this length
+// (common/rich_output.hpp gives the rules both ends apply).
+inline constexpr size_t kMaxRichOutputs = 16;
+inline constexpr size_t kMaxRichOutputBytes = 4u << 20;
+inline constexpr size_t kMaxMimeBytes = 127;
 
 enum class MessageType : uint8_t {
   kRegister = 1,
@@ -135,6 +144,9 @@ struct Execute {
   // The level the job must run at ("standard" when empty): a worker of any
   // other level refuses the job rather than run it weaker or elsewhere.
   std::string isolation;
+  // What the program reads on its standard input (fd 0), <= kMaxStdinBytes;
+  // empty: stdin is at EOF.
+  std::string stdin_data;
   friend bool operator==(const Execute&, const Execute&) = default;
 };
 
@@ -169,6 +181,15 @@ struct ErrorInfo {
   friend bool operator==(const ErrorInfo&, const ErrorInfo&) = default;
 };
 
+// One rich output of an execution (a matplotlib figure, a notebook-style
+// echo of the last expression): a mime type ("image/png", "text/plain") and
+// its raw bytes (UTF-8 text for text/* types).
+struct RichOutput {
+  std::string mime;
+  std::string data;
+  friend bool operator==(const RichOutput&, const RichOutput&) = default;
+};
+
 // worker -> broker: the end of one job.
 struct Result {
   std::string job_id;
@@ -189,6 +210,10 @@ struct Result {
   // the workspace was too large to search completely.
   bool files_truncated = false;
   uint32_t files_omitted = 0;
+  // Rich outputs, in the order they were produced (kMaxRichOutputs,
+  // kMaxRichOutputBytes); outputs_truncated: some were left out.
+  std::vector<RichOutput> outputs;
+  bool outputs_truncated = false;
   uint32_t redactions = 0;
   uint64_t session_epoch = 0;
   // The session's interpreter did not keep its state: this execution ran in

@@ -1367,14 +1367,19 @@ print(json.dumps({'env': dict(os.environ), 'own_fds': own_fds(),
   ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
   json rep = Report(r);
   ASSERT_TRUE(rep.is_object()) << r.dump();
-  // docs/runtimes.md: the fixed base plus the job's variables, nothing else.
+  // docs/runtimes.md: the fixed base (python's with matplotlib's two) plus
+  // the job's variables, nothing else.
   EXPECT_EQ(rep["env"], (json{{"PATH", "/usr/local/bin:/usr/bin:/bin"},
                               {"HOME", "/workspace"},
                               {"TMPDIR", "/tmp"},
                               {"LANG", "C.UTF-8"},
+                              {"MPLBACKEND", "Agg"},
+                              {"MPLCONFIGDIR", "/tmp/matplotlib"},
+                              {"XDG_CACHE_HOME", "/tmp/.cache"},
                               {"KILN_JOB_VAR", "job-value"}}))
       << rep.dump();
-  EXPECT_EQ(rep["child"][1], json::array({"HOME", "KILN_JOB_VAR", "LANG", "PATH", "TMPDIR"}));
+  EXPECT_EQ(rep["child"][1], json::array({"HOME", "KILN_JOB_VAR", "LANG", "MPLBACKEND",
+                                          "MPLCONFIGDIR", "PATH", "TMPDIR", "XDG_CACHE_HOME"}));
   // The job holds 0-2 and the control fd 3, close-on-exec; its children only 0-2.
   EXPECT_EQ(rep["own_fds"], json::parse("[[0,false],[1,false],[2,false],[3,true]]")) << rep.dump();
   EXPECT_EQ(rep["child"][0], json::array({0, 1, 2})) << rep.dump();
@@ -1556,7 +1561,8 @@ print(json.dumps({
   EXPECT_EQ(rep["cwd"], "/workspace");
   EXPECT_EQ(rep["argv"], json::array({"-c"}));
   EXPECT_EQ(rep["umask"], 022);
-  EXPECT_EQ(rep["env"], json::array({"HOME", "JOB_VAR", "LANG", "PATH", "TMPDIR"}));
+  EXPECT_EQ(rep["env"], json::array({"HOME", "JOB_VAR", "LANG", "MPLBACKEND", "MPLCONFIGDIR",
+                                     "PATH", "TMPDIR", "XDG_CACHE_HOME"}));
   EXPECT_EQ(rep["hostname"], "kiln");
   EXPECT_EQ(rep["net"], json::array({"lo"})) << "not in its own network namespace";
   EXPECT_EQ(rep["procs"], json::array({2}))

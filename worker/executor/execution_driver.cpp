@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <array>
 
+#include "common/rich_output.hpp"
+
 namespace kiln::worker {
 
 ExecutionDriver::ExecutionDriver(const protocol::Execute& job, WarmSandbox& sandbox,
@@ -184,12 +186,26 @@ void ExecutionDriver::Drain() {
   result_.redactions = pump_->redactions();
 }
 
-void MaskOutcome(const common::SecretsPolicy& policy, runtimes::Runtime::Outcome* outcome,
-                 uint32_t* redactions) {
+void MaskOutcome(const protocol::Execute& job, const common::SecretsPolicy& policy,
+                 runtimes::Runtime::Outcome* outcome, uint32_t* redactions) {
   outcome->result_json = policy.Mask(outcome->result_json, redactions);
   if (outcome->error) {
     outcome->error->message = policy.Mask(outcome->error->message, redactions);
     outcome->error->traceback = policy.Mask(outcome->error->traceback, redactions);
+  }
+  std::optional<common::StatusOr<std::shared_ptr<const common::SecretsPolicy>>> secrets;
+  for (auto& o : outcome->outputs) {
+    if (common::IsTextMime(o.mime)) {
+      o.data = policy.Mask(o.data, redactions);
+      continue;
+    }
+    if (job.secrets.empty()) continue;
+    if (!secrets) {
+      secrets = common::SecretsPolicy::Create(job.secrets, common::SecretsPolicy::Patterns::kNone);
+    }
+    // PolicyFor accepted the same secrets, so this cannot fail; if it did,
+    // no output may leave unmasked.
+    o.data = secrets->ok() ? (**secrets)->Mask(o.data, redactions) : std::string();
   }
 }
 

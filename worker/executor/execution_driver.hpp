@@ -102,10 +102,12 @@ class ExecutionDriver {
   common::protocol::Result result_;
 };
 
-// Masks the job's secrets in what a frame says (its `result` and error texts
-// leave the worker too), counting them in *redactions.
-void MaskOutcome(const common::SecretsPolicy& policy, runtimes::Runtime::Outcome* outcome,
-                 uint32_t* redactions);
+// Masks the job's secrets in what a frame says (its `result`, error texts and
+// rich outputs leave the worker too), counting them in *redactions. Text
+// outputs get the whole policy, as `result` does; binary ones (image/png)
+// only the job's registered secrets, as collected files do.
+void MaskOutcome(const common::protocol::Execute& job, const common::SecretsPolicy& policy,
+                 runtimes::Runtime::Outcome* outcome, uint32_t* redactions);
 
 // The Result's reason for an execution stopped early; nullopt for kNone.
 std::optional<common::protocol::EndReason> StopEndReason(StopReason stop);

@@ -32,7 +32,7 @@ protocol::Result RunJob(const protocol::Execute& job, WarmSandbox& sb,
                         const runtimes::Runtime& runtime, const RunOptions& options,
                         int cancel_fd) {
   ExecutionDriver driver(job, sb, options, OneShotSpec());
-  auto frame = runtime.EncodeJob(job.code, job.input_json, job.env);
+  auto frame = runtime.EncodeJob(job.code, job.input_json, job.env, job.stdin_data);
   if (!frame.ok()) return ErrorResult(job, frame.status());
   if (auto st = driver.Run(*std::move(frame), cancel_fd); !st.ok()) return ErrorResult(job, st);
   const ExecutionMachine& machine = driver.machine();
@@ -43,7 +43,7 @@ protocol::Result RunJob(const protocol::Execute& job, WarmSandbox& sb,
              driver.exit_seen_ms(), result.duration_ms, early ? " (before exit)" : "");
 
   auto outcome = runtime.ParseControl(driver.control());
-  if (outcome.ok()) MaskOutcome(driver.policy(), &*outcome, &result.redactions);
+  if (outcome.ok()) MaskOutcome(job, driver.policy(), &*outcome, &result.redactions);
   if (early && !(outcome.ok() && outcome->has_frame && outcome->exit_code)) {
     // Not a frame we can trust for the exit status: wait for the real one.
     early = false;
@@ -83,6 +83,8 @@ protocol::Result RunJob(const protocol::Execute& job, WarmSandbox& sb,
   if (outcome.ok()) {
     result.result_json = std::move(outcome->result_json);
     result.error = std::move(outcome->error);
+    result.outputs = std::move(outcome->outputs);
+    result.outputs_truncated = outcome->outputs_truncated;
   } else if (result.reason == protocol::EndReason::kExit) {
     result.error = protocol::ErrorInfo{"KilnControlError", outcome.status().message(), ""};
   }

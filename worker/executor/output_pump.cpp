@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 
+#include "common/rich_output.hpp"
 #include "worker/runtimes/runtime.hpp"
 
 namespace kiln::worker {
@@ -63,6 +64,8 @@ void FitToWire(protocol::Result* r) {
     cut(&r->stdout_data, protocol::kMaxStreamBytes);
     cut(&r->stderr_data, protocol::kMaxStreamBytes);
   }
+  // Masking may have changed their sizes: bound them again.
+  if (common::BoundRichOutputs(&r->outputs)) r->outputs_truncated = true;
   uint64_t total = 0;
   size_t keep = 0;
   for (; keep < r->files.size() && keep < protocol::kMaxFiles; ++keep) {

@@ -59,7 +59,7 @@ SessionRun RunSessionExecution(const protocol::Execute& job, SessionSandbox& s,
   };
   WarmSandbox& sb = s.sandbox;
   ExecutionDriver driver(job, sb, options, SessionSpec(s, interrupt_grace));
-  auto frame = runtime.EncodeExecution(job.code, job.input_json, job.env);
+  auto frame = runtime.EncodeExecution(job.code, job.input_json, job.env, job.stdin_data);
   if (!frame.ok()) return fail(frame.status(), false);
 
   // Nothing of a session runs between its executions: it was frozen after
@@ -104,9 +104,11 @@ SessionRun RunSessionExecution(const protocol::Execute& job, SessionSandbox& s,
     auto& o = **outcome;
     result.exit_code = o.exit_code;
     result.signal.reset();
-    MaskOutcome(driver.policy(), &o, &result.redactions);
+    MaskOutcome(job, driver.policy(), &o, &result.redactions);
     result.result_json = std::move(o.result_json);
     result.error = std::move(o.error);
+    result.outputs = std::move(o.outputs);
+    result.outputs_truncated = o.outputs_truncated;
   } else if (outcome && !outcome->ok() && stop == StopReason::kNone) {
     result.error = protocol::ErrorInfo{"KilnControlError", outcome->status().message(), ""};
   }

@@ -23,6 +23,7 @@ size_t ApproxResultBytes(const protocol::Result& r) {
                  r.result_json.size() + r.worker_error.size();
   if (r.error) bytes += r.error->type.size() + r.error->message.size() + r.error->traceback.size();
   for (const auto& f : r.files) bytes += 16 + f.path.size() + f.content.size();
+  for (const auto& o : r.outputs) bytes += 16 + o.mime.size() + o.data.size();
   return bytes;
 }
 

@@ -11,8 +11,10 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "common/base64.hpp"
 #include "common/identifier.hpp"
 #include "common/json/bounded_json.hpp"
+#include "common/rich_output.hpp"
 #include "common/runtime_names.hpp"
 #include "worker/runtimes/wrappers.hpp"
 
@@ -30,6 +32,18 @@ using nlohmann::json;
 const std::vector<std::string>& BaseEnv() {
   static const std::vector<std::string> env = {"PATH=/usr/local/bin:/usr/bin:/bin",
                                                "HOME=/workspace", "TMPDIR=/tmp", "LANG=C.UTF-8"};
+  return env;
+}
+
+// Python's: matplotlib draws off-screen (Agg: plt.show() would otherwise look
+// for a display) and keeps its font cache in /tmp, as does fontconfig (whose
+// fc-list matplotlib runs), not in HOME (/workspace, whose files the job may
+// collect).
+std::vector<std::string> PythonEnv() {
+  std::vector<std::string> env = BaseEnv();
+  env.emplace_back("MPLBACKEND=Agg");
+  env.emplace_back("MPLCONFIGDIR=/tmp/matplotlib");
+  env.emplace_back("XDG_CACHE_HOME=/tmp/.cache");
   return env;
 }
 
@@ -74,9 +88,11 @@ Status ValidateEnv(const std::map<std::string, std::string>& env) {
 }
 
 // `export K=$'\xHH...'` for every byte of the value: evaluating it can only assign.
-void AppendShellExport(std::string& out, std::string_view name, std::string_view value) {
+// `from`: where the export list starts in `out` (what precedes it is not part of it).
+void AppendShellExport(std::string& out, std::string_view name, std::string_view value,
+                       size_t from = 0) {
   static constexpr char kHex[] = "0123456789abcdef";
-  out += out.empty() ? "export " : " ";
+  out += out.size() == from ? "export " : " ";
   out += name;
   out += "=$'";
   for (unsigned char c : value) {
@@ -88,14 +104,24 @@ void AppendShellExport(std::string& out, std::string_view name, std::string_view
 }
 
 StatusOr<std::string> EncodeShellJob(std::string_view code, const json& input,
-                                     const std::map<std::string, std::string>& env) {
+                                     const std::map<std::string, std::string>& env,
+                                     std::string_view stdin_data) {
   if (code.find('\0') != std::string_view::npos) {
     return InvalidRequest("shell code cannot contain NUL bytes");
   }
+  if (stdin_data.find('\0') != std::string_view::npos) {
+    return InvalidRequest("stdin: shell jobs cannot read a NUL byte from stdin");
+  }
+  // With stdin, the header starts with `__kiln_stdin=<N>;` and the N bytes
+  // of stdin come first after it, before the code: bash splits the frame at
+  // the header's newline with a pattern whose cost grows with the square of
+  // the header's length, so bulk data stays out of the header.
   std::string header;
+  if (!stdin_data.empty()) header = "__kiln_stdin=" + std::to_string(stdin_data.size()) + ";";
+  const size_t exports_at = header.size();
   for (const auto& [name, value] : env) {
     if (IsBashReadonly(name)) return InvalidRequest("env name " + name + " is read-only in bash");
-    AppendShellExport(header, name, value);
+    AppendShellExport(header, name, value, exports_at);
   }
   for (const auto& [key, value] : input.items()) {
     if (IsBashReadonly(key)) return InvalidRequest("input key " + key + " is read-only in bash");
@@ -106,12 +132,13 @@ StatusOr<std::string> EncodeShellJob(std::string_view code, const json& input,
     if (text.find('\0') != std::string::npos) {
       return InvalidRequest("input value of " + key + " contains a NUL byte");
     }
-    AppendShellExport(header, key, text);
+    AppendShellExport(header, key, text, exports_at);
   }
   std::string frame;
-  frame.reserve(header.size() + code.size() + 2);
+  frame.reserve(header.size() + stdin_data.size() + code.size() + 2);
   frame += header;
   frame += '\n';
+  frame += stdin_data;
   frame += code;
   frame += '.';  // survives $(<...) stripping trailing newlines; the wrapper drops it
   return frame;
@@ -134,6 +161,32 @@ StatusOr<Runtime::Outcome> ParseShellControl(std::string_view bytes) {
     out.result_json = Dump(json(std::string(rest.substr(1))));
   }
   return out;
+}
+
+// "outputs": [{"mime": m, "text": s} | {"mime": m, "base64": b}, ...]. The
+// frame comes from the job's own process: the structure must be right, then
+// common::BoundRichOutputs drops bad mime types and what is over the bounds.
+Status ParseOutputs(const json& outputs, Runtime::Outcome* out) {
+  if (!outputs.is_array()) return common::Internal("malformed control frame: outputs");
+  for (const json& o : outputs) {
+    auto mime = o.is_object() ? o.find("mime") : o.end();
+    if (!o.is_object() || mime == o.end() || !mime->is_string()) {
+      return common::Internal("malformed control frame: an output needs a mime string");
+    }
+    common::protocol::RichOutput r{mime->get<std::string>(), ""};
+    if (auto t = o.find("text"); t != o.end() && t->is_string()) {
+      r.data = t->get<std::string>();
+    } else if (auto b = o.find("base64"); b != o.end() && b->is_string()) {
+      auto bytes = common::Base64Decode(b->get<std::string>());
+      if (!bytes.ok()) return common::Internal("malformed control frame: output base64");
+      r.data = std::move(*bytes);
+    } else {
+      return common::Internal("malformed control frame: an output needs text or base64");
+    }
+    out->outputs.push_back(std::move(r));
+  }
+  if (common::BoundRichOutputs(&out->outputs)) out->outputs_truncated = true;
+  return Status::Ok();
 }
 
 StatusOr<Runtime::Outcome> ParseJsonControl(std::string_view bytes) {
@@ -165,8 +218,16 @@ StatusOr<Runtime::Outcome> ParseJsonControl(std::string_view bytes) {
     out.error = ErrorInfo{field("type")->get<std::string>(), field("message")->get<std::string>(),
                           field("traceback")->get<std::string>()};
   }
+  if (it = frame.find("outputs"); it != frame.end()) {
+    RETURN_IF_ERROR(ParseOutputs(*it, &out));
+  }
+  if (it = frame.find("outputs_truncated"); it != frame.end()) {
+    if (!it->is_boolean()) return common::Internal("malformed control frame: outputs_truncated");
+    out.outputs_truncated = out.outputs_truncated || it->get<bool>();
+  }
   for (const auto& [key, value] : frame.items()) {
-    if (key != "exit_code" && key != "result" && key != "error") {
+    if (key != "exit_code" && key != "result" && key != "error" && key != "outputs" &&
+        key != "outputs_truncated") {
       return common::Internal("malformed control frame: unknown field " + key);
     }
   }
@@ -249,7 +310,7 @@ StatusOr<Runtime> Runtime::Create(Language language, const RuntimePaths& paths,
 
 Launch Runtime::OneShotLaunch() const {
   Launch launch;
-  launch.env = BaseEnv();
+  launch.env = language_ == Language::kPython ? PythonEnv() : BaseEnv();
   switch (language_) {
     case Language::kPython: {
       std::string preload;
@@ -278,12 +339,21 @@ Launch Runtime::OneShotLaunch() const {
 }
 
 StatusOr<std::string> Runtime::EncodeJob(std::string_view code, std::string_view input_json,
-                                         const std::map<std::string, std::string>& env) const {
+                                         const std::map<std::string, std::string>& env,
+                                         std::string_view stdin_data) const {
   ASSIGN_OR_RETURN(json input, ParseInput(input_json));
   RETURN_IF_ERROR(ValidateEnv(env));
-  if (language_ == Language::kShell) return EncodeShellJob(code, input, env);
+  if (stdin_data.size() > common::protocol::kMaxStdinBytes) {
+    return InvalidRequest("stdin: " + std::to_string(stdin_data.size()) +
+                          " bytes, above the maximum of " +
+                          std::to_string(common::protocol::kMaxStdinBytes));
+  }
+  if (!IsValidUtf8(stdin_data)) return InvalidRequest("stdin: not valid UTF-8");
+  if (language_ == Language::kShell) return EncodeShellJob(code, input, env, stdin_data);
   // Compact JSON escapes control characters, so the header holds no raw newline.
-  std::string frame = Dump(json{{"input", std::move(input)}, {"env", env}});
+  json head{{"input", std::move(input)}, {"env", env}};
+  if (!stdin_data.empty()) head["stdin"] = std::string(stdin_data);  // only when given
+  std::string frame = Dump(head);
   frame.reserve(frame.size() + 1 + code.size());
   frame += '\n';
   frame += code;
@@ -296,7 +366,7 @@ StatusOr<Runtime::Outcome> Runtime::ParseControl(std::string_view control_bytes)
 
 Launch Runtime::SessionLaunch() const {
   Launch launch;
-  launch.env = BaseEnv();
+  launch.env = language_ == Language::kPython ? PythonEnv() : BaseEnv();
   switch (language_) {
     case Language::kPython:
       launch.argv = {interpreter_, "-I", "-c", std::string(kPythonSessionDriver)};
@@ -313,10 +383,10 @@ Launch Runtime::SessionLaunch() const {
   return launch;
 }
 
-StatusOr<std::string> Runtime::EncodeExecution(
-    std::string_view code, std::string_view input_json,
-    const std::map<std::string, std::string>& env) const {
-  ASSIGN_OR_RETURN(std::string payload, EncodeJob(code, input_json, env));
+StatusOr<std::string> Runtime::EncodeExecution(std::string_view code, std::string_view input_json,
+                                               const std::map<std::string, std::string>& env,
+                                               std::string_view stdin_data) const {
+  ASSIGN_OR_RETURN(std::string payload, EncodeJob(code, input_json, env, stdin_data));
   std::string frame = std::to_string(payload.size());
   frame.reserve(frame.size() + 1 + payload.size());
   frame += '\n';

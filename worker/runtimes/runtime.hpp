@@ -8,8 +8,9 @@
 // 0 = stdin pipe (the job frame, written once and closed by the worker),
 // 1/2 = stdout/stderr pipes, 3 = control pipe (write end). The interpreter
 // runs a small wrapper (worker/runtimes/wrappers/, embedded at build time) that
-// waits for the frame, applies `env`, injects `input`, runs the code and writes
-// one control frame to fd 3 before exiting; ParseControl decodes it.
+// waits for the frame, applies `env`, injects `input`, puts the job's stdin on
+// fd 0, runs the code and writes one control frame to fd 3 before exiting
+// (exit code, `result`, error, rich outputs); ParseControl decodes it.
 //
 // A session sandbox instead runs `SessionLaunch()`: a long-lived REPL driver
 // that reads one EncodeExecution(...) frame after another from fd 0 (kept
@@ -80,18 +81,27 @@ class Runtime {
   Launch OneShotLaunch() const;
 
   // The bytes to write to the warm sandbox's stdin. `input_json` is a JSON
-  // object or empty (none). INVALID_REQUEST, with a message for the client,
-  // when input is not an object, a key or env name is not an identifier, an
-  // env value is not UTF-8 text without NUL, or (shell) the code or a value
-  // holds a NUL byte, a key is in both env and input, or a name is read-only in bash.
+  // object or empty (none). `stdin_data` is what the code then reads on its
+  // own fd 0 (the wrapper puts it there; empty: fd 0 is at EOF).
+  // INVALID_REQUEST, with a message for the client, when input is not an
+  // object, a key or env name is not an identifier, an env value is not UTF-8
+  // text without NUL, stdin is over kMaxStdinBytes or not UTF-8, or (shell)
+  // the code, a value or stdin holds a NUL byte, a key is in both env and
+  // input, or a name is read-only in bash.
   common::StatusOr<std::string> EncodeJob(std::string_view code, std::string_view input_json,
-                                          const std::map<std::string, std::string>& env) const;
+                                          const std::map<std::string, std::string>& env,
+                                          std::string_view stdin_data = {}) const;
 
   struct Outcome {
     bool has_frame = false;        // false: the process ended without writing one
     std::optional<int> exit_code;  // as the wrapper saw it; the wait status is authoritative
     std::string result_json;       // JSON text of `result`; empty when unset
     std::optional<common::protocol::ErrorInfo> error;  // uncaught exception, unserializable result
+    // Rich outputs (python: figures, the echoed last expression), already
+    // bounded by common::BoundRichOutputs; truncated when some were left out
+    // (by the wrapper or here).
+    std::vector<common::protocol::RichOutput> outputs;
+    bool outputs_truncated = false;
   };
   // Decodes everything read from fd 3. Empty input is a valid "no frame"
   // outcome (`exit`, os._exit, a crash). Malformed frames (user code can write
@@ -106,9 +116,9 @@ class Runtime {
 
   // One execution frame for a running driver's fd 0: "<N>\n" followed by the N
   // bytes EncodeJob would produce. Same validation and errors as EncodeJob.
-  common::StatusOr<std::string> EncodeExecution(
-      std::string_view code, std::string_view input_json,
-      const std::map<std::string, std::string>& env) const;
+  common::StatusOr<std::string> EncodeExecution(std::string_view code, std::string_view input_json,
+                                                const std::map<std::string, std::string>& env,
+                                                std::string_view stdin_data = {}) const;
 
  private:
   Runtime(Language language, std::string interpreter, std::vector<std::string> preload)

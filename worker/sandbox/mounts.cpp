@@ -26,28 +26,16 @@ namespace {
 
 // Host paths the runtimes need; the first group is required to exist.
 const char* const kSystemPaths[] = {"/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"};
+// /etc/matplotlibrc: Debian's matplotlib keeps it there (the rest of its data
+// is under /usr/share); without it `import matplotlib` fails.
 const char* const kEtcPaths[] = {
-    "/etc/ld.so.cache",
-    "/etc/alternatives",
-    "/etc/localtime",
-    "/etc/ssl/certs",
-    "/etc/ssl/openssl.cnf",
-    "/etc/ca-certificates.conf",
-    "/etc/nsswitch.conf",
-    "/etc/host.conf",
-    "/etc/gai.conf",
-    "/etc/protocols",
-    "/etc/services",
-    "/etc/mime.types",
-    "/etc/magic",
-    "/etc/timezone",
-    "/etc/debian_version",
-    "/etc/os-release",
-    "/etc/inputrc",
-    "/etc/bash.bashrc",
-    "/etc/profile",
-    // Debian's matplotlib reads its defaults here (the python package set).
-    "/etc/matplotlibrc",
+    "/etc/ld.so.cache",   "/etc/alternatives",    "/etc/localtime",
+    "/etc/ssl/certs",     "/etc/ssl/openssl.cnf", "/etc/ca-certificates.conf",
+    "/etc/nsswitch.conf", "/etc/host.conf",       "/etc/gai.conf",
+    "/etc/protocols",     "/etc/services",        "/etc/mime.types",
+    "/etc/magic",         "/etc/timezone",        "/etc/debian_version",
+    "/etc/os-release",    "/etc/inputrc",         "/etc/bash.bashrc",
+    "/etc/profile",       "/etc/matplotlibrc",
 };
 // Host facts a job has no use for: kernel memory and timers, other users'
 // key quotas, the kernel command line, device interrupt counts (a side

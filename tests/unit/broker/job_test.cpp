@@ -245,5 +245,81 @@ TEST(Job, RecordSaysWhenCollectLeftFilesOut) {
   EXPECT_FALSE(read->files_truncated);
 }
 
+TEST(Job, SpecCarriesStdinToTheWorker) {
+  JobSpec s = Spec();
+  s.stdin_data = "line\n";
+  auto back = JobSpec::FromJson(s.ToJson());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->stdin_data, "line\n");
+  EXPECT_EQ(back->ToExecute().stdin_data, "line\n");
+  EXPECT_TRUE(s.Excerpt().stdin_data.empty());  // a refused job keeps none of its input
+  auto old = s.ToJson();
+  old.erase("stdin");  // stored before stdin existed
+  back = JobSpec::FromJson(old);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->stdin_data.empty());
+}
+
+// Text outputs are strings, the rest base64 (as `files`); the record round-trips.
+TEST(Job, RecordCarriesRichOutputs) {
+  JobRecord r = JobRecord::Queued(Spec());
+  protocol::Result res;
+  res.reason = protocol::EndReason::kExit;
+  res.exit_code = 0;
+  res.outputs = {{"text/plain", "5"}, {"image/png", std::string("\x89PNG\0", 5)}};
+  ApplyResult(r, res, 1);
+  auto j = r.ToJson();
+  ASSERT_EQ(j["outputs"].size(), 2u);
+  EXPECT_EQ(j["outputs"][0], (nlohmann::json{{"mime", "text/plain"}, {"text", "5"}, {"size", 1}}));
+  EXPECT_EQ(j["outputs"][1],
+            (nlohmann::json{{"mime", "image/png"}, {"content_base64", "iVBORwA="}, {"size", 5}}));
+  EXPECT_EQ(j["outputs_truncated"], false);
+  auto back = JobRecord::FromJson(j);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->outputs, res.outputs);
+  EXPECT_EQ(back->ToJson(), j);
+  // Records stored before outputs existed read as none.
+  auto old = JobRecord::Queued(Spec()).ToJson();
+  old.erase("outputs");
+  old.erase("outputs_truncated");
+  back = JobRecord::FromJson(old);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->outputs.empty());
+  EXPECT_FALSE(back->outputs_truncated);
+}
+
+// A hostile worker's outputs: bad mime types and anything past the bounds are
+// dropped by the broker, which says so.
+TEST(Job, BrokerRevalidatesAWorkersOutputs) {
+  JobRecord r = JobRecord::Queued(Spec());
+  protocol::Result res;
+  res.reason = protocol::EndReason::kExit;
+  res.exit_code = 0;
+  res.outputs = {{"text/plain", "ok"},
+                 {"text/html; charset=utf-8", "x"},
+                 {"../../etc", "x"},
+                 {"", "x"},
+                 {"image/png", std::string(protocol::kMaxRichOutputBytes, 'p')},
+                 {"image/svg+xml", "<svg/>"}};
+  ApplyResult(r, res, 1);
+  ASSERT_EQ(r.outputs.size(), 2u);
+  EXPECT_EQ(r.outputs[0].mime, "text/plain");
+  EXPECT_EQ(r.outputs[1].mime, "image/svg+xml");
+  EXPECT_TRUE(r.outputs_truncated);
+
+  JobRecord many = JobRecord::Queued(Spec());
+  res.outputs.assign(40, {"text/plain", "x"});
+  ApplyResult(many, res, 1);
+  EXPECT_EQ(many.outputs.size(), protocol::kMaxRichOutputs);
+  EXPECT_TRUE(many.outputs_truncated);
+
+  // The worker's own flag is kept.
+  JobRecord flagged = JobRecord::Queued(Spec());
+  res.outputs = {{"text/plain", "x"}};
+  res.outputs_truncated = true;
+  ApplyResult(flagged, res, 1);
+  EXPECT_TRUE(flagged.outputs_truncated);
+}
+
 }  // namespace
 }  // namespace kiln::broker

@@ -208,5 +208,31 @@ TEST(SubmitRequest, JavaScriptReadOnlyGlobalsAreRefusedAsInputKeys) {
   }
 }
 
+TEST(SubmitRequest, StdinIsATextOfAtMostOneMebibyte) {
+  auto r = ParseSubmitRequest(R"({"language":"python","code":"x","stdin":"a\nb"})", "t", Config());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->stdin_data, "a\nb");
+  const std::string fits(1 << 20, 'x');
+  const std::string over((1 << 20) + 1, 'x');
+  auto body = [](const std::string& lang, const std::string& in) {
+    return nlohmann::json{{"language", lang}, {"code", "x"}, {"stdin", in}}.dump();
+  };
+  for (const char* lang : {"python", "javascript", "shell"}) {
+    EXPECT_TRUE(ParseSubmitRequest(body(lang, fits), "t", Config()).ok()) << lang;
+    common::Status st = Error(body(lang, over));
+    EXPECT_EQ(st.code(), Code::kInvalidRequest) << lang;
+    EXPECT_THAT(st.message(), ::testing::StartsWith("stdin: 1048577 bytes, above the maximum"));
+  }
+  EXPECT_EQ(Error(R"({"language":"python","code":"x","stdin":5})").code(), Code::kInvalidRequest);
+  EXPECT_THAT(Error(R"({"language":"python","code":"x","stdin":["a"]})").message(),
+              HasSubstr("stdin: expected a string"));
+  // NUL: fine in python and javascript, refused for shell (bash strings cannot hold it).
+  EXPECT_TRUE(
+      ParseSubmitRequest(R"({"language":"python","code":"x","stdin":"a\u0000"})", "t", Config())
+          .ok());
+  EXPECT_THAT(Error(R"({"language":"shell","code":"x","stdin":"a\u0000"})").message(),
+              HasSubstr("stdin: shell"));
+}
+
 }  // namespace
 }  // namespace kiln::broker

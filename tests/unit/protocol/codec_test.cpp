@@ -958,6 +958,8 @@ TEST(CodecLimitsTest, EveryFieldSizeLimit) {
       {MessageType::kRegister, {"held_jobs", "1"}, kMaxIdBytes, "register.held_jobs[1]"},
       {MessageType::kRegister, {"isolation"}, kMaxIdBytes, "register.isolation"},
       {MessageType::kExecute, {"isolation"}, kMaxIdBytes, "execute.isolation"},
+      {MessageType::kExecute, {"stdin_data"}, kMaxStdinBytes, "execute.stdin_data"},
+      {MessageType::kResult, {"outputs", "0", "mime"}, kMaxMimeBytes, "result.outputs[0].mime"},
   };
   for (const SizeCase& c : cases) {
     SCOPED_TRACE(c.name);
@@ -987,7 +989,9 @@ struct CountCase {
 
 TEST(CodecLimitsTest, EveryListLimit) {
   const Value file = Map({{Str("path"), Str("f")}, {Str("content"), Bin("c")}});
+  const Value output = Map({{Str("mime"), Str("text/plain")}, {Str("data"), Bin("x")}});
   const std::vector<CountCase> cases = {
+      {MessageType::kResult, "outputs", kMaxRichOutputs, output},
       {MessageType::kRegister, "runtimes", kMaxListEntries, Str("python")},
       {MessageType::kRegister, "sandbox_layers", kMaxListEntries, Str("seccomp")},
       {MessageType::kRegister, "held_jobs", kMaxHeldJobs, Str("ex_1")},
@@ -1021,6 +1025,19 @@ TEST(CodecLimitsTest, EnvEntryLimit) {
   EXPECT_EQ(std::get<Execute>(*ok).env.size(), kMaxEnvEntries);
   env.entries.push_back({Str("ONE_MORE"), Str("x")});
   EXPECT_TRUE(IsInvalid(DecodeValue(frame), "execute.env: 257 entries exceeds the limit of 256"));
+}
+
+TEST(CodecLimitsTest, TotalOutputBytes) {
+  Result res = std::get<Result>(Full(MessageType::kResult));
+  res.outputs = {{.mime = "image/png", .data = std::string(kMaxRichOutputBytes - 1, 'a')},
+                 {.mime = "text/plain", .data = "b"}};
+  StatusOr<Message> ok = Decode(Encode(res));
+  ASSERT_TRUE(IsOk(ok));
+  EXPECT_EQ(std::get<Result>(*ok).outputs, res.outputs);
+  res.outputs[1].data = "bb";
+  EXPECT_TRUE(IsInvalid(Decode(Encode(res)), "result.outputs: contents total 4194305 bytes"));
+  res.outputs = {{.mime = "text/plain"}};
+  EXPECT_TRUE(IsOk(Decode(Encode(res))));  // empty data is data
 }
 
 TEST(CodecLimitsTest, TotalFileBytes) {

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -38,9 +39,9 @@ struct Job {
 };
 
 Job RunJob(Language language, std::string_view code, std::string_view input = "",
-           const Env& env = {}) {
+           const Env& env = {}, std::string_view stdin_data = {}) {
   Runtime rt = Make(language);
-  auto frame = rt.EncodeJob(code, input, env);
+  auto frame = rt.EncodeJob(code, input, env, stdin_data);
   EXPECT_TRUE(frame.ok()) << frame.status().ToString();
   Job job;
   job.run = RunWrapper(rt, frame.ok() ? *frame : "");
@@ -87,7 +88,12 @@ TEST(RuntimeLaunch, ArgvCarriesTheWrapperAndTheBaseEnvIsFixed) {
   EXPECT_EQ(py.argv[0], "/usr/bin/python3");
   EXPECT_EQ(py.argv[1], "-I");
   EXPECT_THAT(py.argv[3], HasSubstr("_kiln_main()"));
-  EXPECT_THAT(py.env,
+  EXPECT_THAT(py.env, ::testing::UnorderedElementsAre(
+                          "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/workspace", "TMPDIR=/tmp",
+                          "LANG=C.UTF-8", "MPLBACKEND=Agg", "MPLCONFIGDIR=/tmp/matplotlib",
+                          "XDG_CACHE_HOME=/tmp/.cache"));
+  EXPECT_EQ(Make(Language::kPython).SessionLaunch().env, py.env);
+  EXPECT_THAT(Make(Language::kShell).OneShotLaunch().env,
               ::testing::UnorderedElementsAre("PATH=/usr/local/bin:/usr/bin:/bin",
                                               "HOME=/workspace", "TMPDIR=/tmp", "LANG=C.UTF-8"));
   Launch sh = Make(Language::kShell).OneShotLaunch();
@@ -593,6 +599,134 @@ TEST(ShellWrapper, SyntaxErrorIsExitStatusTwo) {
   Job j = RunJob(Language::kShell, "if then");
   EXPECT_EQ(j.run.exit_status, 2);
   EXPECT_THAT(j.run.stderr_data, HasSubstr("syntax error"));
+}
+
+// ---------------------------------------------------------------- stdin
+
+TEST(EncodeJob, StdinGoesInTheHeaderOnlyWhenGiven) {
+  Runtime py = Make(Language::kPython);
+  auto plain = py.EncodeJob("1", "", {});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(*plain, "{\"env\":{},\"input\":{}}\n1");  // as before stdin existed
+  auto with = py.EncodeJob("1", "", {}, "a\nb");
+  ASSERT_TRUE(with.ok());
+  EXPECT_EQ(*with, "{\"env\":{},\"input\":{},\"stdin\":\"a\\nb\"}\n1");
+  auto sh = Make(Language::kShell).EncodeJob("x", "", {{"A", "1"}}, "hi");
+  ASSERT_TRUE(sh.ok());
+  EXPECT_EQ(*sh, "__kiln_stdin=2;export A=$'\\x31'\nhix.");
+}
+
+TEST(EncodeJob, StdinIsBoundedUtf8AndShellRefusesNul) {
+  for (Language l : {Language::kPython, Language::kJavaScript, Language::kShell}) {
+    Runtime rt = Make(l);
+    EXPECT_TRUE(rt.EncodeJob("1", "", {}, std::string(1 << 20, 'x')).ok());
+    auto big = rt.EncodeJob("1", "", {}, std::string((1 << 20) + 1, 'x'));
+    ASSERT_FALSE(big.ok());
+    EXPECT_EQ(big.status().code(), Code::kInvalidRequest);
+    EXPECT_THAT(big.status().message(), StartsWith("stdin: "));
+    EXPECT_EQ(rt.EncodeJob("1", "", {}, "\xff").status().code(), Code::kInvalidRequest);
+    // The same rules for a session's execution.
+    EXPECT_EQ(rt.EncodeExecution("1", "", {}, std::string((1 << 20) + 1, 'x')).status().code(),
+              Code::kInvalidRequest);
+  }
+  EXPECT_TRUE(Make(Language::kPython).EncodeJob("1", "", {}, std::string("a\0b", 3)).ok());
+  auto nul = Make(Language::kShell).EncodeJob("1", "", {}, std::string("a\0b", 3));
+  ASSERT_FALSE(nul.ok());
+  EXPECT_THAT(nul.status().message(), HasSubstr("NUL"));
+}
+
+// The code and the processes it starts read the job's stdin on fd 0.
+TEST(PythonWrapper, StdinIsOnFdZeroForTheCodeAndItsChildren) {
+  Job j = RunJob(Language::kPython,
+                 "import os, subprocess, sys\n"
+                 "head = os.read(0, 9).decode()\n"
+                 "child = subprocess.run(['cat'], capture_output=True, text=True).stdout\n"
+                 "result = [head, child, sys.stdin.read()]",
+                 "", {}, "line one\nline two \u00e9\n");
+  EXPECT_EQ(j.outcome.exit_code, 0) << j.run.stderr_data;
+  // The child read on from where the code stopped: one file offset, fd 0's.
+  EXPECT_EQ(Result(j), json::array({"line one\n", "line two \u00e9\n", ""}));
+  Job whole = RunJob(Language::kPython, "import sys\nresult = sys.stdin.read()", "", {}, "a\nb");
+  EXPECT_EQ(Result(whole), "a\nb");
+}
+
+TEST(JavaScriptWrapper, StdinIsOnFdZeroForTheCodeAndItsChildren) {
+  Job j =
+      RunJob(Language::kJavaScript,
+             "const fs = require('fs');\n"
+             "const cp = require('child_process');\n"
+             "const child = cp.execSync('cat', {stdio: ['inherit', 'pipe', 'pipe']}).toString();\n"
+             "result = [child, fs.readFileSync(0).toString()];",
+             "", {}, "from stdin\n");
+  EXPECT_EQ(j.outcome.exit_code, 0) << j.run.stderr_data;
+  // The child read to EOF first: the shared file offset left nothing for node.
+  EXPECT_EQ(Result(j), json::array({"from stdin\n", ""}));
+}
+
+TEST(ShellWrapper, StdinIsOnFdZeroForTheCodeAndItsChildren) {
+  Job j = RunJob(Language::kShell, "read -r line\nresult=$line\ncat\nls -a /tmp", "", {},
+                 "first\nsecond\n");
+  EXPECT_EQ(j.outcome.exit_code, 0) << j.run.stderr_data;
+  EXPECT_EQ(Result(j), "first");
+  EXPECT_THAT(j.run.stdout_data, StartsWith("second\n"));
+  EXPECT_THAT(j.run.stdout_data, Not(HasSubstr("kiln-stdin")));  // removed once open
+}
+
+// 1 MiB of stdin in well under a second: it stays out of the header line,
+// whose split costs bash the square of its length (minutes for 256 KiB).
+TEST(ShellWrapper, AMebibyteOfStdinIsQuick) {
+  const auto start = std::chrono::steady_clock::now();
+  Job j = RunJob(Language::kShell, "wc -c", "", {}, std::string(1 << 20, 'x'));
+  EXPECT_EQ(j.run.stdout_data, "1048576\n");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+// ---------------------------------------------------------------- rich outputs
+
+TEST(ParseControl, DecodesOutputsAndBoundsThem) {
+  Runtime rt = Make(Language::kPython);
+  auto o = rt.ParseControl(
+      R"({"exit_code": 0, "outputs": [{"mime": "text/plain", "text": "5"},
+          {"mime": "image/png", "base64": "AAEC"}, {"mime": "bad mime", "text": "x"}]})");
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  ASSERT_EQ(o->outputs.size(), 2u);
+  EXPECT_EQ(o->outputs[0], (common::protocol::RichOutput{"text/plain", "5"}));
+  EXPECT_EQ(o->outputs[1], (common::protocol::RichOutput{"image/png", std::string("\0\1\2", 3)}));
+  EXPECT_TRUE(o->outputs_truncated);  // the bad mime type was dropped
+
+  std::string many = R"({"exit_code": 0, "outputs": [)";
+  for (int i = 0; i < 40; ++i)
+    many += std::string(i ? "," : "") + R"({"mime": "text/plain", "text": "x"})";
+  auto m = rt.ParseControl(many + "]}");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->outputs.size(), common::protocol::kMaxRichOutputs);
+  EXPECT_TRUE(m->outputs_truncated);
+
+  auto plain = rt.ParseControl(R"({"exit_code": 0, "outputs_truncated": true})");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(plain->outputs.empty());
+  EXPECT_TRUE(plain->outputs_truncated);
+
+  for (const char* bad :
+       {R"({"exit_code": 0, "outputs": {}})", R"({"exit_code": 0, "outputs": [{"text": "x"}]})",
+        R"({"exit_code": 0, "outputs": [{"mime": "a/b"}]})",
+        R"({"exit_code": 0, "outputs": [{"mime": "a/b", "base64": "!!"}]})",
+        R"({"exit_code": 0, "outputs_truncated": 1})"}) {
+    auto r = rt.ParseControl(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), Code::kInternal) << bad;
+  }
+}
+
+TEST(PythonWrapper, NoOutputsWithoutPyplotAndNoEchoInOneShot) {
+  // The one-shot wrapper keeps its `result` rules: a final expression is not echoed.
+  Job j = RunJob(Language::kPython, "import sys\nx = 5\nx");
+  EXPECT_EQ(j.outcome.exit_code, 0);
+  EXPECT_TRUE(j.outcome.result_json.empty());
+  EXPECT_TRUE(j.outcome.outputs.empty());
+  EXPECT_FALSE(j.outcome.outputs_truncated);
+  Job m = RunJob(Language::kPython, "import sys\nresult = 'matplotlib' in sys.modules");
+  EXPECT_EQ(Result(m), false);  // the wrapper never imports it
 }
 
 }  // namespace

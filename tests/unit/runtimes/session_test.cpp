@@ -39,8 +39,8 @@ Runtime Make(Language language) {
 }
 
 std::string Frame(const Runtime& rt, std::string_view code, std::string_view input = "",
-                  const Env& env = {}) {
-  auto frame = rt.EncodeExecution(code, input, env);
+                  const Env& env = {}, std::string_view stdin_data = {}) {
+  auto frame = rt.EncodeExecution(code, input, env, stdin_data);
   EXPECT_TRUE(frame.ok()) << frame.status().ToString();
   return frame.ok() ? *frame : "";
 }
@@ -71,6 +71,9 @@ struct Session {
   explicit Session(Language language) : rt(Make(language)), proc(SessionProcess::Start(rt)) {}
   Execution Run(std::string_view code, std::string_view input = "", const Env& env = {}) {
     return proc->Execute(Frame(rt, code, input, env));
+  }
+  Execution RunWithStdin(std::string_view code, std::string_view stdin_data) {
+    return proc->Execute(Frame(rt, code, "", {}, stdin_data));
   }
   Runtime rt;
   std::unique_ptr<SessionProcess> proc;
@@ -766,6 +769,85 @@ TEST(ShellSession, SigintWhileIdleIsHarmless) {
 TEST(ShellSession, CodeIgnoringSigintGetsNoFrame) {
   Session s(Language::kShell);
   ExpectIgnoredSigintGivesNoFrame(s, "trap '' INT\necho started\nwhile :; do :; done");
+}
+
+// ---------------------------------------------------------------- stdin
+
+// Each execution's stdin is on the code's fd 0 (children included), and the
+// next execution without one finds fd 0 empty again; the frames still flow.
+TEST(SessionStdin, EachExecutionReadsItsOwnStdinOnFdZero) {
+  const std::map<Language, std::pair<std::string, std::string>> code = {
+      {Language::kPython,
+       {"import os, subprocess, sys\nresult = [os.read(0, 4).decode(), "
+        "subprocess.run(['cat'], capture_output=True, text=True).stdout]",
+        "import sys, os\nresult = [sys.stdin.read(), os.read(0, 10).decode()]"}},
+      {Language::kJavaScript,
+       {"result = [require('child_process').execSync('head -n 1', {stdio: ['inherit', 'pipe', "
+        "'pipe']}).toString(), require('fs').readFileSync(0).toString()]",
+        "result = [require('fs').readFileSync(0).toString(), '']"}},
+      {Language::kShell, {"read -r a; b=$(cat); result=\"$a|$b\"", "b=$(cat); result=\"|$b\""}},
+  };
+  for (Language l : kAll) {
+    SCOPED_TRACE(std::string(LanguageName(l)));
+    Session s(l);
+    const auto& [with, without] = code.at(l);
+    Execution first = s.RunWithStdin(with, "one\ntwo\n");
+    Execution second = s.Run(without);
+    Execution third = s.RunWithStdin(with, "six\nfour\n");
+    if (l == Language::kShell) {
+      EXPECT_EQ(Result(first), "one|two");
+      EXPECT_EQ(Result(second), "|");
+      EXPECT_EQ(Result(third), "six|four");
+    } else if (l == Language::kPython) {
+      EXPECT_EQ(Result(first), json::array({"one\n", "two\n"}));
+      EXPECT_EQ(Result(second), json::array({"", ""}));
+      EXPECT_EQ(Result(third), json::array({"six\n", "four\n"}));
+    } else {
+      // `head -n 1` may read more than its line: only the child's part is exact.
+      EXPECT_EQ(Result(first)[0], "one\n");
+      EXPECT_EQ(Result(second), json::array({"", ""}));
+      EXPECT_EQ(Result(third)[0], "six\n");
+    }
+  }
+}
+
+// ---------------------------------------------------------------- echo
+
+std::vector<common::protocol::RichOutput> Outputs(const Execution& e) {
+  return OutcomeOf(e).outputs;
+}
+
+TEST(PythonSessionEcho, AFinalExpressionIsTheResultAndATextOutput) {
+  using common::protocol::RichOutput;
+  Session s(Language::kPython);
+  Execution a = s.Run("x = 5\nx");
+  EXPECT_EQ(Result(a), 5);
+  EXPECT_EQ(Outputs(a), (std::vector<RichOutput>{{"text/plain", "5"}}));
+  Execution b = s.Run("x");
+  EXPECT_EQ(Result(b), 5);
+  // An explicit `result` wins; the value is still shown.
+  Execution c = s.Run("result = 1\nx + 1");
+  EXPECT_EQ(Result(c), 1);
+  EXPECT_EQ(Outputs(c), (std::vector<RichOutput>{{"text/plain", "6"}}));
+  // None, a statement, or a call returning None: nothing echoed.
+  for (const char* quiet : {"None", "y = 2", "print('p')", "def f():\n    return 3\n"}) {
+    Execution q = s.Run(quiet);
+    EXPECT_TRUE(OutcomeOf(q).result_json.empty()) << quiet;
+    EXPECT_TRUE(Outputs(q).empty()) << quiet;
+  }
+  // Not JSON-serialisable: an output, no result and no error.
+  Execution d = s.Run(
+      "class P:\n    def __repr__(self):\n        return 'P!'\n"
+      "    def _repr_html_(self):\n        return '<b>P</b>'\nP()");
+  Runtime::Outcome od = OutcomeOf(d);
+  EXPECT_TRUE(od.result_json.empty());
+  EXPECT_FALSE(od.error.has_value());
+  EXPECT_EQ(od.exit_code, 0);
+  EXPECT_EQ(od.outputs, (std::vector<RichOutput>{{"text/plain", "P!"}, {"text/html", "<b>P</b>"}}));
+  // An error in the expression is an ordinary error; the session goes on.
+  Execution e = s.Run("1/0");
+  EXPECT_EQ(OutcomeOf(e).error->type, "ZeroDivisionError");
+  EXPECT_EQ(Result(s.Run("x")), 5);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Kiln one-shot JavaScript wrapper (docs/runtimes.md). Started warm, before the
 // job is known, as:  node -e <this text>
-// fd 0: the job frame  <JSON {"input": {...}, "env": {...}}> "\n" <code, UTF-8>
+// fd 0: the job frame  <JSON {"input": {...}, "env": {...}, "stdin": "..."?}> "\n" <code, UTF-8>
+//       ("stdin", when given, becomes fd 0 for the code: a file in /tmp, unlinked once open)
 // fd 3: control pipe; at exit it gets one JSON object
 //       {"exit_code": n, "result": <json>?, "error": {"type","message","traceback"}?}
 (() => {
@@ -21,6 +22,25 @@
   const fixStrings = (k, v) => typeof v === 'string'
     ? v.replace(/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g, '\ufffd')
     : v;
+
+  // fd 0 itself becomes the job's stdin, so children started with stdio
+  // 'inherit' read it too (libuv clears close-on-exec on inherited stdio):
+  // a file in /tmp, unlinked once open. Node has no dup2, but a closed 0 is
+  // the lowest free fd, which the next open takes.
+  const setStdin = (text) => {
+    const path = '/tmp/.kiln-stdin-' + proc.pid + '-' + Date.now();
+    fs.writeFileSync(path, text, {mode: 0o600, flag: 'wx'});
+    try {
+      fs.closeSync(0);
+      const fd = fs.openSync(path, 'r');
+      if (fd !== 0) {
+        fs.closeSync(fd);
+        throw new Error('fd 0 was taken');
+      }
+    } finally {
+      fs.unlinkSync(path);
+    }
+  };
 
   // Reopen the control pipe close-on-exec so child processes never inherit it.
   let ctl = 3;
@@ -117,6 +137,13 @@
   const code = data.toString('utf8', nl + 1);
   for (const k of Object.keys(job.env)) proc.env[k] = job.env[k];
   for (const k of Object.keys(job.input)) globalThis[k] = job.input[k];
+  if (typeof job.stdin === 'string' && job.stdin.length > 0) {
+    try {
+      setStdin(job.stdin);
+    } catch (e) {  // the code finds stdin empty and is told why
+      fs.writeSync(2, 'kiln: stdin could not be set up: ' + e.message + '\n');
+    }
+  }
 
   // import() in the code: resolved from /workspace, so bare names find
   // /workspace/node_modules, then the package set at /node_modules (node runs

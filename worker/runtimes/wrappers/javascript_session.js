@@ -3,7 +3,9 @@
 // and kept alive: one process runs every execution of a session as a classic
 // script in its one global context.
 // fd 0: execution frames, one after another:  <N> "\n" <N bytes>, the bytes being
-//       <JSON {"input": {...}, "env": {...}}> "\n" <code, UTF-8>. EOF: exit 0.
+//       <JSON {"input": {...}, "env": {...}, "stdin": "..."?}> "\n" <code, UTF-8>. EOF: exit 0.
+//       ("stdin", when given, is the execution's fd 0: a file in /tmp, unlinked
+//       once open; /dev/null again after the execution)
 // fd 3: one control frame per execution, written once its output is written:
 //       <N> "\n" <N bytes of {"exit_code": n, "result": <json>?, "error": {...}?}>
 (() => {
@@ -65,6 +67,28 @@
     }
   } catch (e) {}
 
+  // An execution's stdin on fd 0 itself, so children started with stdio
+  // 'inherit' read it too: a file in /tmp, unlinked once open. Node has no
+  // dup2, but a closed 0 is the lowest free fd, which the next open takes.
+  // Only when the frames moved off fd 0 (src !== 0).
+  const reopenStdin = (path) => {
+    fs.closeSync(0);
+    const fd = fs.openSync(path, fs.constants.O_RDONLY);
+    if (fd !== 0) {
+      fs.closeSync(fd);
+      throw new Error('fd 0 was taken');
+    }
+  };
+  const setStdin = (text) => {
+    const path = '/tmp/.kiln-stdin-' + proc.pid + '-' + Date.now();
+    fs.writeFileSync(path, text, {mode: 0o600, flag: 'wx'});
+    try {
+      reopenStdin(path);
+    } finally {
+      fs.unlinkSync(path);
+    }
+  };
+
   // process.exit(n) in an execution ends that execution, not the session.
   class ExitRequest {
     constructor(code) {
@@ -83,6 +107,11 @@
     cur.done = true;
     current = null;
     proc.exitCode = undefined;
+    if (cur.stdin) {  // the next execution's code gets an empty stdin again
+      try {
+        reopenStdin('/dev/null');
+      } catch (_) {}
+    }
     let frame = '{"exit_code":' + (status & 0xFF);
     if (value !== undefined) {
       let json;
@@ -206,7 +235,15 @@
     clearResult();
     for (const k of Object.keys(job.input)) globalThis[k] = job.input[k];
     proc.exitCode = undefined;
-    const cur = current = {done: false};
+    const cur = current = {done: false, stdin: false};
+    if (typeof job.stdin === 'string' && job.stdin.length > 0 && src !== 0) {
+      try {
+        cur.stdin = true;
+        setStdin(job.stdin);
+      } catch (e) {  // the code finds stdin empty and is told why
+        fs.writeSync(2, 'kiln: stdin could not be set up: ' + e.message + '\n');
+      }
+    }
 
     let script, wrapped = false;
     try {

@@ -2,10 +2,120 @@
 # job is known, as:  python3 -I -c <this text>
 # or loaded by the python zygote (python_zygote.py), which calls _kiln_main()
 # in each sandbox it forks.
-# fd 0: the job frame  <JSON {"input": {...}, "env": {...}}> "\n" <code bytes>
+# fd 0: the job frame  <JSON {"input": {...}, "env": {...}, "stdin": "..."?}> "\n" <code bytes>
+#       ("stdin", when given, is put on fd 0 for the code: a memfd, rewound)
 # fd 3: control pipe; at exit it gets one JSON object
-#       {"exit_code": n, "result": <json>?, "error": {"type","message","traceback"}?}
-import atexit, builtins, io, json, os, sys, linecache, traceback
+#       {"exit_code": n, "result": <json>?, "error": {"type","message","traceback"}?,
+#        "outputs": [{"mime", "text" | "base64"}]?, "outputs_truncated": true?}
+import atexit, binascii, builtins, io, json, os, sys, linecache, traceback
+
+_KILN_MAX_OUTPUTS, _KILN_MAX_OUTPUT_BYTES = 16, 4 << 20  # protocol::kMaxRichOutputs, ...Bytes
+
+
+class _KilnOutputs:
+    """An execution's rich outputs, bounded as the worker bounds them."""
+
+    def __init__(self):
+        self.items, self.size, self.truncated = [], 0, False
+
+    def full(self):
+        return len(self.items) >= _KILN_MAX_OUTPUTS
+
+    def add(self, mime, data):  # str for text mimes, bytes otherwise
+        n = len(data.encode("utf-8", "replace")) if isinstance(data, str) else len(data)
+        if self.full() or self.size + n > _KILN_MAX_OUTPUT_BYTES:
+            self.truncated = True
+            return
+        self.size += n
+        if isinstance(data, str):
+            self.items.append({"mime": mime, "text": data})
+        else:
+            self.items.append({"mime": mime,
+                               "base64": binascii.b2a_base64(data, newline=False).decode()})
+
+    def figures(self):
+        """Open matplotlib figures become image/png outputs, then are closed.
+        Only when the code imported pyplot: matplotlib is never imported here."""
+        plt = sys.modules.get("matplotlib.pyplot")
+        if plt is None:
+            return
+        try:
+            nums = plt.get_fignums()
+        except Exception:
+            return
+        for n in nums:
+            if self.full():  # not rendered: the bound is reached
+                self.truncated = True
+                break
+            try:
+                buf = io.BytesIO()
+                plt.figure(n).savefig(buf, format="png")
+                self.add("image/png", buf.getvalue())
+            except Exception:
+                pass
+        try:
+            plt.close("all")
+        except Exception:
+            pass
+
+    def frame(self):
+        text = ""
+        if self.items:
+            text += ', "outputs": ' + json.dumps(self.items, ensure_ascii=False)
+        if self.truncated:
+            text += ', "outputs_truncated": true'
+        return text
+
+
+class _KilnPyplotHook:
+    """A meta path finder that only wraps the loading of matplotlib.pyplot, so
+    that plt.show() hands the open figures to `sink()` (and closes them), as a
+    notebook shows them, instead of the Agg backend's no-op."""
+
+    def __init__(self, sink):
+        self.sink = sink
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "matplotlib.pyplot":
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader, sink = spec.loader, self.sink
+        load = loader.exec_module
+
+        def exec_module(module):
+            load(module)
+
+            def show(*args, **kwargs):
+                sink().figures()
+
+            module.show = show
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def _kiln_set_stdin(text):
+    # fd 0 itself, so child processes read it too: a memfd (a file in /tmp
+    # without one) holding the text, rewound; sys.stdin reopened on it.
+    data = text.encode("utf-8", "replace")
+    try:
+        fd = os.memfd_create("kiln-stdin", 0)
+    except (AttributeError, OSError):
+        fd = os.open(os.environ.get("TMPDIR") or "/tmp", os.O_TMPFILE | os.O_RDWR, 0o600)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.dup2(fd, 0)
+    os.close(fd)
+    sys.stdin = open(0, closefd=False)
 
 # A process's first compile() sets the compiler up (~1 ms, most of a trivial
 # job's time): do it now, while the sandbox (or the zygote) is warm.
@@ -27,6 +137,13 @@ def _kiln_main():
     head, _, code = data.partition(b"\n")
     job = json.loads(head)
     os.environ.update(job["env"])
+    if job.get("stdin"):
+        try:
+            _kiln_set_stdin(job["stdin"])
+        except OSError as e:  # the code finds stdin empty and is told why
+            sys.stderr.write("kiln: stdin could not be set up: %s\n" % e)
+    outputs = _KilnOutputs()
+    sys.meta_path.insert(0, _KilnPyplotHook(lambda: outputs))
 
     # The user's code runs as a fresh __main__ module (pickle, dataclasses and
     # `if __name__ == "__main__"` behave as in `python3 main.py`), importing from cwd.
@@ -57,6 +174,7 @@ def _kiln_main():
                     "type": "ResultNotSerializable", "message": str(e), "traceback": ""}
         if state["error"]:
             frame += ', "error": ' + json.dumps(state["error"], ensure_ascii=False)
+        frame += outputs.frame()
         # Flush what the code wrote, including files it left open in its
         # globals, then let go of stdout/stderr: once fds 1, 2 and 3 reach EOF
         # the worker has the whole job and need not wait for the interpreter's
@@ -94,6 +212,8 @@ def _kiln_main():
         sys.stderr.write(tb)
         state["status"] = 1
         state["error"] = {"type": type(e).__name__, "message": str(e), "traceback": tb}
+    # Now, not in finish(): pyplot's own atexit handler destroys every figure.
+    outputs.figures()
     sys.exit(state["status"])
 
 

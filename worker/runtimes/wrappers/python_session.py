@@ -3,10 +3,141 @@
 # and kept alive: one process runs every execution of a session, in one
 # persistent __main__ module.
 # fd 0: execution frames, one after another:  <N> "\n" <N bytes>, the bytes being
-#       <JSON {"input": {...}, "env": {...}}> "\n" <code bytes>. EOF: exit 0.
+#       <JSON {"input": {...}, "env": {...}, "stdin": "..."?}> "\n" <code bytes>. EOF: exit 0.
+#       ("stdin", when given, is the execution's fd 0: a memfd, rewound; /dev/null after)
 # fd 3: one control frame per execution, written once its output is flushed:
-#       <N> "\n" <N bytes of {"exit_code": n, "result": <json>?, "error": {...}?}>
-import builtins, fcntl, io, json, linecache, os, signal, sys, traceback
+#       <N> "\n" <N bytes of {"exit_code": n, "result": <json>?, "error": {...}?,
+#                              "outputs": [{"mime", "text" | "base64"}]?, "outputs_truncated": true?}>
+# A final expression statement is echoed as a notebook does (docs/runtimes.md).
+import ast, binascii, builtins, fcntl, io, json, linecache, os, signal, sys, traceback
+
+_KILN_MAX_OUTPUTS, _KILN_MAX_OUTPUT_BYTES = 16, 4 << 20  # protocol::kMaxRichOutputs, ...Bytes
+_KILN_MAX_ECHO_RESULT = 1 << 20  # an echoed value bigger than this as JSON is no `result`
+
+
+class _KilnOutputs:
+    """An execution's rich outputs, bounded as the worker bounds them."""
+
+    def __init__(self):
+        self.items, self.size, self.truncated = [], 0, False
+
+    def full(self):
+        return len(self.items) >= _KILN_MAX_OUTPUTS
+
+    def add(self, mime, data):  # str for text mimes, bytes otherwise
+        n = len(data.encode("utf-8", "replace")) if isinstance(data, str) else len(data)
+        if self.full() or self.size + n > _KILN_MAX_OUTPUT_BYTES:
+            self.truncated = True
+            return
+        self.size += n
+        if isinstance(data, str):
+            self.items.append({"mime": mime, "text": data})
+        else:
+            self.items.append({"mime": mime,
+                               "base64": binascii.b2a_base64(data, newline=False).decode()})
+
+    def figure(self, fig):
+        if self.full():
+            self.truncated = True
+            return
+        try:
+            buf = io.BytesIO()
+            fig.savefig(buf, format="png")
+            self.add("image/png", buf.getvalue())
+        except Exception:
+            pass
+
+    def figures(self):
+        """Open matplotlib figures become image/png outputs, then are closed.
+        Only when the code imported pyplot: matplotlib is never imported here."""
+        plt = sys.modules.get("matplotlib.pyplot")
+        if plt is None:
+            return
+        try:
+            nums = plt.get_fignums()
+        except Exception:
+            return
+        for n in nums:
+            if self.full():  # not rendered: the bound is reached
+                self.truncated = True
+                break
+            try:
+                self.figure(plt.figure(n))
+            except Exception:
+                pass
+        try:
+            plt.close("all")
+        except Exception:
+            pass
+
+    def echo(self, value):
+        """The notebook display of a final expression's value: text/plain (its
+        repr), image/png for a matplotlib Figure or _repr_png_, text/html for
+        _repr_html_."""
+        try:
+            self.add("text/plain", repr(value))
+        except Exception:
+            pass
+        mpl_figure = sys.modules.get("matplotlib.figure")
+        if mpl_figure is not None and isinstance(value, mpl_figure.Figure):
+            self.figure(value)
+            plt = sys.modules.get("matplotlib.pyplot")
+            try:
+                if plt is not None:
+                    plt.close(value)  # not again with the open figures
+            except Exception:
+                pass
+            return
+        for method, mime, kind in (("_repr_png_", "image/png", bytes),
+                                   ("_repr_html_", "text/html", str)):
+            try:
+                data = getattr(value, method)()
+                if isinstance(data, kind):
+                    self.add(mime, data)
+            except Exception:
+                pass
+
+    def frame(self):
+        text = ""
+        if self.items:
+            text += ', "outputs": ' + json.dumps(self.items, ensure_ascii=False)
+        if self.truncated:
+            text += ', "outputs_truncated": true'
+        return text
+
+
+class _KilnPyplotHook:
+    """A meta path finder that only wraps the loading of matplotlib.pyplot, so
+    that plt.show() hands the open figures to `sink()` (and closes them), as a
+    notebook shows them, instead of the Agg backend's no-op."""
+
+    def __init__(self, sink):
+        self.sink = sink
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "matplotlib.pyplot":
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader, sink = spec.loader, self.sink
+        load = loader.exec_module
+
+        def exec_module(module):
+            load(module)
+
+            def show(*args, **kwargs):
+                sink().figures()
+
+            module.show = show
+
+        loader.exec_module = exec_module
+        return spec
 
 
 def _kiln_session():
@@ -82,11 +213,41 @@ def _kiln_session():
             pass
         return {"type": type(e).__name__, "message": str(e), "traceback": text}
 
-    def run(code, name):
+    def set_stdin(text):
+        # fd 0 itself, so child processes read it too: a memfd (a file in /tmp
+        # without one) holding the text, rewound; sys.stdin reopened on it.
+        data = text.encode("utf-8", "replace")
+        try:
+            fd = os.memfd_create("kiln-stdin", 0)
+        except (AttributeError, OSError):
+            fd = os.open(os.environ.get("TMPDIR") or "/tmp", os.O_TMPFILE | os.O_RDWR, 0o600)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.dup2(fd, 0)
+        os.close(fd)
+        sys.stdin = open(0, closefd=False)
+
+    NOTHING = object()
+
+    def run(code, name, echo):
+        # A final expression statement is evaluated apart, and its value
+        # (unless None) is echoed; `echo` gets it.
         status, error = 0, None
         try:
             running[0] = True
-            exec(compile(code, name, "exec", dont_inherit=True), glb)
+            tree = compile(code, name, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+            last = tree.body[-1] if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+            if last is None:
+                exec(compile(tree, name, "exec", dont_inherit=True), glb)
+            else:
+                del tree.body[-1]
+                exec(compile(tree, name, "exec", dont_inherit=True), glb)
+                value = eval(compile(ast.Expression(last.value), name, "eval", dont_inherit=True),
+                             glb)
+                if value is not None:
+                    echo[0] = value
         except SystemExit as e:  # the session survives; the code's exit code is reported
             c = e.code
             if c is None or isinstance(c, int):
@@ -112,6 +273,10 @@ def _kiln_session():
                 s.flush()
             except Exception:
                 pass
+
+    # The running execution's outputs; plt.show() adds to them.
+    outputs = [_KilnOutputs()]
+    sys.meta_path.insert(0, _KilnPyplotHook(lambda: outputs[0]))
 
     count, sources, kept = 0, [], 0
     while True:
@@ -147,17 +312,32 @@ def _kiln_session():
         os.environ.update(env)
         glb.pop("result", None)
         glb.update(inp)
+        given_stdin = bool(job.get("stdin"))
+        if given_stdin:
+            try:
+                set_stdin(job["stdin"])
+            except OSError as e:  # the code finds stdin empty and is told why
+                sys.stderr.write("kiln: stdin could not be set up: %s\n" % e)
+        outputs[0] = _KilnOutputs()
+        echo = [NOTHING]
         try:
-            status, error = run(code, name)
+            status, error = run(code, name, echo)
         except KeyboardInterrupt:  # the interrupt landed as run() was unwinding
             status, error = 130, {"type": "KeyboardInterrupt", "message": "", "traceback": ""}
         signal.signal(signal.SIGINT, on_sigint)  # the code may have replaced it
-        if sys.stdin is None or sys.stdin.closed:  # exit() and quit() close it
+        if given_stdin:  # the next execution's code gets an empty stdin again
+            empty_stdin()
+            sys.stdin = open(0, closefd=False)
+        elif sys.stdin is None or sys.stdin.closed:  # exit() and quit() close it
             try:
                 os.fstat(0)
             except OSError:
                 empty_stdin()
             sys.stdin = open(0, closefd=False)
+        outs = outputs[0]
+        if echo[0] is not NOTHING:
+            outs.echo(echo[0])
+        outs.figures()
 
         frame = '{"exit_code": %d' % status
         if "result" in glb:
@@ -167,8 +347,19 @@ def _kiln_session():
             except Exception as e:  # keep the exit code; say why there is no result
                 error = error or {"type": "ResultNotSerializable", "message": str(e),
                                   "traceback": ""}
+        elif echo[0] is not NOTHING:
+            # The echoed value is the result when it has a JSON form (a small
+            # enough one); otherwise it is only an output, without an error.
+            try:
+                text = json.dumps(echo[0], ensure_ascii=False, default=default, allow_nan=False)
+                if len(text) <= _KILN_MAX_ECHO_RESULT:
+                    frame += ', "result": ' + text
+            except Exception:
+                pass
+        echo[0] = NOTHING  # the session keeps no reference to it
         if error:
             frame += ', "error": ' + json.dumps(error, ensure_ascii=False)
+        frame += outs.frame()
         body = (frame + "}").encode("utf-8", "replace")  # lone surrogates become "?"
         # Everything the code printed is in the pipes before its frame is.
         flush_all()

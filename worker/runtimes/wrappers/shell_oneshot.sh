@@ -2,7 +2,10 @@
 # is known, as:  bash --noprofile --norc -c <this text> bash
 # fd 0: the job frame  <header line> "\n" <code> "."   (no NUL bytes anywhere)
 #       header: empty, or `export K=$'\xHH...' ...` built by the worker, every
-#       byte of every value escaped, so evaluating it can only assign variables.
+#       byte of every value escaped, so evaluating it can only assign variables;
+#       with a job's stdin it starts with `__kiln_stdin=<N>;` and the N bytes of
+#       stdin come before the code; the wrapper puts them on fd 0 (a file in
+#       /tmp, removed once open).
 # fd 3: control pipe; at the end it gets "<exit status>\n", then "r<bytes of $result>"
 #       when `result` is set. `exit` in the user's code ends the shell: no frame.
 # Read everything in one go: `$(<file)` reads in blocks, `read -d ''` byte by byte.
@@ -16,8 +19,20 @@ if [[ -e /dev/stdin ]]; then __kiln=$(</dev/stdin); else IFS= read -r -d '' __ki
 LC_ALL=C
 set -- "${__kiln#*$'\n'}"
 set -- "${1%.}" "${__kiln%%$'\n'*}"
-unset __kiln LC_ALL
+unset __kiln
+# stdin: $3, cut from the front of the code by its byte count.
+if [[ $2 =~ ^__kiln_stdin=([1-9][0-9]*)\; ]]; then
+  set -- "${1:BASH_REMATCH[1]}" "${2#*;}" "${1:0:BASH_REMATCH[1]}"
+fi
+unset LC_ALL
 eval "$2"
+if (( $# == 3 )); then
+  if builtin printf '%s' "$3" >"/tmp/.kiln-stdin-$$"; then
+    exec <"/tmp/.kiln-stdin-$$"
+  fi
+  command rm -f "/tmp/.kiln-stdin-$$"
+  set -- "$1" "$2"
+fi
 # `shift 2` first empties $@ for the user's code; fd 3 is closed around it.
 { eval "shift 2;$1"; } 3>&-
 set -- "$?"

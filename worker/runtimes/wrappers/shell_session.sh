@@ -4,6 +4,9 @@
 # export, variables, functions and options persist.
 # fd 0: execution frames, one after another:  <N> "\n" <N bytes>, the bytes being
 #       <header line> "\n" <code> "."  (the one-shot frame; no NUL bytes). EOF: exit 0.
+#       A header starting `__kiln_stdin=<N>;`: the N bytes before the code are
+#       the execution's stdin: a file in /tmp, removed once open, on the code's
+#       fd 0 (/dev/null again afterwards).
 # fd 3: one control frame per execution:  <N> "\n" <N bytes of "<status>\n" ["r" <$result>]>
 # The driver's names start with __kiln; it owns the INT trap.
 #
@@ -31,6 +34,12 @@ __kiln_next() {
   __kiln_head=${__kiln_code%%$'\n'*}
   __kiln_code=${__kiln_code#*$'\n'}
   __kiln_code=${__kiln_code%.}
+  unset __kiln_stdin
+  if [[ $__kiln_head =~ ^__kiln_stdin=([1-9][0-9]*)\; ]]; then
+    __kiln_stdin=${__kiln_code:0:BASH_REMATCH[1]}
+    __kiln_code=${__kiln_code:BASH_REMATCH[1]}
+    __kiln_head=${__kiln_head#*;}
+  fi
 }
 # Writes the control frame for exit status $1 (and $result when it is set).
 __kiln_frame() {
@@ -47,6 +56,7 @@ while :; do
   while :; do
     if [[ -v __kiln_running ]]; then  # the code did not come back: report why
       trap '' INT
+      exec {__kiln_sfd}<&- || :
       if [[ $__kiln_running == int ]]; then
         __kiln_frame 130
       else
@@ -63,6 +73,15 @@ while :; do
     fi
     unset result || :
     eval "$__kiln_head" || :  # `export K=$'\xHH...'`: can only assign
+    # The code's fd 0: the execution's stdin if it has one, else the driver's.
+    exec {__kiln_sfd}<&0
+    if [[ -v __kiln_stdin ]]; then
+      if builtin printf '%s' "$__kiln_stdin" >"/tmp/.kiln-stdin-$$"; then
+        exec {__kiln_sfd}<&- {__kiln_sfd}<"/tmp/.kiln-stdin-$$" || exec {__kiln_sfd}<&0
+      fi
+      command rm -f "/tmp/.kiln-stdin-$$" || :
+      unset __kiln_stdin
+    fi
     # $1 empties $@ for the code (and turns xtrace back on); $2 is the code,
     # on the same line, so its line k is the eval's line + k - 1 in messages.
     [[ $__kiln_x == *x* ]] && __kiln_st='shift 2;set -x;' || __kiln_st='shift 2;'
@@ -70,8 +89,9 @@ while :; do
     unset __kiln_head __kiln_code __kiln_st
     __kiln_running=1
     trap '__kiln_running=int; continue 2147483647' INT
-    { eval "$1$2"; } {__kiln_in}<&- {__kiln_ctl}>&-
+    { eval "$1$2"; } <&"$__kiln_sfd" {__kiln_sfd}<&- {__kiln_in}<&- {__kiln_ctl}>&-
     { __kiln_st=$? __kiln_x=$-; set +x; } 2>&-
+    exec {__kiln_sfd}<&- || :
     trap '' INT
     unset __kiln_running
     __kiln_frame "$__kiln_st"

@@ -86,11 +86,11 @@ TEST(GoldenFramesTest, WorkerFrames) {
 TEST(GoldenFramesTest, WorkerSampleDigests) {
   Sha256 full;
   for (const Message& m : samples::FullMessages()) full.Update(Encode(m));
-  EXPECT_EQ(full.FinishHex(), "33819b546c9f09df79e83c129de42f203172f507444469c11caffd4c504c5ec7");
+  EXPECT_EQ(full.FinishHex(), "2411b442515c8d2ff327d794582350ce44b13ac45823faca688e6996ad9bdd2a");
   Sha256 minimal;
   for (const Message& m : samples::MinimalMessages()) minimal.Update(Encode(m));
   EXPECT_EQ(minimal.FinishHex(),
-            "59da984aa63835cfcebde1bc23c270f0105f10e109922278b35cc16195ff6b14");
+            "f18fed35b8fbb369943bdee1c36ffd7f7497cc00b2993bf667e0e6b34a481fcf");
 }
 
 TEST(GoldenFramesTest, ClientFrames) {

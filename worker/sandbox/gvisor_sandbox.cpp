@@ -491,7 +491,8 @@ StatusOr<std::unique_ptr<Sandbox>> CreateGvisorSandbox(
   auto manager = CgroupManager::Create(cg);
   if (!manager.ok()) return manager.status().WithContext("isolation level gvisor needs cgroups");
   shared->cgroups = std::move(*manager);
-  ASSIGN_OR_RETURN(shared->layout, ProbeFilesystemLayout(config.state_dir, config.ro_binds, config.node_modules));
+  ASSIGN_OR_RETURN(shared->layout,
+                   ProbeFilesystemLayout(config.state_dir, config.ro_binds, config.node_modules));
   ASSIGN_OR_RETURN(shared->layout.init_host_path, ResolveInitPath(config.init_path));
   const std::string& init = shared->layout.init_host_path;
   shared->compat_lib = init.substr(0, init.rfind('/')) + "/libkiln-gvisor-compat.so";

@@ -46,6 +46,8 @@ std::string_view CodeName(Code code) {
       return "MEMORY_EXCEEDED";
     case Code::kOutputLimit:
       return "OUTPUT_LIMIT";
+    case Code::kPackageInstallFailed:
+      return "PACKAGE_INSTALL_FAILED";
     case Code::kCodeExecutionDisabled:
       return "CODE_EXECUTION_DISABLED";
     case Code::kRateLimited:

@@ -39,6 +39,7 @@ enum class Code {
   kTimeout,
   kMemoryExceeded,
   kOutputLimit,
+  kPackageInstallFailed,  // a job's `packages` could not be installed (job error.code)
   kCodeExecutionDisabled,
   kRateLimited,       // a per-tenant or per-address cap on concurrent use or rate (429)
   kMethodNotAllowed,  // the path exists, the method does not (405)

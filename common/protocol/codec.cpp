@@ -97,6 +97,7 @@ void Describe(V& v, Ref<V, Execute> m) {
   v.TextList("secrets", m.secrets, Need::kOptional);
   v.Text("isolation", m.isolation, Need::kOptional, kMaxIdBytes);
   v.Bytes("stdin_data", m.stdin_data, Need::kOptional, kMaxStdinBytes);
+  v.TextList("packages", m.packages, Need::kOptional, kMaxRequestPackages, kMaxPackageBytes);
 }
 
 template <typename V>

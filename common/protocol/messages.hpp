@@ -18,7 +18,8 @@
 namespace kiln::common::protocol {
 
 // 2: result_ack (and register.incarnation, held_jobs, output_chunk.offset;
-// later, compatibly: execute.stdin_data, result.outputs and outputs_truncated).
+// later, compatibly: execute.stdin_data and packages, result.outputs and
+// outputs_truncated).
 inline constexpr uint32_t kProtocolVersion = 2;
 
 // Hard limits, enforced by Decode (and by Encode's callers through config
@@ -40,6 +41,12 @@ inline constexpr size_t kMaxListEntries = 64;  // runtimes, layers, collect
 inline constexpr size_t kMaxHeldJobs = 1000;   // job ids in a Register
 inline constexpr size_t kMaxPackages = 1000;   // Register.packages entries (<= 1024, the decoder's)
 inline constexpr size_t kMaxPackageBytes = 256;
+// Packages one job may ask for (Execute.packages).
+inline constexpr size_t kMaxRequestPackages = 32;
+// The longest a worker may spend installing a job's packages before its
+// timeout starts (its `packages.install.timeout_ms` is capped here); the
+// broker allows jobs with packages this much longer.
+inline constexpr uint64_t kMaxPackageInstallMs = 300'000;
 // What a job reads on its standard input (Execute.stdin_data).
 inline constexpr size_t kMaxStdinBytes = 1u << 20;
 // Rich outputs of one execution (Result.outputs): at most this many, with at
@@ -147,6 +154,11 @@ struct Execute {
   // What the program reads on its standard input (fd 0), <= kMaxStdinBytes;
   // empty: stdin is at EOF.
   std::string stdin_data;
+  // Extra packages the job asked for (common/package_spec.hpp: at most
+  // kMaxRequestPackages specs, each "name" or "name==version" for python,
+  // "name" or "name@version" for javascript); the worker installs them from
+  // its configured index and mounts them read-only at /packages.
+  std::vector<std::string> packages;
   friend bool operator==(const Execute&, const Execute&) = default;
 };
 

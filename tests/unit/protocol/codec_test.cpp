@@ -959,6 +959,7 @@ TEST(CodecLimitsTest, EveryFieldSizeLimit) {
       {MessageType::kRegister, {"isolation"}, kMaxIdBytes, "register.isolation"},
       {MessageType::kExecute, {"isolation"}, kMaxIdBytes, "execute.isolation"},
       {MessageType::kExecute, {"stdin_data"}, kMaxStdinBytes, "execute.stdin_data"},
+      {MessageType::kExecute, {"packages", "1"}, kMaxPackageBytes, "execute.packages[1]"},
       {MessageType::kResult, {"outputs", "0", "mime"}, kMaxMimeBytes, "result.outputs[0].mime"},
   };
   for (const SizeCase& c : cases) {
@@ -996,6 +997,7 @@ TEST(CodecLimitsTest, EveryListLimit) {
       {MessageType::kRegister, "sandbox_layers", kMaxListEntries, Str("seccomp")},
       {MessageType::kRegister, "held_jobs", kMaxHeldJobs, Str("ex_1")},
       {MessageType::kExecute, "collect", kMaxListEntries, Str("*.txt")},
+      {MessageType::kExecute, "packages", kMaxRequestPackages, Str("numpy")},
       {MessageType::kExecute, "files", kMaxFiles, file},
       {MessageType::kResult, "files", kMaxFiles, file},
   };

@@ -74,23 +74,23 @@ TEST(GoldenFramesTest, WorkerFrames) {
                          .env = {{"B", "2"}, {"A", "1"}},
                          .collect = {"x"},
                          .limits = samples::FullLimits()})),
-      "930204de0010a66a6f625f6964a16aa674656e616e74a174a86c616e6775616765a6707974686f6ea4636f6465c4"
+      "930204de0011a66a6f625f6964a16aa674656e616e74a174a86c616e6775616765a6707974686f6ea4636f6465c4"
       "0131aa73657373696f6e5f6964a0ad73657373696f6e5f65706f636800ae73657373696f6e5f74746c5f6d7300aa"
       "696e7075745f6a736f6ea0a3656e7682a141a131a142a132a566696c657390a7636f6c6c65637491a178a66c696d"
       "69747385aa74696d656f75745f6d73cd7530a96d656d6f72795f6d62cd0100a66370755f6d73cd4e20b06d61785f"
       "6f75747075745f6279746573ce00100000a86d61785f7069647340ad73747265616d5f6f7574707574c2a7736563"
-      "7265747390a969736f6c6174696f6ea0aa737464696e5f64617461c400");
+      "7265747390a969736f6c6174696f6ea0aa737464696e5f64617461c400a87061636b6167657390");
 }
 
 // Every field of every worker message, and the minimal forms.
 TEST(GoldenFramesTest, WorkerSampleDigests) {
   Sha256 full;
   for (const Message& m : samples::FullMessages()) full.Update(Encode(m));
-  EXPECT_EQ(full.FinishHex(), "2411b442515c8d2ff327d794582350ce44b13ac45823faca688e6996ad9bdd2a");
+  EXPECT_EQ(full.FinishHex(), "5d770ed54661eafb693377232348d479ecc7f145e05c446c27e1afe704d00a32");
   Sha256 minimal;
   for (const Message& m : samples::MinimalMessages()) minimal.Update(Encode(m));
   EXPECT_EQ(minimal.FinishHex(),
-            "f18fed35b8fbb369943bdee1c36ffd7f7497cc00b2993bf667e0e6b34a481fcf");
+            "78a8e61cbb99221fba5a5824345b0b5adc88dbb2bef385494a30194fe10ea0f5");
 }
 
 TEST(GoldenFramesTest, ClientFrames) {

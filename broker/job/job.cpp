@@ -166,6 +166,7 @@ json JobSpec::ToJson() const {
             {"files", FilesJson(files)},
             {"collect", collect},
             {"stdin", stdin_data},
+            {"packages", packages},
             {"limits", LimitsJson(limits)},
             {"wait", wait},
             {"created_ms", created_ms}};
@@ -195,6 +196,7 @@ common::StatusOr<JobSpec> JobSpec::FromJson(const json& j) {
     ASSIGN_OR_RETURN(s.files, FilesFromJson(j.at("files")));
     s.collect = j.at("collect").get<std::vector<std::string>>();
     s.stdin_data = j.value("stdin", "");  // absent in specs stored before stdin existed
+    s.packages = j.value("packages", std::vector<std::string>{});
     const json& l = j.at("limits");
     s.limits = {l.at("timeout_ms").get<uint64_t>(), l.at("memory_mb").get<uint64_t>(),
                 l.at("cpu_ms").get<uint64_t>(), l.at("max_output_bytes").get<uint64_t>(),
@@ -225,6 +227,7 @@ protocol::Execute JobSpec::ToExecute() const {
   e.files = files;
   e.collect = collect;
   e.stdin_data = stdin_data;
+  e.packages = packages;
   e.limits = limits;
   return e;
 }

@@ -68,6 +68,8 @@ struct JobSpec {
   std::vector<common::protocol::FileEntry> files;
   std::vector<std::string> collect;
   std::string stdin_data;  // what the program reads on fd 0 (<= kMaxStdinBytes)
+  // Extra packages to install for the job (common/package_spec.hpp).
+  std::vector<std::string> packages;
   common::protocol::Limits limits;
   bool wait = true;
   int64_t created_ms = 0;

@@ -117,10 +117,13 @@ void ApplyResult(const protocol::Result& res, int64_t now_ms, JobRecord* r) {
       // The worker is not trusted to pick any code: only a fault in the
       // job's own input (a file path its code made a FIFO, files too large
       // for the workspace) is passed on; everything else is INTERNAL.
+      // A job's `packages` failing to install is also its own input's fault.
       fail(JobStatus::kError,
            res.worker_error_code == common::CodeName(Code::kInvalidRequest)  ? Code::kInvalidRequest
            : res.worker_error_code == common::CodeName(Code::kLimitExceeded) ? Code::kLimitExceeded
-                                                                             : Code::kInternal,
+           : res.worker_error_code == common::CodeName(Code::kPackageInstallFailed)
+               ? Code::kPackageInstallFailed
+               : Code::kInternal,
            "the worker could not run the job: " + res.worker_error);
       break;
   }

@@ -206,7 +206,10 @@ void Dispatcher::FailOverdue() {
   const int64_t now = common::NowMs();
   std::vector<std::string> overdue;
   for (const auto& [id, f] : in_flight_) {
-    const int64_t limit = static_cast<int64_t>(f.spec.limits.timeout_ms) + kResultGraceMs;
+    // A job with packages may spend up to kMaxPackageInstallMs installing them first.
+    const int64_t install =
+        f.spec.packages.empty() ? 0 : static_cast<int64_t>(protocol::kMaxPackageInstallMs);
+    const int64_t limit = static_cast<int64_t>(f.spec.limits.timeout_ms) + install + kResultGraceMs;
     if (now - f.record.started_ms > limit) overdue.push_back(id);
   }
   for (const auto& id : overdue) {

@@ -7,6 +7,7 @@
 #include "common/clock.hpp"
 #include "common/identifier.hpp"
 #include "common/json/bounded_json.hpp"
+#include "common/package_spec.hpp"
 #include "common/relative_path.hpp"
 #include "common/runtime_names.hpp"
 
@@ -20,9 +21,9 @@ using common::Status;
 using nlohmann::json;
 
 const std::set<std::string> kLanguages = {"python", "javascript", "shell"};
-const std::set<std::string> kFields = {"language", "code",  "session_id", "conversation_id",
-                                       "input",    "files", "collect",    "env",
-                                       "limits",   "wait",  "priority",   "stdin"};
+const std::set<std::string> kFields = {
+    "language", "code",   "session_id", "conversation_id", "input", "files",   "collect",
+    "env",      "limits", "wait",       "priority",        "stdin", "packages"};
 
 // Session and conversation ids: 1-128 characters of [A-Za-z0-9._:-].
 bool IsSessionName(const std::string& s) {
@@ -233,6 +234,22 @@ common::StatusOr<JobSpec> ParseSubmitRequest(std::string_view body, const std::s
     if (spec.language == "shell" && spec.stdin_data.find('\0') != std::string::npos) {
       return InvalidRequest("stdin: shell jobs cannot read a NUL byte from stdin");
     }
+  }
+
+  if (auto p = j.find("packages"); p != j.end() && !p->is_null()) {
+    if (!p->is_array()) return InvalidRequest("packages: expected an array of strings");
+    if (p->size() > protocol::kMaxRequestPackages) {
+      return Status(Code::kLimitExceeded, "packages: " + std::to_string(p->size()) +
+                                              " packages, above the maximum " +
+                                              std::to_string(protocol::kMaxRequestPackages));
+    }
+    for (size_t i = 0; i < p->size(); ++i) {
+      if (!(*p)[i].is_string()) {
+        return InvalidRequest("packages[" + std::to_string(i) + "]: expected a string");
+      }
+      spec.packages.push_back((*p)[i].get<std::string>());
+    }
+    RETURN_IF_ERROR(common::ValidatePackageSpecs(spec.language, spec.packages));
   }
 
   if (auto files = j.find("files"); files != j.end() && !files->is_null()) {

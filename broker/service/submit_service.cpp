@@ -76,8 +76,11 @@ common::StatusOr<SubmitResult> SubmitService::Submit(const Caller& caller, std::
   if (admit) RETURN_IF_ERROR(admit(spec));
   SubmitResult result;
   result.wait = spec.wait;
-  result.deadline = std::chrono::steady_clock::now() +
-                    std::chrono::milliseconds(spec.limits.timeout_ms + config_.wait_grace_ms);
+  // Installing `packages` comes before the job's timeout starts.
+  const uint64_t install = spec.packages.empty() ? 0 : common::protocol::kMaxPackageInstallMs;
+  result.deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::milliseconds(spec.limits.timeout_ms + install + config_.wait_grace_ms);
   if (!idem_key.empty()) {
     bool ok = idem_key.size() <= 128;
     for (char c : idem_key) ok = ok && c > ' ' && c < 127;
@@ -111,8 +114,7 @@ common::StatusOr<SubmitResult> SubmitService::Submit(const Caller& caller, std::
   // either takes its slots and a worker, or joins its tenant's queue.
   auto t0 = std::chrono::steady_clock::now();
   const int64_t decided_ms = common::NowMs();
-  auto out = schedule_->Submit(spec, idem_key, quota,
-                               dispatcher_->Candidates(), decided_ms);
+  auto out = schedule_->Submit(spec, idem_key, quota, dispatcher_->Candidates(), decided_ms);
   if (metrics_) {
     metrics_->RedisCall(
         "submit", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -138,6 +138,7 @@ TEST(Job, WorkerErrorCodesArePassedOnOnlyForTheJobsOwnInput) {
   std::vector<std::pair<std::string, std::string>> cases = {
       {"INVALID_REQUEST", "INVALID_REQUEST"},
       {"LIMIT_EXCEEDED", "LIMIT_EXCEEDED"},
+      {"PACKAGE_INSTALL_FAILED", "PACKAGE_INSTALL_FAILED"},
       {"UNAUTHORIZED", "INTERNAL"},
       {"QUEUE_FULL", "INTERNAL"},
       {"", "INTERNAL"},
@@ -258,6 +259,20 @@ TEST(Job, SpecCarriesStdinToTheWorker) {
   back = JobSpec::FromJson(old);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_TRUE(back->stdin_data.empty());
+}
+
+TEST(Job, SpecCarriesPackagesToTheWorker) {
+  JobSpec s = Spec();
+  s.packages = {"tabulate==0.9.0", "humanize"};
+  auto back = JobSpec::FromJson(s.ToJson());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->packages, s.packages);
+  EXPECT_EQ(back->ToExecute().packages, s.packages);
+  auto old = s.ToJson();
+  old.erase("packages");  // stored before packages existed
+  back = JobSpec::FromJson(old);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->packages.empty());
 }
 
 // Text outputs are strings, the rest base64 (as `files`); the record round-trips.

@@ -234,5 +234,36 @@ TEST(SubmitRequest, StdinIsATextOfAtMostOneMebibyte) {
               HasSubstr("stdin: shell"));
 }
 
+TEST(SubmitRequest, PackagesAreCheckedSpecs) {
+  auto r = ParseSubmitRequest(
+      R"({"language":"python","code":"x","packages":["tabulate==0.9.0","humanize"]})", "t",
+      Config());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->packages, (std::vector<std::string>{"tabulate==0.9.0", "humanize"}));
+  r = ParseSubmitRequest(
+      R"({"language":"javascript","code":"x","packages":["@types/node@20.1.0"]})", "t", Config());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(
+      ParseSubmitRequest(R"({"language":"shell","code":"x","packages":[]})", "t", Config()).ok());
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {R"({"language":"python","code":"x","packages":"tabulate"})", "packages: expected an array"},
+      {R"({"language":"python","code":"x","packages":[1]})", "packages[0]: expected a string"},
+      {R"({"language":"python","code":"x","packages":["a","b c"]})", "packages[1]: 'b c'"},
+      {R"({"language":"python","code":"x","packages":["a","A"]})", "packages[1]: 'A' is already"},
+      {R"({"language":"python","code":"x","packages":["x @ https://e/x.whl"]})", "packages[0]: "},
+      {R"({"language":"javascript","code":"x","packages":["x@^1"]})", "packages[0]: "},
+      {R"({"language":"shell","code":"x","packages":["jq"]})", "packages: shell jobs take no"},
+  };
+  for (const auto& [body, message] : refused) {
+    common::Status st = Error(body);
+    EXPECT_EQ(st.code(), Code::kInvalidRequest) << body;
+    EXPECT_THAT(st.message(), ::testing::StartsWith(message)) << body;
+  }
+  nlohmann::json many = {
+      {"language", "python"}, {"code", "x"}, {"packages", nlohmann::json::array()}};
+  for (int i = 0; i < 33; ++i) many["packages"].push_back("p" + std::to_string(i));
+  EXPECT_EQ(Error(many.dump()).code(), Code::kLimitExceeded);
+}
+
 }  // namespace
 }  // namespace kiln::broker

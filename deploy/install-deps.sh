@@ -21,6 +21,8 @@ packages=(
   libspdlog-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   # services and runtimes the cluster and its tests use
   redis-server python3 procps iproute2
+  # pip: the installer of python packages on request (docs/runtimes.md)
+  python3-pip
   # gVisor's runsc: the gvisor isolation level (docs/security.md)
   runsc
   # promtool, which the metrics test uses to check the exposition format

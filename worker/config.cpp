@@ -76,6 +76,33 @@ common::StatusOr<WorkerConfig> LoadWorkerConfig(const std::string& file) {
     }
   }
   if (st.ok()) st = preload.Finish();
+  auto& pi = c.packages_install;
+  common::YamlReader install = pk.Child("install");
+  const bool own_cache_dir = install.Has("cache_dir");
+  install.Get("cache_dir", &pi.cache_dir);
+  install.Get("python_index", &pi.python_index);
+  install.Get("npm_registry", &pi.npm_registry);
+  install.Get("python", &pi.python);
+  install.Get("npm", &pi.npm);
+  install.Get("timeout_ms", &pi.timeout_ms, 1000, common::protocol::kMaxPackageInstallMs);
+  uint64_t max_set_mb = pi.max_set_bytes >> 20;
+  install.Get("max_set_mb", &max_set_mb, 1, 1u << 20);
+  pi.max_set_bytes = max_set_mb << 20;
+  install.Get("max_sets_per_tenant", &pi.max_sets_per_tenant, 1, 10'000);
+  install.Get("uid", &pi.uid, 1, 0xFFFFFFFEu);
+  install.Get("gid", &pi.gid, 1, 0xFFFFFFFEu);
+  for (const std::string* url : {&pi.python_index, &pi.npm_registry}) {
+    if (!url->empty() && url->rfind("http://", 0) != 0 && url->rfind("https://", 0) != 0 &&
+        st.ok()) {
+      st = common::InvalidRequest("packages.install: '" + *url + "' is not an http(s) URL");
+    }
+  }
+  for (const std::string* path : {&pi.cache_dir, &pi.python, &pi.npm}) {
+    if ((path->empty() || (*path)[0] != '/') && st.ok()) {
+      st = common::InvalidRequest("packages.install: '" + *path + "' is not an absolute path");
+    }
+  }
+  if (st.ok()) st = install.Finish();
   if (st.ok()) st = pk.Finish();
 
   common::YamlReader s = top.Child("sandbox");
@@ -153,6 +180,7 @@ common::StatusOr<WorkerConfig> LoadWorkerConfig(const std::string& file) {
     c.id = std::string(host) + "-" + std::to_string(::getpid());
   }
   if (!own_state_dir) sb.state_dir = "/run/kiln/" + c.id;
+  if (!own_cache_dir) pi.cache_dir += "/" + c.id;
   if (!own_prefix) sb.cgroup_prefix = "kiln-" + c.id;
   if (!own_uid_base) sb.uid_base = DerivedUidBase(c.id, sb.uid_count);
   for (char ch : c.id) {

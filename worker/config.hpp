@@ -13,6 +13,7 @@
 
 #include "common/log/log_options.hpp"
 #include "common/status.hpp"
+#include "worker/packages/package_cache.hpp"
 #include "worker/runtimes/runtime.hpp"
 #include "worker/sandbox/sandbox.hpp"
 
@@ -64,6 +65,11 @@ struct WorkerConfig {
   // before it forks, so one-shot jobs find them loaded. Missing ones are
   // skipped with a warning.
   std::vector<std::string> python_preload = {"numpy", "pandas"};
+  // packages.install (docs/runtimes.md, "Packages on request"): where jobs'
+  // `packages` come from and where they are kept; cache_dir defaults to
+  // /var/cache/kiln/packages/<worker id> (workers never share one: each
+  // evicts only what it knows unused).
+  PackageInstallConfig packages_install;
   // Logging (log.level, log.format, log.levels per subsystem).
   common::LogOptions log = DefaultLogOptions();
 };

@@ -109,7 +109,13 @@ int main(int argc, char** argv) {
                                .tenant_bytes = cfg->idle_session_memory_per_tenant_mb << 20};
   zmq::context_t ctx(1);
   {
-    worker::Executor executor(run_options, cfg->slots, &pool, &events, metrics->get());
+    worker::WorkerMetrics* worker_metrics = metrics->get();
+    worker::PackageCache packages(
+        cfg->packages_install,
+        [worker_metrics](const std::string& language, const std::string& outcome, double ms) {
+          if (worker_metrics != nullptr) worker_metrics->PackageSet(language, outcome, ms);
+        });
+    worker::Executor executor(run_options, cfg->slots, &pool, &events, metrics->get(), &packages);
     std::jthread refill([&](std::stop_token st) { pool.Run(st); });
     spdlog::info("worker {} ready: {} slots, runtimes [{}], sandbox layers [{}], brokers [{}]",
                  cfg->id, cfg->slots, fmt::join(cfg->runtimes, ","), fmt::join(layers, ","),

@@ -74,12 +74,13 @@ RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund && chmod -R u=rwX,go
 FROM debian:12-slim
 # The worker's shared libraries (ldd) and the interpreters at the paths of
 # worker.interpreters (/usr/bin/python3, /usr/bin/node, /bin/bash); runsc
-# for workers configured with sandbox.isolation: gvisor.
+# for workers configured with sandbox.isolation: gvisor; pip and npm, the
+# installers of packages on request (packages.install).
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       libzmq5 libyaml-cpp0.7 libspdlog1.10 libfmt9 libseccomp2 \
       libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libcivetweb1 \
-      python3 nodejs ca-certificates runsc \
+      python3 python3-pip nodejs npm ca-certificates runsc \
  && rm -rf /var/lib/apt/lists/*
 # The python package set the sandboxes see (deploy/runtimes/python-packages.txt).
 COPY deploy/runtimes/python-packages.txt /tmp/python-packages.txt

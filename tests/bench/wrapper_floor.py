@@ -33,7 +33,10 @@ ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp",
 def launch(lang):
     def text(name):
         with open(os.path.join(WRAPPERS, name)) as f:
-            return f.read()
+            body = f.read()
+        # As worker/runtimes/sources.cmake embeds it: with its shared part.
+        with open(os.path.join(WRAPPERS, "javascript_packages.js")) as f:
+            return body.replace("  // kiln-include: javascript_packages.js\n", f.read())
 
     if lang == "python":
         return ["/usr/bin/python3", "-I", "-c", text("python_oneshot.py")], b'{"input":{},"env":{}}\nx = 1'

@@ -445,10 +445,11 @@ print(json.dumps({'root': sorted(os.listdir('/')), 'testdir': os.path.exists(tes
   ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
   json rep = Report(r);
   ASSERT_TRUE(rep.is_object()) << r.dump();
-  // node_modules: the javascript package set's link, when the host has it.
-  std::set<std::string> allowed = {"bin",   "dev",       "etc",         "lib",  "lib32",
-                                   "lib64", "libx32",    "proc",        "sbin", "tmp",
-                                   "usr",   "workspace", "node_modules"};
+  // node_modules: the javascript package set's link, when the host has it;
+  // packages: empty unless the job asked for packages (read-only then).
+  std::set<std::string> allowed = {"bin",   "dev",       "etc",          "lib",     "lib32",
+                                   "lib64", "libx32",    "proc",         "sbin",    "tmp",
+                                   "usr",   "workspace", "node_modules", "packages"};
   if (Gvisor()) {
     // runsc always mounts something at /sys; Kiln's is an empty read-only tmpfs.
     EXPECT_EQ(rep["sys"], json::array()) << rep.dump();

@@ -26,6 +26,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <future>
@@ -314,8 +315,8 @@ TEST_P(SandboxTest, FilesystemViewIsMinimal) {
              "print('passwd', open('/etc/passwd').read().count('\\n'))\n",
          opt);
   EXPECT_EXIT0(r);
-  EXPECT_THAT(r.out, HasSubstr("['bin', 'dev', 'etc', 'lib', 'lib32', 'lib64', 'proc', 'sbin', "
-                               "'tmp', 'usr', 'workspace']\n"));
+  EXPECT_THAT(r.out, HasSubstr("['bin', 'dev', 'etc', 'lib', 'lib32', 'lib64', 'packages', 'proc', "
+                               "'sbin', 'tmp', 'usr', 'workspace']\n"));
   EXPECT_THAT(
       r.out,
       HasSubstr(
@@ -1132,6 +1133,48 @@ TEST_P(SandboxTest, ZygoteBornJobsGetTheJobsLimits) {
   RunResult oom = Run(OneShotArgv(), bomb);
   EXPECT_TRUE(oom.status.oom_killed) << oom.out << oom.err;
   EXPECT_THAT(oom.out, Not(HasSubstr("allocated")));
+}
+
+// Packages on request: a host folder mounted into a running sandbox at
+// /packages, read-only; a second mount replaces the first; the job can
+// neither write to it nor take it away. Exec'd and zygote-born alike.
+TEST_P(SandboxTest, PackagesAreMountedReadOnlyIntoARunningSandbox) {
+  char tmpl[] = "/tmp/kiln-pkgs-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  ::chmod(dir.c_str(), 0755);
+  for (const char* set : {"one", "two"}) {
+    ASSERT_EQ(::mkdir((dir + "/" + set).c_str(), 0755), 0);
+    std::ofstream(dir + "/" + set + "/" + set + ".py") << "X = 1\n";
+  }
+  const std::string probe =
+      "import errno, os, ctypes\n"
+      "print(sorted(os.listdir('/packages')))\n"
+      "try:\n"
+      "    open('/packages/new.py', 'w')\n"
+      "except OSError as e:\n"
+      "    print(errno.errorcode[e.errno])\n"
+      "libc = ctypes.CDLL(None, use_errno=True)\n"
+      "print(libc.umount2(b'/packages', 2), errno.errorcode[ctypes.get_errno()])\n";
+  for (bool zygote : {false, true}) {
+    SCOPED_TRACE(zygote ? "zygote-born" : "exec'd");
+    RunOptions opt = zygote ? ZygoteJob(probe) : RunOptions{};
+    if (!zygote) opt.stdin_data = probe;
+    opt.before_input = [&](SandboxProcess& p) {
+      ASSERT_TRUE(p.MountPackages(dir + "/one").ok());
+      common::Status st = p.MountPackages(dir + "/two");  // replaces "one"
+      EXPECT_TRUE(st.ok()) << st.ToString();
+    };
+    RunResult r = zygote ? Run(OneShotArgv(), opt)
+                         : Run({kPython, "-c", "import sys; exec(sys.stdin.read())"}, opt);
+    EXPECT_EXIT0(r);
+    // seccomp refuses umount2 outright (EPERM); without it, no capability would.
+    EXPECT_THAT(r.out, ::testing::StartsWith("['two.py']\nEROFS\n-1 EPERM\n")) << r.err;
+  }
+  // Nothing of the sandbox's mount reached the host.
+  EXPECT_FALSE(PathExists("/packages/two.py"));
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
 TEST_P(SandboxTest, AKilledZygoteIsReplacedAndItsSandboxesLiveOn) {

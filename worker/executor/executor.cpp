@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "common/log/logging.hpp"
+#include "common/package_spec.hpp"
 #include "common/protocol/session_key.hpp"
 #include "worker/executor/output_pump.hpp"
 #include "worker/executor/session_runner.hpp"
@@ -24,12 +25,13 @@ const common::SubsystemLog kSessionsLog("sessions");
 namespace protocol = common::protocol;
 
 Executor::Executor(RunOptions options, uint32_t slots, WarmPool* pool, EventQueue* events,
-                   WorkerMetrics* metrics)
+                   WorkerMetrics* metrics, PackageCache* packages)
     : options_(std::move(options)),
       slots_(slots),
       pool_(pool),
       events_(events),
       metrics_(metrics),
+      packages_(packages),
       sessions_(pool, options_.idle_sessions) {}
 
 Executor::~Executor() {
@@ -90,10 +92,20 @@ void Executor::RunOne(protocol::Execute job, std::string broker, int cancel_fd) 
   if (!job.session_id.empty()) {
     RunSession(job, opts, cancel_fd, deliver);
   } else {
-    // A one-shot sandbox lives until this block ends: after the Result left.
-    auto sb = pool_->Take(*language);
-    if (!sb.ok()) {
+    // A one-shot sandbox (and the package set it sees) lives until this
+    // block ends: after the Result left. Packages are installed before a
+    // warm sandbox is taken, so none idles out of the pool for the install.
+    common::StatusOr<std::shared_ptr<const PackageSet>> set = std::shared_ptr<const PackageSet>();
+    if (!job.packages.empty())
+      set = AcquirePackages(job.tenant, job.language, job.packages, cancel_fd);
+    if (!set.ok()) {
+      deliver(PackageErrorResult(job, set.status()));
+    } else if (auto sb = pool_->Take(*language); !sb.ok()) {
       deliver(ErrorResult(job, sb.status()));
+    } else if (common::Status mounted =
+                   *set ? sb->process->MountPackages((*set)->path()) : common::Status::Ok();
+               !mounted.ok()) {
+      deliver(PackageErrorResult(job, mounted));
     } else {
       deliver(RunJob(job, *sb, pool_->runtimes().at(*language), opts, cancel_fd));
     }
@@ -114,6 +126,13 @@ void Executor::RunSession(const protocol::Execute& job, const RunOptions& opts, 
     protocol::Result r = ErrorResult(job, lease.status());
     r.session_epoch = job.session_epoch;
     deliver(std::move(r));
+    return;
+  }
+  if (common::Status st = MountSessionPackages(job, cancel_fd, *lease->session); !st.ok()) {
+    protocol::Result r = PackageErrorResult(job, st);
+    r.session_epoch = job.session_epoch;
+    deliver(std::move(r));
+    sessions_.Release(lease->session, /*destroy=*/false);
     return;
   }
   auto language = runtimes::ParseLanguage(job.language);
@@ -138,6 +157,40 @@ void Executor::RunSession(const protocol::Execute& job, const RunOptions& opts, 
     metrics_->SetIdleSessionMemory(sessions_.IdleBytes());
     if (reclaimed > 0) metrics_->SessionsReclaimed(reclaimed);
   }
+}
+
+common::StatusOr<std::shared_ptr<const PackageSet>> Executor::AcquirePackages(
+    const std::string& tenant, const std::string& language, const std::vector<std::string>& specs,
+    int cancel_fd) {
+  if (packages_ == nullptr) {
+    return common::Status(common::Code::kPackageInstallFailed,
+                          "packages: this worker installs no packages on request");
+  }
+  return packages_->Acquire(tenant, language, specs, cancel_fd);
+}
+
+common::Status Executor::MountSessionPackages(const protocol::Execute& job, int cancel_fd,
+                                              SessionSandbox& session) {
+  if (job.packages.empty()) return common::Status::Ok();
+  // A session keeps what its earlier executions asked for: the union is one set.
+  ASSIGN_OR_RETURN(std::vector<std::string> wanted,
+                   common::MergePackageSpecs(job.language, session.packages, job.packages));
+  if (wanted == session.packages) return common::Status::Ok();
+  ASSIGN_OR_RETURN(std::shared_ptr<const PackageSet> set,
+                   AcquirePackages(job.tenant, job.language, wanted, cancel_fd));
+  // A frozen session thaws only for its execution; the mount needs no thaw.
+  RETURN_IF_ERROR(session.sandbox.process->MountPackages(set->path()));
+  session.packages = std::move(wanted);
+  session.package_set = std::move(set);  // the previous set is let go
+  return common::Status::Ok();
+}
+
+protocol::Result PackageErrorResult(const protocol::Execute& job, const common::Status& st) {
+  if (st.code() != common::Code::kCancelled) return ErrorResult(job, st);
+  protocol::Result r;
+  r.job_id = job.job_id;
+  r.reason = protocol::EndReason::kCancelled;
+  return r;
 }
 
 void Executor::CloseSession(const std::string& session_id) {

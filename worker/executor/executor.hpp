@@ -33,9 +33,10 @@ class WorkerMetrics;
 
 class Executor {
  public:
-  // `metrics` is optional and outlives the Executor.
+  // `metrics` and `packages` are optional and outlive the Executor; without
+  // `packages`, jobs that ask for packages end PACKAGE_INSTALL_FAILED.
   Executor(RunOptions options, uint32_t slots, WarmPool* pool, EventQueue* events,
-           WorkerMetrics* metrics = nullptr);
+           WorkerMetrics* metrics = nullptr, PackageCache* packages = nullptr);
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -75,7 +76,17 @@ class Executor {
   uint32_t slots_;
   WarmPool* pool_;
   EventQueue* events_;
+  // Installs a job's `packages` (blocking its job thread) and mounts them
+  // into its sandbox at /packages; a session keeps the union of its
+  // executions' packages.
+  common::StatusOr<std::shared_ptr<const PackageSet>> AcquirePackages(
+      const std::string& tenant, const std::string& language, const std::vector<std::string>& specs,
+      int cancel_fd);
+  common::Status MountSessionPackages(const common::protocol::Execute& job, int cancel_fd,
+                                      SessionSandbox& session);
+
   WorkerMetrics* metrics_;
+  PackageCache* packages_;
   SessionTable sessions_;
 
   mutable std::mutex mu_;
@@ -83,5 +94,10 @@ class Executor {
   std::map<std::string, common::UniqueFd> running_;  // job id -> cancel eventfd
   uint32_t threads_ = 0;  // job threads alive, including sandbox teardown
 };
+
+// ErrorResult for a job whose packages could not be made ready; a cancel
+// during the install ends it `cancelled`.
+common::protocol::Result PackageErrorResult(const common::protocol::Execute& job,
+                                            const common::Status& st);
 
 }  // namespace kiln::worker

@@ -31,6 +31,7 @@
 #include "common/protocol/messages.hpp"
 #include "common/status.hpp"
 #include "worker/executor/warm_pool.hpp"
+#include "worker/packages/package_cache.hpp"
 #include "worker/runtimes/runtime.hpp"
 
 namespace kiln::worker {
@@ -47,6 +48,10 @@ struct SessionSandbox {
   std::chrono::steady_clock::time_point last_used;
   bool busy = false;
   uint64_t idle_bytes = 0;  // memory it held when last released (frozen)
+  // Packages on request mounted at /packages (sorted specs, every execution's
+  // together) and the cache entry that holds them on the host.
+  std::vector<std::string> packages;
+  std::shared_ptr<const PackageSet> package_set;
 };
 
 // How much memory idle (frozen) session sandboxes may hold; 0: no bound.

@@ -61,6 +61,18 @@ WorkerMetrics::WorkerMetrics(uint32_t slots) : registry_(std::make_shared<promet
                .Name("kiln_worker_warm_sandboxes")
                .Help("Sandboxes started and waiting for a job")
                .Register(r);
+  package_sets_ = &prometheus::BuildCounter()
+                       .Name("kiln_worker_package_sets_total")
+                       .Help(
+                           "Package sets jobs asked for (packages on request), by language "
+                           "and outcome: cached, installed, failed, cancelled")
+                       .Register(r);
+  package_install_ = &prometheus::BuildHistogram()
+                          .Name("kiln_worker_package_install_seconds")
+                          .Help(
+                              "Time to install a package set (pip or npm), by language and "
+                              "outcome: installed or failed")
+                          .Register(r);
   sandbox_memory_family_ = &prometheus::BuildGauge()
                                 .Name("kiln_worker_sandbox_memory_bytes")
                                 .Help("Memory charged to this worker's sandboxes (cgroups)")
@@ -150,6 +162,15 @@ void WorkerMetrics::SandboxStarted(const std::string& language, double spawn_ms,
                                    const std::string& birth) {
   sandbox_start_->Add({{"language", language}, {"birth", birth}}, SecondsBuckets())
       .Observe(spawn_ms / 1000.0);
+}
+
+void WorkerMetrics::PackageSet(const std::string& language, const std::string& outcome,
+                               double install_ms) {
+  package_sets_->Add({{"language", language}, {"outcome", outcome}}).Increment();
+  if (outcome == "installed" || outcome == "failed") {
+    package_install_->Add({{"language", language}, {"outcome", outcome}}, SecondsBuckets())
+        .Observe(install_ms / 1000.0);
+  }
 }
 
 void WorkerMetrics::SetWarm(const std::string& language, size_t ready) {

@@ -58,6 +58,10 @@ class WorkerMetrics {
   // birth: "zygote" (forked from the runtime's zygote) or "exec".
   void SandboxStarted(const std::string& language, double spawn_ms, const std::string& birth);
   void SetWarm(const std::string& language, size_t ready);
+  // Packages on request (PackageCache): a set a job asked for, by outcome
+  // ("cached": found installed, "installed", "failed", "cancelled"), and how
+  // long installs took (outcome "installed" and "failed" only).
+  void PackageSet(const std::string& language, const std::string& outcome, double install_ms);
   // The cgroup usage of all this worker's sandboxes (CgroupManager::Usage):
   // sets kiln_worker_sandbox_memory_bytes and adds the CPU used since the
   // previous reading to kiln_worker_sandbox_cpu_seconds_total. Each series
@@ -90,6 +94,8 @@ class WorkerMetrics {
   prometheus::Family<prometheus::Counter>* finished_;
   prometheus::Family<prometheus::Histogram>* sandbox_start_;
   prometheus::Family<prometheus::Gauge>* warm_;
+  prometheus::Family<prometheus::Counter>* package_sets_;
+  prometheus::Family<prometheus::Histogram>* package_install_;
   prometheus::Family<prometheus::Gauge>* sandbox_memory_family_;
   prometheus::Family<prometheus::Counter>* sandbox_cpu_family_;
   prometheus::Counter* chunks_sent_;

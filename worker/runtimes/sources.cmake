@@ -17,6 +17,18 @@ foreach(_kiln_rt_pair "PYTHON_ONESHOT;python_oneshot.py" "JAVASCRIPT_ONESHOT;jav
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
                ${_kiln_rt_dir}/wrappers/${_kiln_rt_file})
 endforeach()
+# The javascript wrappers' shared part, put where each says to include it.
+file(READ ${_kiln_rt_dir}/wrappers/javascript_packages.js _kiln_rt_js_packages)
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+             ${_kiln_rt_dir}/wrappers/javascript_packages.js)
+foreach(_kiln_rt_var JAVASCRIPT_ONESHOT JAVASCRIPT_SESSION)
+  set(_kiln_rt_before "${KILN_${_kiln_rt_var}}")
+  string(REPLACE "  // kiln-include: javascript_packages.js\n" "${_kiln_rt_js_packages}"
+         KILN_${_kiln_rt_var} "${KILN_${_kiln_rt_var}}")
+  if("${_kiln_rt_before}" STREQUAL "${KILN_${_kiln_rt_var}}")
+    message(FATAL_ERROR "${_kiln_rt_var}: no `// kiln-include: javascript_packages.js` line")
+  endif()
+endforeach()
 configure_file(${_kiln_rt_dir}/wrappers.cpp.in ${_kiln_rt_generated} @ONLY)
 
 set(KILN_RUNTIMES_SOURCES

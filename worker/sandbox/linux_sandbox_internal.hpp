@@ -124,6 +124,8 @@ class LinuxSandboxProcess final : public SandboxProcess {
 
   Status Freeze(bool frozen) override;
 
+  Status MountPackages(const std::string& host_dir) override;
+
   StatusOr<ExitStatus> Wait() override;
 
  private:

@@ -23,6 +23,7 @@
 #include "worker/sandbox/fs_util.hpp"
 #include "worker/sandbox/linux_sandbox_internal.hpp"
 #include "worker/sandbox/namespaces.hpp"
+#include "worker/sandbox/package_mount.hpp"
 #include "worker/sandbox/rlimits.hpp"
 #include "worker/sandbox/workspace.hpp"
 #include "worker/sandbox/zygote_plan.hpp"
@@ -333,6 +334,17 @@ Status LinuxSandboxProcess::Freeze(bool frozen) {
   // A failed freeze may have stopped some: counted as frozen, so Kill thaws.
   frozen_ = frozen || !st.ok();
   return st;
+}
+
+Status LinuxSandboxProcess::MountPackages(const std::string& host_dir) {
+  // Without its own mount namespace and root, /packages would be the host's.
+  if (!shared_->Has("mount_ns") || !shared_->Has("filesystem")) {
+    return Status(common::Code::kPackageInstallFailed,
+                  "packages on request need the mount_ns and filesystem layers");
+  }
+  if (pid_ <= 0 || reaped_) return common::Internal("no process");
+  RETURN_IF_ERROR(EnsureContained());
+  return MountIntoSandbox(pidfd_.get(), pid_, host_dir, kSandboxPackagesPath);
 }
 
 StatusOr<ExitStatus> LinuxSandboxProcess::Wait() {

@@ -239,6 +239,9 @@ MountPlan BuildMountPlan(const FilesystemLayout& layout, const SpawnMounts& spaw
   add({.kind = MountOpKind::kBind,
        .source = plan.Keep(spawn.workspace_host),
        .target = at("/workspace")});
+  // /packages: empty; where a job's packages on request are mounted from the
+  // host once it arrives (SandboxProcess::MountPackages).
+  add({.kind = MountOpKind::kMkdir, .target = at(kSandboxPackagesPath), .mode = 0755});
   // /tmp: private, size-capped.
   add({.kind = MountOpKind::kMkdir, .target = at("/tmp"), .mode = 0755});
   add({.kind = MountOpKind::kTmpfs,

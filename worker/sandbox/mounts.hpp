@@ -9,6 +9,7 @@
 //                                         plus a generated passwd, group, hosts
 //   <ro_binds>                            read-only binds from the config
 //   /workspace                            the host's per-sandbox tmpfs (rw, exec allowed)
+//   /packages                             empty; a job's installed packages (read-only)
 //   /tmp                                  a private size-capped tmpfs (rw, mode 1777)
 //   /proc                                 a private proc (this pid namespace), host
 //                                         facts masked (kcore, keys, key-users, cmdline,
@@ -71,6 +72,9 @@ struct FilesystemLayout {
   std::vector<HostEntry> entries;  // system dirs, /etc pieces, ro_binds, in order
   std::string init_host_path;      // bound read-only (exec allowed) at kSandboxInitPath
 };
+// An empty directory in every sandbox: a job's packages on request appear
+// there, read-only (SandboxProcess::MountPackages).
+inline constexpr const char* kSandboxPackagesPath = "/packages";
 // Where the sandbox's pid 1 (kiln-init) appears inside every sandbox.
 inline constexpr const char* kSandboxInitPath = "/etc/kiln-init";
 // config's init_path, or kiln-init next to the running executable; checked

@@ -161,6 +161,15 @@ class SandboxProcess {
   virtual common::Status Freeze(bool frozen) = 0;
   // Reaps the process; blocks until it has exited. Call once.
   virtual common::StatusOr<ExitStatus> Wait() = 0;
+  // Mounts the host folder `host_dir` read-only (nosuid, nodev) at
+  // /packages in the sandbox, replacing whatever was mounted there; the
+  // program sees it from its next file lookup on. A level without it
+  // (gVisor) answers PACKAGE_INSTALL_FAILED.
+  virtual common::Status MountPackages(const std::string& host_dir) {
+    (void)host_dir;
+    return common::Status(common::Code::kPackageInstallFailed,
+                          "packages on request are not available at this isolation level");
+  }
   // Forked from a zygote (SpawnSpec::zygote_argv) rather than exec'd.
   virtual bool zygote_born() const { return false; }
 };

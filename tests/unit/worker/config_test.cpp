@@ -67,6 +67,37 @@ TEST(WorkerConfig, RefusesUnknownKeysRuntimesAndLayers) {
   EXPECT_THAT(e.status().message(), HasSubstr("worker.id"));
 }
 
+TEST(WorkerConfig, PackagesOnRequest) {
+  auto d = LoadWorkerConfig(Write("worker: {id: w7}\n"));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->packages_install.cache_dir, "/var/cache/kiln/packages/w7");
+  EXPECT_EQ(d->packages_install.python_index, "") << "no index unless the operator names one";
+  EXPECT_EQ(d->packages_install.timeout_ms, 60000u);
+  auto c = LoadWorkerConfig(
+      Write("worker: {id: w7}\npackages:\n  install: {python_index: 'https://pypi.internal/simple',"
+            " npm_registry: 'http://127.0.0.1:4873/', cache_dir: /srv/pk, timeout_ms: 5000,"
+            " max_set_mb: 64, max_sets_per_tenant: 3, uid: 65000, gid: 65001}\n"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const PackageInstallConfig& p = c->packages_install;
+  EXPECT_EQ(p.python_index, "https://pypi.internal/simple");
+  EXPECT_EQ(p.npm_registry, "http://127.0.0.1:4873/");
+  EXPECT_EQ(p.cache_dir, "/srv/pk");
+  EXPECT_EQ(p.timeout_ms, 5000u);
+  EXPECT_EQ(p.max_set_bytes, 64ull << 20);
+  EXPECT_EQ(p.max_sets_per_tenant, 3u);
+  EXPECT_EQ(p.uid, 65000u);
+  EXPECT_EQ(p.gid, 65001u);
+  for (const char* bad :
+       {"{python_index: 'file:///etc'}", "{npm_registry: 'registry'}", "{cache_dir: relative}",
+        "{timeout_ms: 300001}", "{uid: 0}", "{index: x}"}) {
+    auto b = LoadWorkerConfig(Write(std::string("packages:\n  install: ") + bad + "\n"));
+    EXPECT_FALSE(b.ok()) << bad;
+    if (!b.ok()) {
+      EXPECT_THAT(b.status().message(), HasSubstr("packages.install")) << bad;
+    }
+  }
+}
+
 TEST(WorkerConfig, IsolationLevelAndGvisorSettings) {
   auto std_cfg = LoadWorkerConfig(Write("worker: {id: a}\n"));
   ASSERT_TRUE(std_cfg.ok()) << std_cfg.status().ToString();

@@ -42,6 +42,8 @@
     }
   };
 
+  // kiln-include: javascript_packages.js
+
   // Reopen the control pipe close-on-exec so child processes never inherit it.
   let ctl = 3;
   try {
@@ -135,6 +137,7 @@
   const nl = data.indexOf(10);
   const job = JSON.parse(data.toString('utf8', 0, nl));
   const code = data.toString('utf8', nl + 1);
+  usePackages();
   for (const k of Object.keys(job.env)) proc.env[k] = job.env[k];
   for (const k of Object.keys(job.input)) globalThis[k] = job.input[k];
   if (typeof job.stdin === 'string' && job.stdin.length > 0) {
@@ -145,10 +148,6 @@
     }
   }
 
-  // import() in the code: resolved from /workspace, so bare names find
-  // /workspace/node_modules, then the package set at /node_modules (node runs
-  // with --experimental-vm-modules, which Node 20 needs for this option).
-  const dynamicImport = (specifier) => import(specifier);
   let script, wrapped = false;
   try {
     script = new vm.Script(code, {filename: FILE, importModuleDynamically: dynamicImport});

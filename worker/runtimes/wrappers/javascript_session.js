@@ -12,8 +12,7 @@
   'use strict';
   // Keep our own references: input keys and user code may overwrite globals.
   const fs = require('fs'), vm = require('vm'), util = require('util'), net = require('net');
-  // import() in the code (see javascript_oneshot.js).
-  const dynamicImport = (specifier) => import(specifier);
+  // kiln-include: javascript_packages.js
   const proc = process, realExit = process.exit.bind(process), Buf = Buffer;
   const stdout = proc.stdout, stderr = proc.stderr;
   const readResult = () => {
@@ -231,6 +230,7 @@
     // One file name per execution: stacks through functions defined by an
     // earlier execution name that execution.
     const file = `<code-${++count}>`;
+    usePackages();
     for (const k of Object.keys(job.env)) proc.env[k] = job.env[k];
     clearResult();
     for (const k of Object.keys(job.input)) globalThis[k] = job.input[k];

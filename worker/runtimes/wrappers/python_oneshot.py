@@ -142,6 +142,13 @@ def _kiln_main():
             _kiln_set_stdin(job["stdin"])
         except OSError as e:  # the code finds stdin empty and is told why
             sys.stderr.write("kiln: stdin could not be set up: %s\n" % e)
+    # Packages on request: the worker mounted the job's set at /packages
+    # (otherwise an empty folder); it comes before the system's packages.
+    try:
+        if os.listdir("/packages"):
+            sys.path.insert(0, "/packages")
+    except OSError:
+        pass
     outputs = _KilnOutputs()
     sys.meta_path.insert(0, _KilnPyplotHook(lambda: outputs))
 

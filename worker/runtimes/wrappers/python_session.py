@@ -9,7 +9,7 @@
 #       <N> "\n" <N bytes of {"exit_code": n, "result": <json>?, "error": {...}?,
 #                              "outputs": [{"mime", "text" | "base64"}]?, "outputs_truncated": true?}>
 # A final expression statement is echoed as a notebook does (docs/runtimes.md).
-import ast, binascii, builtins, fcntl, io, json, linecache, os, signal, sys, traceback
+import ast, binascii, builtins, fcntl, importlib, io, json, linecache, os, signal, sys, traceback
 
 _KILN_MAX_OUTPUTS, _KILN_MAX_OUTPUT_BYTES = 16, 4 << 20  # protocol::kMaxRichOutputs, ...Bytes
 _KILN_MAX_ECHO_RESULT = 1 << 20  # an echoed value bigger than this as JSON is no `result`
@@ -278,6 +278,22 @@ def _kiln_session():
     outputs = [_KilnOutputs()]
     sys.meta_path.insert(0, _KilnPyplotHook(lambda: outputs[0]))
 
+    # Packages on request: before an execution the worker may have mounted a
+    # new set at /packages (every package the session asked for so far).
+    mounted = [None]
+
+    def use_packages():
+        try:
+            st = os.stat("/packages")
+        except OSError:
+            return
+        if (st.st_dev, st.st_ino) == mounted[0]:
+            return
+        mounted[0] = (st.st_dev, st.st_ino)
+        if "/packages" not in sys.path and os.listdir("/packages"):
+            sys.path.insert(1 if sys.path and sys.path[0] == os.getcwd() else 0, "/packages")
+        importlib.invalidate_caches()
+
     count, sources, kept = 0, [], 0
     while True:
         line = src.readline(24)
@@ -309,6 +325,7 @@ def _kiln_session():
             old, size = sources.pop(0)
             linecache.cache.pop(old, None)
             kept -= size
+        use_packages()
         os.environ.update(env)
         glb.pop("result", None)
         glb.update(inp)

@@ -6,6 +6,7 @@
 #include "common/base64.hpp"
 #include "common/identifier.hpp"
 #include "common/json/bounded_json.hpp"
+#include "common/protocol/messages.hpp"
 
 namespace kiln::cli {
 namespace {
@@ -124,6 +125,7 @@ json BuildSubmitBody(const RunRequest& request) {
   }
   if (!request.collect.empty()) body["collect"] = request.collect;
   if (!request.env.empty()) body["env"] = request.env;
+  if (!request.packages.empty()) body["packages"] = request.packages;
   json limits = json::object();
   if (request.timeout_ms) limits["timeout_ms"] = *request.timeout_ms;
   if (request.memory_mb) limits["memory_mb"] = *request.memory_mb;
@@ -135,12 +137,13 @@ json BuildSubmitBody(const RunRequest& request) {
   return body;
 }
 
-std::chrono::seconds WaitReadTimeout(std::optional<uint64_t> timeout_ms) {
-  if (!timeout_ms) return kWaitUnknownTimeout;
+std::chrono::seconds WaitReadTimeout(std::optional<uint64_t> timeout_ms, bool packages) {
+  const std::chrono::seconds install(packages ? common::protocol::kMaxPackageInstallMs / 1000 : 0);
+  if (!timeout_ms) return kWaitUnknownTimeout + install;
   // Round up; cap far beyond any sane limit so the arithmetic cannot overflow.
   uint64_t seconds = *timeout_ms / 1000 + (*timeout_ms % 1000 != 0 ? 1 : 0);
   seconds = std::min<uint64_t>(seconds, 7 * 24 * 3600);
-  return std::chrono::seconds(seconds) + kWaitMargin;
+  return std::chrono::seconds(seconds) + kWaitMargin + install;
 }
 
 }  // namespace kiln::cli

@@ -63,6 +63,7 @@ struct RunRequest {
   std::vector<File> files;
   std::vector<std::string> collect;
   std::map<std::string, std::string> env;
+  std::vector<std::string> packages;  // installed before the code runs (docs/api.md)
   std::optional<uint64_t> timeout_ms;
   std::optional<uint64_t> memory_mb;
   std::optional<uint64_t> cpu_ms;
@@ -76,7 +77,8 @@ struct RunRequest {
 nlohmann::json BuildSubmitBody(const RunRequest& request);
 
 // How long to wait for a `wait: true` answer: the job's timeout plus 30 s, or
-// 330 s when the timeout is left to the broker.
-std::chrono::seconds WaitReadTimeout(std::optional<uint64_t> timeout_ms);
+// 330 s when the timeout is left to the broker; a job with packages may
+// first spend up to protocol::kMaxPackageInstallMs installing them.
+std::chrono::seconds WaitReadTimeout(std::optional<uint64_t> timeout_ms, bool packages = false);
 
 }  // namespace kiln::cli

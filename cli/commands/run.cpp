@@ -27,6 +27,7 @@ constexpr char kFooter[] = R"txt(Examples:
   kiln run script.py --input n=10 --input 'names=["a","b"]'
   echo 'echo $GREETING' | kiln run -l shell --env GREETING=hello
   kiln run plot.py --file data.csv --collect 'out/*.png' --output-dir results
+  kiln run -l python -c 'import tabulate' --package tabulate==0.9.0
   kiln run -l python -c 'x = 1' --session s1 && kiln run -l python -c 'print(x)' --session s1
   kiln run job.js --no-wait            # prints the id; then: kiln status <id>
   kiln run long.py --stream            # output as it is produced
@@ -46,6 +47,7 @@ struct RunFlags {
   std::vector<std::string> files;
   std::vector<std::string> collect;
   std::vector<std::string> env;
+  std::vector<std::string> packages;
   uint64_t timeout_ms = 0;
   uint64_t memory_mb = 0;
   uint64_t cpu_ms = 0;
@@ -112,6 +114,7 @@ StatusOr<RunRequest> BuildRequest(const RunFlags& f) {
     r.files.push_back({fs.dest, std::move(content)});
   }
   r.collect = f.collect;
+  r.packages = f.packages;
   r.session_id = f.session;
   r.conversation_id = f.conversation;
   if (f.timeout_opt->count()) r.timeout_ms = f.timeout_ms;
@@ -221,7 +224,9 @@ int Run(const RunFlags& flags, const GlobalFlags& globals) {
 
   ApiClient::SubmitOptions options;
   options.idempotency_key = flags.idempotency_key;
-  if (request->wait) options.read_timeout = WaitReadTimeout(request->timeout_ms);
+  if (request->wait) {
+    options.read_timeout = WaitReadTimeout(request->timeout_ms, !request->packages.empty());
+  }
   auto answer = (*client)->Submit(BuildSubmitBody(*request), options);
   if (!answer.ok()) return ReportError(answer.status());
 
@@ -291,6 +296,11 @@ Command AddRunCommand(CLI::App& root, const GlobalFlags* globals) {
       ->allow_extra_args(false);
   app->add_option("--env", flags->env, "An environment variable for the job; repeatable")
       ->type_name("K=V")
+      ->allow_extra_args(false);
+  app->add_option("--package", flags->packages,
+                  "Install a package first (python NAME or NAME==VERSION, javascript NAME or "
+                  "NAME@VERSION) from the cluster's package index; repeatable")
+      ->type_name("SPEC")
       ->allow_extra_args(false);
   flags->timeout_opt =
       app->add_option("--timeout", flags->timeout_ms,

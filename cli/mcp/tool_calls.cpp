@@ -31,7 +31,7 @@ ToolOutcome Result(json content, bool is_error) {
 struct Field {
   const char* name;
   bool required;
-  enum class Type { kString, kId, kPositiveInteger } type;
+  enum class Type { kString, kId, kPositiveInteger, kStringList } type;
 };
 
 bool IsPositiveInteger(const json& v) {
@@ -65,6 +65,12 @@ std::string CheckArguments(const json& args, std::initializer_list<Field> fields
       case Field::Type::kPositiveInteger:
         if (!IsPositiveInteger(*it))
           return std::string("\"") + f.name + "\" must be a positive integer";
+        break;
+      case Field::Type::kStringList:
+        if (!it->is_array() ||
+            !std::all_of(it->begin(), it->end(), [](const json& e) { return e.is_string(); })) {
+          return std::string("\"") + f.name + "\" must be an array of strings";
+        }
         break;
     }
   }
@@ -184,7 +190,8 @@ ToolOutcome ToolCalls::ExecuteCode(const json& args, CancelTicket* ticket) const
                                           {"code", true, T::kString},
                                           {"sessionId", false, T::kId},
                                           {"conversationId", false, T::kId},
-                                          {"timeoutMs", false, T::kPositiveInteger}});
+                                          {"timeoutMs", false, T::kPositiveInteger},
+                                          {"packages", false, T::kStringList}});
   if (!why.empty()) return InvalidArguments(kExecuteCode, why);
   const std::string runtime = args["runtime"];
   const auto& runtimes = catalog_->offer().runtimes;
@@ -202,6 +209,10 @@ ToolOutcome ToolCalls::ExecuteCode(const json& args, CancelTicket* ticket) const
   if (auto t = args.value("timeoutMs", json()); t.is_number()) {
     request.timeout_ms = static_cast<uint64_t>(t.get<double>());
   }
+  // Checked by the broker (common/package_spec.hpp), whose error comes back.
+  if (auto p = args.value("packages", json()); p.is_array()) {
+    request.packages = p.get<std::vector<std::string>>();
+  }
   // Its own Idempotency-Key: a cancellation finds the job through it, and
   // the broker never runs the call twice.
   json body = BuildSubmitBody(request);
@@ -212,7 +223,8 @@ ToolOutcome ToolCalls::ExecuteCode(const json& args, CancelTicket* ticket) const
             common::Status(common::Code::kCancelled, "the client cancelled the call"), session),
         true);
   }
-  auto record = backend_->Submit(body, WaitReadTimeout(request.timeout_ms), key);
+  auto record =
+      backend_->Submit(body, WaitReadTimeout(request.timeout_ms, !request.packages.empty()), key);
   if (!record.ok()) return Result(RefusedExecutionContent(record.status(), session), true);
   json content = ExecutionContent(*record);
   const std::string status = content["status"];

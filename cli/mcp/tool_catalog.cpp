@@ -59,8 +59,16 @@ json ExecuteCodeTool(const Offer& offer) {
         {"timeoutMs",
          {{"type", "integer"},
           {"minimum", 1},
+          {"description", "Wall-clock limit in milliseconds (the cluster's default if omitted)"}}},
+        {"packages",
+         {{"type", "array"},
+          {"items", {{"type", "string"}}},
+          {"maxItems", 32},
           {"description",
-           "Wall-clock limit in milliseconds (the cluster's default if omitted)"}}}}},
+           "Extra packages to install before the code runs, from the cluster's package "
+           "index when its workers have one: python \"name\" or \"name==1.2.3\", javascript "
+           "\"name\" or \"name@1.2.3\". In a session they add to what earlier calls "
+           "installed."}}}}},
       {"required", {"runtime", "code"}},
       {"additionalProperties", false}};
   json output = {

@@ -108,7 +108,7 @@ await check('tools/list offers the three tools with their schemas', async () => 
   assert.deepEqual([...exec.inputSchema.properties.runtime.enum].sort(),
                    ['javascript', 'python', 'shell']);
   assert.deepEqual([...exec.inputSchema.required].sort(), ['code', 'runtime']);
-  for (const p of ['code', 'sessionId', 'conversationId', 'timeoutMs']) {
+  for (const p of ['code', 'sessionId', 'conversationId', 'timeoutMs', 'packages']) {
     assert.ok(exec.inputSchema.properties[p], `execute_code input has ${p}`);
   }
   assert.equal(exec.outputSchema.type, 'object');

@@ -212,6 +212,22 @@ TEST_F(McpServerTest, ExecuteCodeSubmitsAndShapesTheRecord) {
   EXPECT_EQ(body["limits"]["timeout_ms"], 1500);
   EXPECT_EQ(body["wait"], true);
   EXPECT_EQ(backend_.read_timeouts()[0], std::chrono::seconds(32));  // 2 s + margin
+  EXPECT_FALSE(body.contains("packages"));
+}
+
+TEST_F(McpServerTest, ExecuteCodePassesPackagesAndWaitsForTheirInstall) {
+  backend_.submit_answer = json{{"id", "ex_9"}, {"status", "succeeded"}};
+  auto s = Initialized();
+  json r = Call(*s, "execute_code",
+                {{"runtime", "python"},
+                 {"code", "import tabulate"},
+                 {"timeoutMs", 1500},
+                 {"packages", {"tabulate==0.9.0"}}});
+  ASSERT_TRUE(r.contains("result")) << r.dump();
+  ASSERT_EQ(backend_.submits().size(), 1u);
+  EXPECT_EQ(backend_.submits()[0]["packages"], json({"tabulate==0.9.0"}));
+  // The install (up to 300 s) comes before the job's own 2 s.
+  EXPECT_EQ(backend_.read_timeouts()[0], std::chrono::seconds(332));
 }
 
 TEST_F(McpServerTest, OutcomesOfTheCodeAreNotToolErrorsButRefusalsAre) {
@@ -300,6 +316,10 @@ TEST_F(McpServerTest, BadArgumentsAndUnknownToolsAreInvalidParams) {
             {"arguments", {{"runtime", "python"}, {"code", "1"}, {"timeoutMs", 1.5}}}},
            {{"name", "execute_code"},
             {"arguments", {{"runtime", "python"}, {"code", "1"}, {"sessionId", "a/b"}}}},
+           {{"name", "execute_code"},
+            {"arguments", {{"runtime", "python"}, {"code", "1"}, {"packages", "numpy"}}}},
+           {{"name", "execute_code"},
+            {"arguments", {{"runtime", "python"}, {"code", "1"}, {"packages", {"a", 1}}}}},
            {{"name", "execute_code"}, {"arguments", "print(1)"}},
            {{"name", "kill_session"}, {"arguments", json::object()}},
            {{"name", "list_sessions"}, {"arguments", {{"conversationId", ""}}}},

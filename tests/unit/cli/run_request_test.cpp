@@ -118,6 +118,7 @@ TEST(RunRequestTest, FullBody) {
   r.files.push_back({"in", std::string("\x00\xff", 2)});
   r.collect = {"out/*"};
   r.env = {{"A", "b"}};
+  r.packages = {"jq"};
   r.timeout_ms = 1500;
   r.memory_mb = 64;
   r.cpu_ms = 900;
@@ -133,6 +134,7 @@ TEST(RunRequestTest, FullBody) {
             std::string("\x00\xff", 2));
   EXPECT_EQ(body["collect"], json::array({"out/*"}));
   EXPECT_EQ(body["env"], json({{"A", "b"}}));
+  EXPECT_EQ(body["packages"], json::array({"jq"}));
   EXPECT_EQ(body["limits"], json({{"timeout_ms", 1500},
                                   {"memory_mb", 64},
                                   {"cpu_ms", 900},
@@ -147,6 +149,9 @@ TEST(RunRequestTest, WaitReadTimeoutCoversTheJobTimeout) {
   EXPECT_EQ(WaitReadTimeout(1001), std::chrono::seconds(32));
   EXPECT_EQ(WaitReadTimeout(300000), std::chrono::seconds(330));
   EXPECT_GT(WaitReadTimeout(UINT64_MAX), std::chrono::seconds(0));
+  // Packages are installed before the timeout starts: up to 300 s more.
+  EXPECT_EQ(WaitReadTimeout(1000, true), std::chrono::seconds(331));
+  EXPECT_EQ(WaitReadTimeout(std::nullopt, true), std::chrono::seconds(630));
 }
 
 }  // namespace

@@ -24,7 +24,7 @@ namespace kiln::worker {
 inline common::LogOptions DefaultLogOptions() {
   common::LogOptions o;
   o.component = "worker";
-  o.subsystems = {"link", "jobs", "sessions", "pool"};
+  o.subsystems = {"link", "jobs", "sessions", "pool", "packages", "sandbox", "gvisor"};
   return o;
 }
 

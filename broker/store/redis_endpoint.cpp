@@ -253,7 +253,10 @@ std::string RedisEndpoint::Redacted() const {
   std::vector<std::string> options;
   if (uses_sentinel()) {
     for (size_t i = 0; i < sentinels.size(); ++i) {
-      out += (i > 0 ? "," : "") + host_port(sentinels[i].host, sentinels[i].port);
+      // Appended piecewise: GCC 12 at -O3 misreads `"," + std::string&&` as
+      // an overlapping memcpy (-Werror=restrict, GCC bug 105329).
+      if (i > 0) out += ',';
+      out += host_port(sentinels[i].host, sentinels[i].port);
     }
     out += "/" + master_name;
     if (db != 0) out += "/" + std::to_string(db);

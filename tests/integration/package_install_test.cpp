@@ -230,6 +230,25 @@ result = {
   EXPECT_FALSE(Marker("npm-script-ran")) << "a package's install script ran";
 }
 
+TEST_F(PackageInstallTest, AJavascriptSessionGathersItsExecutionsPackages) {
+  const json session = {{"session_id", "pkg-js-session"}};
+  auto exec = [&](const std::string& code, json packages) {
+    json extra = session;
+    if (!packages.is_null()) extra["packages"] = packages;
+    return Run("javascript", code, extra);
+  };
+  json r = exec("result = require('kilntest-hello').VERSION", {"kilntest-hello@1.0.0"});
+  ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
+  EXPECT_EQ(r["result"], "1.0.0");
+  // A second set is mounted in place of the first: both packages resolve.
+  r = exec("const { shout } = await import('kilntest-esm');\n"
+           "result = [shout('hi'), require('kilntest-hello').greet('js')];",
+           {"kilntest-esm"});
+  ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
+  EXPECT_EQ(r["result"], json::parse(R"(["HI!", "hello js"])")) << r.dump();
+  EXPECT_EQ(r.value("session_epoch", 0), 1) << r.dump();
+}
+
 TEST_F(PackageInstallTest, InstallFailuresEndTheJobWithTheirOwnCode) {
   // Not in the index.
   json r = Run("python", "result = 1", {{"packages", {"kilntest-nope"}}});

@@ -9,6 +9,9 @@
   // set at /node_modules: require() through this module's lookup paths,
   // import() through a module the worker wrote at the set's root.
   const PACKAGES = '/packages';
+  // The [eval] module whose require the code uses, kept now: once the driver's
+  // synchronous start is over, node rebinds the global `module`.
+  const evalModule = module;
   let packagesSeen = null;
   const usePackages = () => {
     let st;
@@ -21,9 +24,9 @@
     if (key === packagesSeen) return;
     packagesSeen = key;
     const nm = PACKAGES + '/node_modules';
-    if (fs.existsSync(nm) && !module.paths.includes(nm)) {
-      const at = module.paths.indexOf('/node_modules');
-      module.paths.splice(at < 0 ? module.paths.length : at, 0, nm);
+    if (fs.existsSync(nm) && !evalModule.paths.includes(nm)) {
+      const at = evalModule.paths.indexOf('/node_modules');
+      evalModule.paths.splice(at < 0 ? evalModule.paths.length : at, 0, nm);
     }
   };
   const packageOf = (s) => {  // 'a/b' -> 'a', '@s/a/b' -> '@s/a'; null unless a bare name

@@ -241,9 +241,10 @@ TEST_F(PackageInstallTest, AJavascriptSessionGathersItsExecutionsPackages) {
   ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
   EXPECT_EQ(r["result"], "1.0.0");
   // A second set is mounted in place of the first: both packages resolve.
-  r = exec("const { shout } = await import('kilntest-esm');\n"
-           "result = [shout('hi'), require('kilntest-hello').greet('js')];",
-           {"kilntest-esm"});
+  r = exec(
+      "const { shout } = await import('kilntest-esm');\n"
+      "result = [shout('hi'), require('kilntest-hello').greet('js')];",
+      {"kilntest-esm"});
   ASSERT_EQ(r.value("status", ""), "succeeded") << r.dump();
   EXPECT_EQ(r["result"], json::parse(R"(["HI!", "hello js"])")) << r.dump();
   EXPECT_EQ(r.value("session_epoch", 0), 1) << r.dump();

@@ -1,3 +1,4 @@
+// HostCluster: Kiln on a NetnsBed (see host_cluster.hpp).
 #include "tests/multihost/host_cluster.hpp"
 
 #include <dirent.h>
@@ -82,6 +83,12 @@ void RemoveStaleRuns() {
 
 const std::vector<std::string> kHosts = {"redis", "b1", "b2", "w1", "w2", "w3", "x"};
 const std::vector<std::string> kRedisHosts = {"redis", "r2", "r3"};  // with redis_ha
+constexpr const char* kWebHost = "web";                              // with web, after the others
+
+// The fake internet's script, from the source tree (as package_index.py).
+std::string FakeInternetScript() {
+  return std::string(KILN_SOURCE_DIR) + "/tests/multihost/fake_internet.py";
+}
 
 }  // namespace
 
@@ -94,15 +101,22 @@ bool IsTerminalStatus(const json& record) {
 }
 
 std::unique_ptr<HostCluster> HostCluster::Start(const HostClusterOptions& options) {
+  if (options.web && options.redis_ha) {
+    throw std::invalid_argument(
+        "HostClusterOptions: `web` and `redis_ha` together need 10 hosts; the bed has at most 9");
+  }
   std::unique_ptr<HostCluster> c(new HostCluster());
   c->options_ = options;
   std::vector<std::string> hosts = kHosts;
   if (options.redis_ha) hosts.insert(hosts.end(), kRedisHosts.begin() + 1, kRedisHosts.end());
+  if (options.web) hosts.push_back(kWebHost);
   c->bed_ = NetnsBed::Create(hosts);  // first removes the namespaces of dead runs
   RemoveStaleRuns();
   c->dir_ = MakeTempDir("kiln-mh-h" + std::to_string(::getpid()));
   c->suffix_ = c->dir_.substr(c->dir_.rfind('-') + 1);
   c->MakeKeys();
+  // First, so that making its certificates overlaps the rest of the set-up.
+  if (options.web) c->StartWeb();
   c->StartRedis();
   const std::string redis_ip = c->bed_->ip("redis");
   // redis-cli runs on "x": the root namespace has no route to the bed.
@@ -135,8 +149,32 @@ std::unique_ptr<HostCluster> HostCluster::Start(const HostClusterOptions& option
   if (!c->WaitForWorkers(options.workers, std::chrono::seconds(30))) {
     throw std::runtime_error("workers did not register: " + c->DumpLogs());
   }
+  if (options.web) c->WaitForWeb();
   return c;
 }
+
+void HostCluster::StartWeb() {
+  web_ = bed_->Start(
+      kWebHost,
+      {"/usr/bin/python3", FakeInternetScript(), "--dir", web_dir(), "--names", kWebNames},
+      dir_ + "/web.log");
+}
+
+void HostCluster::WaitForWeb() {
+  const bool ready = WaitFor(
+      [&] { return ::access((web_dir() + "/ready").c_str(), F_OK) == 0 || !web_.running(); },
+      std::chrono::seconds(20));
+  if (!ready || !web_.running()) {
+    throw std::runtime_error("fake_internet.py did not start: " + DumpLogs());
+  }
+}
+
+std::string HostCluster::web_ip() const {
+  if (!options_.web) throw std::logic_error("web_ip: no host \"web\" (HostClusterOptions::web)");
+  return bed_->ip(kWebHost);
+}
+
+std::string HostCluster::WebLog() const { return ReadFile(web_dir() + "/requests.log"); }
 
 void HostCluster::MakeKeys() {
   auto make = [&](const std::string& name) { return NewKeyFiles(keys_dir(), name); };
@@ -290,7 +328,7 @@ void HostCluster::StartBroker(int b) {
     << "  max: {timeout_ms: 60000, max_output_bytes: 1048576}\n"
     << "tenants:\n"
     << "  - {name: tenant-a, tokens: [\"" << kToken << "\"], enabled: true, auto_approve: true}\n"
-    << "admin_tokens: [\"" << kAdminToken << "\"]\n";
+    << options_.tenants_yaml << "admin_tokens: [\"" << kAdminToken << "\"]\n";
   WriteFile(cfg, y.str());
   brokers_.at(b) = bed_->Start(broker_host(b), {BinDir() + "kiln-broker", "--config", cfg},
                                dir_ + "/" + broker_host(b) + ".log");
@@ -302,7 +340,11 @@ void HostCluster::StartWorker(int w) {
   y << "worker:\n"
     << "  id: " << worker_id(w) << "\n"
     << "  slots: " << options_.slots << "\n"
-    << "  runtimes: [shell]\n"
+    << "  runtimes: [";
+  for (size_t i = 0; i < options_.runtimes.size(); ++i) {
+    y << (i ? ", " : "") << options_.runtimes[i];
+  }
+  y << "]\n"
     << "  warm_per_runtime: 1\n"
     << "  heartbeat_interval_ms: " << options_.heartbeat_interval_ms << "\n"
     << "  heartbeat_liveness: " << options_.heartbeat_liveness << "\n"
@@ -315,7 +357,8 @@ void HostCluster::StartWorker(int w) {
     << "  state_dir: " << dir_ << "/" << worker_host(w) << "-state\n"
     << "  cgroup_prefix: kiln-mh-" << suffix_ << "-" << worker_host(w) << "\n"
     << "  uid_base: " << kUidBase + 10000 * w << "\n"
-    << "  uid_count: 10000\n";
+    << "  uid_count: 10000\n"
+    << options_.worker_yaml;
   WriteFile(cfg, y.str());
   workers_.at(w) = bed_->Start(worker_host(w), {BinDir() + "kiln-worker", "--config", cfg},
                                dir_ + "/" + worker_host(w) + ".log");
@@ -325,6 +368,7 @@ HostCluster::~HostCluster() {
   // Healed first, so that every process can say goodbye and stop at once.
   if (bed_) {
     std::vector<std::string> hosts = {"redis", "b1", "b2", "w1", "w2", "w3"};
+    if (options_.web) hosts.push_back(kWebHost);  // a test may cut the "internet" off
     if (!lost_redis_host_.empty() && lost_redis_host_ != "redis") hosts.push_back(lost_redis_host_);
     for (const std::string& host : hosts) {
       try {
@@ -339,6 +383,7 @@ HostCluster::~HostCluster() {
   ThawLeftoverSandboxes("kiln-mh-" + suffix_ + "-");
   RemoveWorkerLeftovers(dir_, suffix_);
   for (auto& b : brokers_) b.Stop();
+  web_.Stop();  // after the workers: no job is still talking to it
   for (auto& s : sentinels_) s.Stop();
   for (auto& r : replicas_) r.Stop();
   redis_.Stop();
@@ -412,15 +457,19 @@ std::string HostCluster::DumpLogs() const {
   std::ostringstream out;
   DIR* d = ::opendir(dir_.c_str());
   if (d == nullptr) return "";
+  std::vector<std::string> logs;
   while (dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
-    if (name.size() > 4 && name.substr(name.size() - 4) == ".log") {
-      std::string text = ReadFile(dir_ + "/" + name);
-      if (text.size() > 6000) text = "..." + text.substr(text.size() - 6000);
-      out << "==== " << name << " ====\n" << text << "\n";
-    }
+    if (name.size() > 4 && name.substr(name.size() - 4) == ".log") logs.push_back(name);
   }
   ::closedir(d);
+  // web.log is the fake internet's output; what reached it is in requests.log.
+  if (options_.web) logs.push_back("web/requests.log");
+  for (const std::string& name : logs) {
+    std::string text = ReadFile(dir_ + "/" + name);
+    if (text.size() > 6000) text = "..." + text.substr(text.size() - 6000);
+    out << "==== " << name << " ====\n" << text << "\n";
+  }
   return out.str();
 }
 

@@ -4,7 +4,9 @@
 // for rogue peers. With `redis_ha`, Redis replicas on "r2" and "r3" and a
 // Sentinel on each of the three Redis hosts; the brokers find the master
 // through the sentinels and wait for one replica's acknowledgement of every
-// write (min_replicas=1).
+// write (min_replicas=1). With `web`, a fake "internet" on host "web"
+// (fake_internet.py: HTTP on 80, HTTPS on 443 with a test CA) for jobs that
+// reach outside destinations; never a real outside address.
 //
 //   auto c = HostCluster::Start({});
 //   HttpReply r = c->Submit({{"language", "shell"}, {"code", "echo hi"}}, /*broker=*/0);
@@ -36,6 +38,15 @@ struct HostClusterOptions {
   int slot_lease_ms = 2000;  // scheduling.slot_lease_ms: a dead broker's slots come back
   bool redis_ha = false;     // replicas and sentinels, as above
   int workers = 3;           // how many of w1..w3 start (the others' hosts stay idle)
+  // Host "web" runs fake_internet.py (see web_dir()); its certificate covers
+  // api.example.test, other.example.test and big.example.test. Not with
+  // redis_ha: the bed has at most 9 hosts.
+  bool web = false;
+  std::vector<std::string> runtimes = {"shell"};  // worker.runtimes of each worker
+  // More broker `tenants:` entries, each line "  - {name: ..., tokens: [...]}\n".
+  std::string tenants_yaml;
+  // Top-level sections appended to each worker's config, e.g. "network:\n  ...".
+  std::string worker_yaml;
 };
 
 class HostCluster {
@@ -50,6 +61,7 @@ class HostCluster {
   static constexpr const char* kToken = "tenant-a-token";
   static constexpr const char* kAdminToken = "admin-token-x";
   static constexpr uint32_t kUidBase = 410000;  // workers use [kUidBase, kUidBase + 30000)
+  static constexpr const char* kWebNames = "api.example.test,other.example.test,big.example.test";
 
   static std::unique_ptr<HostCluster> Start(const HostClusterOptions& options);
   ~HostCluster();
@@ -63,6 +75,12 @@ class HostCluster {
   static std::string worker_id(int w) { return worker_host(w); }
   std::string worker_endpoint(int b) const;  // tcp://10.213.0.x:5555
   std::string keys_dir() const { return dir_ + "/keys"; }
+  // With `web`: host "web"'s address; its directory (ca.pem, the CA to trust;
+  // requests.log, "<scheme> <client ip> <method> <path> <Host>" per request);
+  // requests.log's text ("" before the first request).
+  std::string web_ip() const;
+  std::string web_dir() const { return dir_ + "/web"; }
+  std::string WebLog() const;
 
   // HTTP to broker b from host "x", through the bed's network.
   HttpReply Request(const std::string& method, const std::string& path,
@@ -115,6 +133,8 @@ class HostCluster {
   std::string RedisUrl() const;  // what the brokers' broker.redis.url says
   void StartBroker(int b);
   void StartWorker(int w);
+  void StartWeb();
+  void WaitForWeb();
 
   // Declared first: destroyed last, after every process in it has stopped.
   std::unique_ptr<NetnsBed> bed_;
@@ -127,6 +147,7 @@ class HostCluster {
   std::string lost_redis_host_;          // LoseRedisMasterHost's
   std::vector<ChildProcess> brokers_;
   std::vector<ChildProcess> workers_;
+  ChildProcess web_;  // fake_internet.py, with `web`
 };
 
 bool IsTerminalStatus(const nlohmann::json& record);

@@ -48,6 +48,10 @@ std::string_view CodeName(Code code) {
       return "OUTPUT_LIMIT";
     case Code::kPackageInstallFailed:
       return "PACKAGE_INSTALL_FAILED";
+    case Code::kNetworkNotAllowed:
+      return "NETWORK_NOT_ALLOWED";
+    case Code::kNetworkLimit:
+      return "NETWORK_LIMIT";
     case Code::kCodeExecutionDisabled:
       return "CODE_EXECUTION_DISABLED";
     case Code::kRateLimited:
@@ -77,6 +81,7 @@ int HttpStatusFor(Code code) {
     case Code::kForbidden:
     case Code::kSessionForbidden:
     case Code::kCodeExecutionDisabled:
+    case Code::kNetworkNotAllowed:
       return 403;
     case Code::kNotFound:
     case Code::kSessionNotFound:

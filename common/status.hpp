@@ -40,6 +40,8 @@ enum class Code {
   kMemoryExceeded,
   kOutputLimit,
   kPackageInstallFailed,  // a job's `packages` could not be installed (job error.code)
+  kNetworkNotAllowed,     // `network` asked for what the tenant's allowlist does not allow (403)
+  kNetworkLimit,          // a job over its network caps (job error.code)
   kCodeExecutionDisabled,
   kRateLimited,       // a per-tenant or per-address cap on concurrent use or rate (429)
   kMethodNotAllowed,  // the path exists, the method does not (405)

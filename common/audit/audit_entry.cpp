@@ -89,6 +89,7 @@ Json AuditEntry::ToJson() const {
   j["redactions"] = redactions;
   j["worker"] = worker;
   j["warnings"] = warnings;
+  if (network) j["network"] = *network;
   return j;
 }
 
@@ -116,6 +117,10 @@ StatusOr<AuditEntry> AuditEntry::FromJson(const Json& j) {
   r.Integer("redactions", &e.redactions);
   r.String("worker", &e.worker);
   r.Strings("warnings", &e.warnings);
+  if (auto n = j.find("network"); n != j.end()) {
+    if (!n->is_object()) return InvalidRequest("audit entry: network: expected an object");
+    e.network = *n;
+  }
   if (!r.status().ok()) return r.status();
   if (version != kVersion) {
     return InvalidRequest("audit entry: v: unsupported version " + std::to_string(version));

@@ -48,6 +48,10 @@ struct AuditEntry {
   uint32_t redactions = 0;             // secrets masked in the output
   std::string worker;                  // empty if it never ran
   std::vector<std::string> warnings;   // policy rules that warned
+  // Jobs with network only (written only when set, as code_bytes): the
+  // egress gateway's account, every destination allowed and refused
+  // (common::NetworkUsage::ToJson: integers, strings and booleans only).
+  std::optional<nlohmann::json> network;
 
   nlohmann::json ToJson() const;
   // Strict: every field present with its type, "v" equal to kVersion.

@@ -98,6 +98,10 @@ void Describe(V& v, Ref<V, Execute> m) {
   v.Text("isolation", m.isolation, Need::kOptional, kMaxIdBytes);
   v.Bytes("stdin_data", m.stdin_data, Need::kOptional, kMaxStdinBytes);
   v.TextList("packages", m.packages, Need::kOptional, kMaxRequestPackages, kMaxPackageBytes);
+  v.TextList("network_allow", m.network_allow, Need::kOptional, kMaxNetworkDestinations,
+             kMaxDestinationBytes);
+  v.Uint("network_max_bytes", m.network_max_bytes, Need::kOptional);
+  v.Uint("network_max_connections", m.network_max_connections, Need::kOptional);
 }
 
 template <typename V>
@@ -112,7 +116,7 @@ void Describe(V& v, Ref<V, OutputChunk> m) {
 template <typename V>
 void Describe(V& v, Ref<V, Result> m) {
   v.Id("job_id", m.job_id);
-  v.Enum("reason", m.reason, Need::kRequired, EndReason::kExit, EndReason::kRefused);
+  v.Enum("reason", m.reason, Need::kRequired, EndReason::kExit, EndReason::kNetworkLimit);
   v.OptionalInt("exit_code", m.exit_code);
   v.OptionalInt("signal", m.signal);
   v.Bytes("stdout_data", m.stdout_data, Need::kOptional, kMaxStreamBytes);
@@ -133,6 +137,7 @@ void Describe(V& v, Ref<V, Result> m) {
   v.Bool("session_reset", m.session_reset, Need::kOptional);
   v.Text("worker_error", m.worker_error, Need::kOptional, kMaxStringBytes);
   v.Text("worker_error_code", m.worker_error_code, Need::kOptional, kMaxIdBytes);
+  v.Text("network_json", m.network_json, Need::kOptional, kMaxNetworkUsageBytes);
 }
 
 template <typename V>

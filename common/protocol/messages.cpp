@@ -86,6 +86,8 @@ const char* EndReasonName(EndReason r) {
       return "error";
     case EndReason::kRefused:
       return "refused";
+    case EndReason::kNetworkLimit:
+      return "network_limit";
   }
   return "unknown";
 }

@@ -18,8 +18,8 @@
 namespace kiln::common::protocol {
 
 // 2: result_ack (and register.incarnation, held_jobs, output_chunk.offset;
-// later, compatibly: execute.stdin_data and packages, result.outputs and
-// outputs_truncated).
+// later, compatibly: execute.stdin_data, packages and network_*, result.outputs,
+// outputs_truncated and network_json, end reason network_limit).
 inline constexpr uint32_t kProtocolVersion = 2;
 
 // Hard limits, enforced by Decode (and by Encode's callers through config
@@ -47,6 +47,12 @@ inline constexpr size_t kMaxRequestPackages = 32;
 // timeout starts (its `packages.install.timeout_ms` is capped here); the
 // broker allows jobs with packages this much longer.
 inline constexpr uint64_t kMaxPackageInstallMs = 300'000;
+// Network on request (common/network_policy.hpp): destinations one job or
+// tenant may list (Execute.network_allow), each at most this long ("*." and
+// a 253-byte name, ':' and a port); the JSON of a Result's network usage.
+inline constexpr size_t kMaxNetworkDestinations = 64;
+inline constexpr size_t kMaxDestinationBytes = 264;
+inline constexpr size_t kMaxNetworkUsageBytes = 32u << 10;
 // What a job reads on its standard input (Execute.stdin_data).
 inline constexpr size_t kMaxStdinBytes = 1u << 20;
 // Rich outputs of one execution (Result.outputs): at most this many, with at
@@ -159,6 +165,14 @@ struct Execute {
   // "name" or "name@version" for javascript); the worker installs them from
   // its configured index and mounts them read-only at /packages.
   std::vector<std::string> packages;
+  // Network on request: the destinations the job may reach through its
+  // worker's egress gateway (common/network_policy.hpp: host:port entries,
+  // already within its tenant's allowlist); empty: no network at all. The
+  // caps are the job's (per session execution): bytes both ways, and
+  // connections asked for (0: none allowed).
+  std::vector<std::string> network_allow;
+  uint64_t network_max_bytes = 0;
+  uint64_t network_max_connections = 0;
   friend bool operator==(const Execute&, const Execute&) = default;
 };
 
@@ -184,6 +198,7 @@ enum class EndReason : uint8_t {
   kSandboxViolation = 6,  // killed by the seccomp filter
   kError = 7,             // the worker could not run it (see worker_error)
   kRefused = 8,           // the worker did not start it (busy, draining): run it elsewhere
+  kNetworkLimit = 9,      // over a network cap (bytes, connections); worker_error says which
 };
 
 struct ErrorInfo {
@@ -239,6 +254,8 @@ struct Result {
   // Set with kError: the failure's API code name (e.g. "INVALID_REQUEST").
   // The broker passes on only the codes that blame the job's own input.
   std::string worker_error_code;
+  // Jobs with network: common::NetworkUsage as JSON (<= kMaxNetworkUsageBytes).
+  std::string network_json;
   friend bool operator==(const Result&, const Result&) = default;
 };
 

@@ -891,17 +891,17 @@ TEST(CodecFieldsTest, EnumValuesOutOfRange) {
                         "output_chunk.stream: 0 is not a valid value (1..2)"));
   EXPECT_TRUE(IsInvalid(DecodeWith(MessageType::kOutputChunk, {"stream"}, U(3)),
                         "output_chunk.stream: 3 is not a valid value (1..2)"));
-  for (uint64_t reason = 1; reason <= 8; ++reason) {
+  for (uint64_t reason = 1; reason <= 9; ++reason) {
     StatusOr<Message> r = DecodeWith(MessageType::kResult, {"reason"}, U(reason));
     ASSERT_TRUE(IsOk(r));
     EXPECT_EQ(static_cast<uint64_t>(std::get<Result>(*r).reason), reason);
   }
   EXPECT_TRUE(IsInvalid(DecodeWith(MessageType::kResult, {"reason"}, U(0)),
-                        "result.reason: 0 is not a valid value (1..8)"));
-  EXPECT_TRUE(IsInvalid(DecodeWith(MessageType::kResult, {"reason"}, U(9)),
-                        "result.reason: 9 is not a valid value (1..8)"));
+                        "result.reason: 0 is not a valid value (1..9)"));
+  EXPECT_TRUE(IsInvalid(DecodeWith(MessageType::kResult, {"reason"}, U(10)),
+                        "result.reason: 10 is not a valid value (1..9)"));
   EXPECT_TRUE(IsInvalid(DecodeWith(MessageType::kResult, {"reason"}, U(256 + 1)),
-                        "result.reason: 257 is not a valid value (1..8)"));
+                        "result.reason: 257 is not a valid value (1..9)"));
 }
 
 // ---------------------------------------------------------------------------
@@ -960,6 +960,11 @@ TEST(CodecLimitsTest, EveryFieldSizeLimit) {
       {MessageType::kExecute, {"isolation"}, kMaxIdBytes, "execute.isolation"},
       {MessageType::kExecute, {"stdin_data"}, kMaxStdinBytes, "execute.stdin_data"},
       {MessageType::kExecute, {"packages", "1"}, kMaxPackageBytes, "execute.packages[1]"},
+      {MessageType::kExecute,
+       {"network_allow", "1"},
+       kMaxDestinationBytes,
+       "execute.network_allow[1]"},
+      {MessageType::kResult, {"network_json"}, kMaxNetworkUsageBytes, "result.network_json"},
       {MessageType::kResult, {"outputs", "0", "mime"}, kMaxMimeBytes, "result.outputs[0].mime"},
   };
   for (const SizeCase& c : cases) {
@@ -998,6 +1003,7 @@ TEST(CodecLimitsTest, EveryListLimit) {
       {MessageType::kRegister, "held_jobs", kMaxHeldJobs, Str("ex_1")},
       {MessageType::kExecute, "collect", kMaxListEntries, Str("*.txt")},
       {MessageType::kExecute, "packages", kMaxRequestPackages, Str("numpy")},
+      {MessageType::kExecute, "network_allow", kMaxNetworkDestinations, Str("a.io:1")},
       {MessageType::kExecute, "files", kMaxFiles, file},
       {MessageType::kResult, "files", kMaxFiles, file},
   };

@@ -58,14 +58,14 @@ TEST(GoldenFramesTest, WorkerFrames) {
                         .cpu_ms = 1.5,
                         .files = {{.path = "p", .content = "c"}},
                         .session_reset = true})),
-      "930206de0015a66a6f625f6964a16aa6726561736f6e02a9657869745f636f6465fdab7374646f75745f64617461"
+      "930206de0016a66a6f625f6964a16aa6726561736f6e02a9657869745f636f6465fdab7374646f75745f64617461"
       "c400ab7374646572725f64617461c400a97472756e6361746564c2ab726573756c745f6a736f6ea0a56572726f72"
       "83a474797065a145a76d657373616765a0a974726163656261636ba0ab6475726174696f6e5f6d73cb4000000000"
       "000000a66370755f6d73cb3ff8000000000000aa6d61785f7273735f6b6200a566696c65739182a470617468a170"
       "a7636f6e74656e74c40163af66696c65735f7472756e6361746564c2ad66696c65735f6f6d697474656400a76f75"
       "747075747390b16f7574707574735f7472756e6361746564c2aa726564616374696f6e7300ad73657373696f6e5f"
       "65706f636800ad73657373696f6e5f7265736574c3ac776f726b65725f6572726f72a0b1776f726b65725f657272"
-      "6f725f636f6465a0");
+      "6f725f636f6465a0ac6e6574776f726b5f6a736f6ea0");
   EXPECT_EQ(
       Hex(Encode(Execute{.job_id = "j",
                          .tenant = "t",
@@ -74,23 +74,25 @@ TEST(GoldenFramesTest, WorkerFrames) {
                          .env = {{"B", "2"}, {"A", "1"}},
                          .collect = {"x"},
                          .limits = samples::FullLimits()})),
-      "930204de0011a66a6f625f6964a16aa674656e616e74a174a86c616e6775616765a6707974686f6ea4636f6465c4"
+      "930204de0014a66a6f625f6964a16aa674656e616e74a174a86c616e6775616765a6707974686f6ea4636f6465c4"
       "0131aa73657373696f6e5f6964a0ad73657373696f6e5f65706f636800ae73657373696f6e5f74746c5f6d7300aa"
       "696e7075745f6a736f6ea0a3656e7682a141a131a142a132a566696c657390a7636f6c6c65637491a178a66c696d"
       "69747385aa74696d656f75745f6d73cd7530a96d656d6f72795f6d62cd0100a66370755f6d73cd4e20b06d61785f"
       "6f75747075745f6279746573ce00100000a86d61785f7069647340ad73747265616d5f6f7574707574c2a7736563"
-      "7265747390a969736f6c6174696f6ea0aa737464696e5f64617461c400a87061636b6167657390");
+      "7265747390a969736f6c6174696f6ea0aa737464696e5f64617461c400a87061636b6167657390ad6e6574776f72"
+      "6b5f616c6c6f7790b16e6574776f726b5f6d61785f627974657300b76e6574776f726b5f6d61785f636f6e6e6563"
+      "74696f6e7300");
 }
 
 // Every field of every worker message, and the minimal forms.
 TEST(GoldenFramesTest, WorkerSampleDigests) {
   Sha256 full;
   for (const Message& m : samples::FullMessages()) full.Update(Encode(m));
-  EXPECT_EQ(full.FinishHex(), "5d770ed54661eafb693377232348d479ecc7f145e05c446c27e1afe704d00a32");
+  EXPECT_EQ(full.FinishHex(), "81a63cddf85e2d1ecea85d2f7d0d6472cd8fb2ed7717f680a1194e6ce76feac7");
   Sha256 minimal;
   for (const Message& m : samples::MinimalMessages()) minimal.Update(Encode(m));
   EXPECT_EQ(minimal.FinishHex(),
-            "78a8e61cbb99221fba5a5824345b0b5adc88dbb2bef385494a30194fe10ea0f5");
+            "035d9ef31d03a49399455900619a98c1abd58ecfa711be0bec9d3485a13e0eb4");
 }
 
 TEST(GoldenFramesTest, ClientFrames) {
@@ -222,13 +224,13 @@ bool: INVALID_REQUEST: heartbeat.draining: expected bool, got unsigned integer
 enum: INVALID_REQUEST: output_chunk.stream: 3 is not a valid value (1..2)
 int32 range: INVALID_REQUEST: result.exit_code: 2147483648 is outside the int32 range
 int32 low: INVALID_REQUEST: result.signal: -2147483649 is outside the int32 range
-int nil: ok 419e9ac4f8868801
+int nil: ok b2a626c419706f6d
 negative double: INVALID_REQUEST: result.duration_ms: expected a finite number >= 0
 double type: INVALID_REQUEST: result.cpu_ms: expected number, got str
-int double: ok 05b847ab15bf1afc
-float32: ok 86e38666def27e4c
+int double: ok 139fbba0133c4862
+float32: ok 5d9bac49e413e400
 nested: INVALID_REQUEST: result.error.type: expected str or bin, got unsigned integer
-nested nil: ok 419e9ac4f8868801
+nested nil: ok b2a626c419706f6d
 file: INVALID_REQUEST: result.files[1].content: required field is missing
 files type: INVALID_REQUEST: result.files: expected array, got map
 str limit: INVALID_REQUEST: result.worker_error: 65537 bytes exceeds the limit of 65536

@@ -6,6 +6,7 @@
 
 #include "broker/job/isolation.hpp"
 #include "common/config/yaml_reader.hpp"
+#include "common/network_policy.hpp"
 
 namespace kiln::broker {
 namespace {
@@ -124,6 +125,16 @@ common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
     t.Get("max_unread_bytes", &tc.max_unread_bytes, 0, 1ull << 40);
     t.Get("submit_rate", &tc.submit_rate, 0.0, 1e9);
     t.Get("submit_burst", &tc.submit_burst, 0, 1'000'000'000);
+    {
+      YamlReader n = t.Child("network");
+      n.Get("allow", &tc.network.allow);
+      n.Get("max_bytes", &tc.network.max_bytes, 1, 1ull << 40);
+      n.Get("max_connections", &tc.network.max_connections, 1, 100'000);
+      if (common::Status nst = n.Finish(); !nst.ok()) t.Fail("network", nst.message());
+      if (auto allow = common::ParseDestinations(tc.network.allow, "allow"); !allow.ok()) {
+        t.Fail("network", "tenant '" + tc.name + "': " + allow.status().message());
+      }
+    }
     if (tc.secrets.size() > common::protocol::kMaxListEntries) {
       t.Fail("secrets", "at most 64 secrets per tenant");
     }

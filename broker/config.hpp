@@ -45,6 +45,14 @@ struct TenantConfig {
   uint64_t max_unread_bytes = 0;   // records sent to its clients and not yet read
   double submit_rate = 0;          // submits per second (token bucket); 0: the default
   uint32_t submit_burst = 0;       // bucket size
+  // Network on request (docs/api.md, "Network"): the destinations its jobs
+  // may ask for (common/network_policy.hpp); empty: no network at all. The
+  // caps hold per job (per session execution).
+  struct Network {
+    std::vector<std::string> allow;
+    uint64_t max_bytes = 64u << 20;  // bytes in and out together
+    uint64_t max_connections = 64;   // destinations asked for (allowed or not)
+  } network;
 };
 
 // What one tenant may hold on one broker at once (docs/security.md, "Hostile

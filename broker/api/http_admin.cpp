@@ -128,6 +128,13 @@ void HttpApi::Capabilities(Call& call) {
     for (const auto& p : r["packages"]) names.push_back(p["name"]);
     packages[r["language"].get<std::string>()] = std::move(names);
   }
+  // Network on request: what the tenant's jobs may ask for (null: nothing).
+  json network = nullptr;
+  if (t != nullptr && !t->network.allow.empty()) {
+    network = {{"allow", t->network.allow},
+               {"max_bytes", t->network.max_bytes},
+               {"max_connections", t->network.max_connections}};
+  }
   call.Reply(200, {{"tenant", t ? json(t->name) : json(nullptr)},
                    {"code_execution", t != nullptr && t->enabled},
                    {"auto_approve", t != nullptr && t->auto_approve},
@@ -136,7 +143,8 @@ void HttpApi::Capabilities(Call& call) {
                    {"runtimes",
                     t ? deps_.dispatcher->RuntimesAt(t->isolation) : deps_.dispatcher->Runtimes()},
                    {"isolation_levels", deps_.dispatcher->IsolationLevels()},
-                   {"packages", std::move(packages)}});
+                   {"packages", std::move(packages)},
+                   {"network", std::move(network)}});
 }
 
 void HttpApi::ListWorkers(Call& call) {

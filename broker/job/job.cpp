@@ -170,6 +170,11 @@ json JobSpec::ToJson() const {
             {"limits", LimitsJson(limits)},
             {"wait", wait},
             {"created_ms", created_ms}};
+  if (network) {
+    j["network"] = {{"allow", network_allow},
+                    {"max_bytes", network_max_bytes},
+                    {"max_connections", network_max_connections}};
+  }
   if (excerpt_of) {
     j["excerpt_of"] = {{"code_bytes", excerpt_of->code_bytes},
                        {"code_sha256", excerpt_of->code_sha256},
@@ -197,6 +202,12 @@ common::StatusOr<JobSpec> JobSpec::FromJson(const json& j) {
     s.collect = j.at("collect").get<std::vector<std::string>>();
     s.stdin_data = j.value("stdin", "");  // absent in specs stored before stdin existed
     s.packages = j.value("packages", std::vector<std::string>{});
+    if (auto n = j.find("network"); n != j.end() && !n->is_null()) {
+      s.network = true;
+      s.network_allow = n->at("allow").get<std::vector<std::string>>();
+      s.network_max_bytes = n->at("max_bytes").get<uint64_t>();
+      s.network_max_connections = n->at("max_connections").get<uint64_t>();
+    }
     const json& l = j.at("limits");
     s.limits = {l.at("timeout_ms").get<uint64_t>(), l.at("memory_mb").get<uint64_t>(),
                 l.at("cpu_ms").get<uint64_t>(), l.at("max_output_bytes").get<uint64_t>(),
@@ -228,6 +239,11 @@ protocol::Execute JobSpec::ToExecute() const {
   e.collect = collect;
   e.stdin_data = stdin_data;
   e.packages = packages;
+  if (network) {
+    e.network_allow = network_allow;
+    e.network_max_bytes = network_max_bytes;
+    e.network_max_connections = network_max_connections;
+  }
   e.limits = limits;
   return e;
 }
@@ -322,6 +338,7 @@ json JobRecord::ToJson() const {
   }
   // Only where it is news: records of standard jobs read as they always did.
   if (NormalizeIsolation(isolation) != kStandardIsolation) j["isolation"] = isolation;
+  if (network) j["network"] = network->ToJson();
   if (cpu_ms || max_rss_kb) {
     j["usage"] = {{"cpu_ms", Opt(cpu_ms)}, {"max_rss_kb", Opt(max_rss_kb)}};
   }
@@ -369,6 +386,9 @@ common::StatusOr<JobRecord> JobRecord::FromJson(const json& j) {
       r.wait_reason = w->get<std::string>();
     }
     r.redactions = j.at("redactions").get<uint32_t>();
+    if (auto n = j.find("network"); n != j.end() && n->is_object()) {
+      ASSIGN_OR_RETURN(r.network, common::NetworkUsage::FromJson(n->dump()));
+    }
     r.warnings = j.at("warnings").get<std::vector<std::string>>();
     r.end_reason = j.at("end_reason").is_null() ? "" : j.at("end_reason").get<std::string>();
     r.created_ms = j.at("created_at_ms").get<int64_t>();

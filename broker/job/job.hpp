@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "broker/job/isolation.hpp"
+#include "common/network_policy.hpp"
 #include "common/protocol/messages.hpp"
 #include "common/status.hpp"
 
@@ -70,6 +71,13 @@ struct JobSpec {
   std::string stdin_data;  // what the program reads on fd 0 (<= kMaxStdinBytes)
   // Extra packages to install for the job (common/package_spec.hpp).
   std::vector<std::string> packages;
+  // Network on request: `network` asked for (true or a list); once admitted,
+  // network_allow holds the destinations the job may reach (the request's
+  // list, or its tenant's whole allowlist) and the caps are its tenant's.
+  bool network = false;
+  std::vector<std::string> network_allow;
+  uint64_t network_max_bytes = 0;
+  uint64_t network_max_connections = 0;
   common::protocol::Limits limits;
   bool wait = true;
   int64_t created_ms = 0;
@@ -144,6 +152,9 @@ struct JobRecord {
   std::optional<uint64_t> queue_position;
   std::string wait_reason;  // while queued: global, tenant, worker, runtime, session, fifo, ...
   uint32_t redactions = 0;
+  // Jobs with network: what its worker's egress gateway counted (`network`
+  // in the record only then).
+  std::optional<common::NetworkUsage> network;
   std::vector<std::string> warnings;
   std::string end_reason;  // worker's reason ("exit", "timeout", ...), empty until the end
   int64_t created_ms = 0;

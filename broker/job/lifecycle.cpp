@@ -1,5 +1,6 @@
 #include "broker/job/lifecycle.hpp"
 
+#include <cctype>
 #include <string>
 #include <utility>
 
@@ -43,6 +44,21 @@ std::string ViolationDetail(const std::string& call) {
   return ": " + call;
 }
 
+// The worker's word on which network cap the job broke, if it reads as one
+// of the gateway's own messages (a hostile worker's text is not passed on).
+std::string NetworkLimitDetail(const std::string& text) {
+  if (text.size() > 200 || !(text.starts_with("bytes:") || text.starts_with("connections:"))) {
+    return "";
+  }
+  for (char c : text) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == ' ' || c == ':' || c == ',' ||
+          c == '(' || c == ')' || c == '.')) {
+      return "";
+    }
+  }
+  return " (" + text + ")";
+}
+
 // A running job's record once its worker's Result came.
 void ApplyResult(const protocol::Result& res, int64_t now_ms, JobRecord* r) {
   r->finished_ms = now_ms;
@@ -63,6 +79,13 @@ void ApplyResult(const protocol::Result& res, int64_t now_ms, JobRecord* r) {
   r->outputs = res.outputs;
   r->outputs_truncated = common::BoundRichOutputs(&r->outputs) || res.outputs_truncated;
   r->redactions = res.redactions;
+  // Checked like everything a worker sends: a malformed account is dropped.
+  r->network.reset();
+  if (!res.network_json.empty()) {
+    if (auto usage = common::NetworkUsage::FromJson(res.network_json); usage.ok()) {
+      r->network = *std::move(usage);
+    }
+  }
   r->end_reason = protocol::EndReasonName(res.reason);
   r->queue_position.reset();
   r->wait_reason.clear();
@@ -104,6 +127,10 @@ void ApplyResult(const protocol::Result& res, int64_t now_ms, JobRecord* r) {
     case protocol::EndReason::kOutputLimit:
       fail(JobStatus::kFailed, Code::kOutputLimit, "execution exceeded its output limit");
       break;
+    case protocol::EndReason::kNetworkLimit:
+      fail(JobStatus::kFailed, Code::kNetworkLimit,
+           "execution exceeded its network limit" + NetworkLimitDetail(res.worker_error));
+      break;
     case protocol::EndReason::kCancelled:
       fail(JobStatus::kCancelled, Code::kCancelled, "execution was cancelled");
       break;
@@ -117,12 +144,15 @@ void ApplyResult(const protocol::Result& res, int64_t now_ms, JobRecord* r) {
       // The worker is not trusted to pick any code: only a fault in the
       // job's own input (a file path its code made a FIFO, files too large
       // for the workspace) is passed on; everything else is INTERNAL.
-      // A job's `packages` failing to install is also its own input's fault.
+      // A job's `packages` failing to install is also its own input's fault;
+      // a worker that cannot give the job the network it asked for says so.
       fail(JobStatus::kError,
            res.worker_error_code == common::CodeName(Code::kInvalidRequest)  ? Code::kInvalidRequest
            : res.worker_error_code == common::CodeName(Code::kLimitExceeded) ? Code::kLimitExceeded
            : res.worker_error_code == common::CodeName(Code::kPackageInstallFailed)
                ? Code::kPackageInstallFailed
+           : res.worker_error_code == common::CodeName(Code::kNetworkNotAllowed)
+               ? Code::kNetworkNotAllowed
                : Code::kInternal,
            "the worker could not run the job: " + res.worker_error);
       break;

@@ -46,6 +46,18 @@ BrokerMetrics::BrokerMetrics() : registry_(std::make_shared<prometheus::Registry
                        .Name("kiln_output_bytes_total")
                        .Help("stdout and stderr bytes of finished executions")
                        .Register(r);
+  network_bytes_ = &prometheus::BuildCounter()
+                        .Name("kiln_network_bytes_total")
+                        .Help(
+                            "Bytes jobs moved through their workers' egress gateways, by "
+                            "tenant and direction (in: to the job, out: from it)")
+                        .Register(r);
+  network_connections_ = &prometheus::BuildCounter()
+                              .Name("kiln_network_connections_total")
+                              .Help(
+                                  "Connections jobs asked their egress gateways for, by tenant "
+                                  "and outcome (allowed, refused)")
+                              .Register(r);
   http_requests_ = &prometheus::BuildCounter()
                         .Name("kiln_http_requests_total")
                         .Help("HTTP requests answered, by route and status code")
@@ -251,6 +263,17 @@ void BrokerMetrics::Finished(const JobRecord& record) {
   redactions_->Add({{"tenant", record.tenant}}).Increment(record.redactions);
   output_bytes_->Add({{"tenant", record.tenant}})
       .Increment(static_cast<double>(record.stdout_data.size() + record.stderr_data.size()));
+  if (record.network) {
+    const common::NetworkUsage& n = *record.network;
+    network_bytes_->Add({{"tenant", record.tenant}, {"direction", "in"}})
+        .Increment(static_cast<double>(n.bytes_in));
+    network_bytes_->Add({{"tenant", record.tenant}, {"direction", "out"}})
+        .Increment(static_cast<double>(n.bytes_out));
+    network_connections_->Add({{"tenant", record.tenant}, {"outcome", "allowed"}})
+        .Increment(static_cast<double>(n.connections));
+    network_connections_->Add({{"tenant", record.tenant}, {"outcome", "refused"}})
+        .Increment(static_cast<double>(n.refused));
+  }
 }
 
 void BrokerMetrics::SetSchedule(const TickOutcome& tick) {

@@ -112,6 +112,8 @@ class BrokerMetrics {
   prometheus::Family<prometheus::Histogram>* queue_wait_;
   prometheus::Family<prometheus::Counter>* redactions_;
   prometheus::Family<prometheus::Counter>* output_bytes_;
+  prometheus::Family<prometheus::Counter>* network_bytes_;
+  prometheus::Family<prometheus::Counter>* network_connections_;
   prometheus::Family<prometheus::Counter>* http_requests_;
   prometheus::Family<prometheus::Counter>* native_requests_;
   prometheus::Family<prometheus::Counter>* native_errors_;

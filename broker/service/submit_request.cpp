@@ -7,6 +7,7 @@
 #include "common/clock.hpp"
 #include "common/identifier.hpp"
 #include "common/json/bounded_json.hpp"
+#include "common/network_policy.hpp"
 #include "common/package_spec.hpp"
 #include "common/relative_path.hpp"
 #include "common/runtime_names.hpp"
@@ -22,8 +23,8 @@ using nlohmann::json;
 
 const std::set<std::string> kLanguages = {"python", "javascript", "shell"};
 const std::set<std::string> kFields = {
-    "language", "code",   "session_id", "conversation_id", "input", "files",   "collect",
-    "env",      "limits", "wait",       "priority",        "stdin", "packages"};
+    "language", "code",   "session_id", "conversation_id", "input", "files",    "collect",
+    "env",      "limits", "wait",       "priority",        "stdin", "packages", "network"};
 
 // Session and conversation ids: 1-128 characters of [A-Za-z0-9._:-].
 bool IsSessionName(const std::string& s) {
@@ -250,6 +251,31 @@ common::StatusOr<JobSpec> ParseSubmitRequest(std::string_view body, const std::s
       spec.packages.push_back((*p)[i].get<std::string>());
     }
     RETURN_IF_ERROR(common::ValidatePackageSpecs(spec.language, spec.packages));
+  }
+
+  if (auto n = j.find("network"); n != j.end() && !n->is_null()) {
+    if (n->is_boolean()) {
+      spec.network = n->get<bool>();
+    } else if (n->is_array()) {
+      if (n->size() > protocol::kMaxNetworkDestinations) {
+        return Status(Code::kLimitExceeded, "network: " + std::to_string(n->size()) +
+                                                " destinations, above the maximum of " +
+                                                std::to_string(protocol::kMaxNetworkDestinations));
+      }
+      std::vector<std::string> texts;
+      for (size_t i = 0; i < n->size(); ++i) {
+        if (!(*n)[i].is_string()) {
+          return InvalidRequest("network[" + std::to_string(i) + "]: expected a string");
+        }
+        texts.push_back((*n)[i].get<std::string>());
+      }
+      ASSIGN_OR_RETURN(auto list, common::ParseDestinations(texts, "network"));
+      if (list.empty()) return InvalidRequest("network: an empty list (write false for none)");
+      spec.network = true;
+      for (const auto& d : list) spec.network_allow.push_back(d.ToString());
+    } else {
+      return InvalidRequest("network: expected true, false or an array of host:port strings");
+    }
   }
 
   if (auto files = j.find("files"); files != j.end() && !files->is_null()) {

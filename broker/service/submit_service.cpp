@@ -6,6 +6,7 @@
 #include "broker/metrics/broker_metrics.hpp"
 #include "broker/service/submit_request.hpp"
 #include "common/clock.hpp"
+#include "common/network_policy.hpp"
 
 namespace kiln::broker {
 namespace {
@@ -18,6 +19,32 @@ using common::Status;
 constexpr auto kStartupGrace = std::chrono::seconds(5);
 
 }  // namespace
+
+Status AdmitNetwork(const TenantConfig& tenant, JobSpec* spec) {
+  if (!spec->network) return Status::Ok();
+  // The config loader checked every entry.
+  auto policy = common::ParseDestinations(tenant.network.allow, "allow");
+  if (!policy.ok() || policy->empty()) {
+    return Status(Code::kNetworkNotAllowed,
+                  "network: tenant " + tenant.name +
+                      " may not use the network (its configuration allows no destination)");
+  }
+  if (spec->network_allow.empty()) {
+    for (const auto& d : *policy) spec->network_allow.push_back(d.ToString());
+  } else {
+    for (size_t i = 0; i < spec->network_allow.size(); ++i) {
+      auto d = common::ParseDestination(spec->network_allow[i]);
+      if (!d.ok() || !common::Covers(*policy, *d)) {
+        return Status(Code::kNetworkNotAllowed,
+                      "network[" + std::to_string(i) + "]: " + spec->network_allow[i] +
+                          " is not within tenant " + tenant.name + "'s allowlist");
+      }
+    }
+  }
+  spec->network_max_bytes = tenant.network.max_bytes;
+  spec->network_max_connections = tenant.network.max_connections;
+  return Status::Ok();
+}
 
 common::StatusOr<Caller> AuthenticateToken(const BrokerConfig& config, std::string_view token) {
   if (token.empty()) return Status(Code::kUnauthorized, "missing bearer token");
@@ -63,6 +90,7 @@ common::StatusOr<SubmitResult> SubmitService::Submit(const Caller& caller, std::
   RETURN_IF_ERROR(rate_limiter_->Admit(*tenant).status);
   ASSIGN_OR_RETURN(JobSpec spec, ParseSubmitRequest(body, caller.tenant, config_));
   spec.isolation = tenant->isolation;  // the tenant's, never the request's
+  RETURN_IF_ERROR(AdmitNetwork(*tenant, &spec));
   if (governance_.policy) {
     PolicyVerdict verdict = governance_.policy->Evaluate(spec.language, spec.code);
     if (metrics_) {

@@ -52,6 +52,12 @@ struct Caller {
 // UNAUTHORIZED for an unknown token.
 common::StatusOr<Caller> AuthenticateToken(const BrokerConfig& config, std::string_view token);
 
+// Network on request at submit: a job that asked for `network` gets its
+// tenant's allowlist (or, when it listed destinations, those, each of which
+// must lie within the allowlist) and its tenant's caps; otherwise 403
+// NETWORK_NOT_ALLOWED naming the field. Jobs that did not ask are untouched.
+common::Status AdmitNetwork(const TenantConfig& tenant, JobSpec* spec);
+
 struct SubmitResult {
   enum class Kind {
     kAccepted,  // a new job: status is "queued" or "awaiting_approval"

@@ -221,6 +221,7 @@ common::AuditEntry MakeAuditEntry(const JobSpec& spec, const JobRecord& record,
   e.redactions = record.redactions;
   e.worker = record.worker;
   e.warnings = record.warnings;
+  if (record.network) e.network = record.network->ToJson();
   return e;
 }
 

@@ -177,6 +177,28 @@ TEST(BrokerConfig, DefaultsApply) {
   EXPECT_FALSE(c->id.empty());
 }
 
+TEST(BrokerConfig, TenantNetworkAllowlist) {
+  auto d = LoadBrokerConfig(Write(kMinimal));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_TRUE(d->tenants.at(0).network.allow.empty());
+  EXPECT_EQ(d->tenants.at(0).network.max_bytes, 64u << 20);
+  auto c =
+      LoadBrokerConfig(Write("tenants:\n  - {name: a, tokens: [\"aaaaaaaa\"], network: {allow: "
+                             "[\"api.github.com:443\", \"*.wikipedia.org:*\"], max_bytes: 1000, "
+                             "max_connections: 5}}\n"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->tenants.at(0).network.allow.size(), 2u);
+  EXPECT_EQ(c->tenants.at(0).network.max_bytes, 1000u);
+  EXPECT_EQ(c->tenants.at(0).network.max_connections, 5u);
+  for (const char* bad : {"{allow: [\"no-port.example\"]}", "{allow: [\"a.io:99999\"]}",
+                          "{allow: [\"a.io:1\"], max_bytes: 0}", "{allw: []}"}) {
+    auto r = LoadBrokerConfig(Write(
+        std::string("tenants:\n  - {name: a, tokens: [\"aaaaaaaa\"], network: ") + bad + "}\n"));
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_THAT(r.status().message(), HasSubstr("tenants[0].network")) << r.status().ToString();
+  }
+}
+
 TEST(BrokerConfig, TenantIsolationLevel) {
   auto d = LoadBrokerConfig(Write(kMinimal));
   ASSERT_TRUE(d.ok()) << d.status().ToString();

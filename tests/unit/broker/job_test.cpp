@@ -275,6 +275,31 @@ TEST(Job, SpecCarriesPackagesToTheWorker) {
   EXPECT_TRUE(back->packages.empty());
 }
 
+TEST(Job, SpecCarriesNetworkToTheWorkerAndRecordsKeepTheAccount) {
+  JobSpec s = Spec();
+  s.network = true;
+  s.network_allow = {"api.example.test:443"};
+  s.network_max_bytes = 4096;
+  s.network_max_connections = 3;
+  auto back = JobSpec::FromJson(s.ToJson());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->network);
+  const protocol::Execute e = back->ToExecute();
+  EXPECT_EQ(e.network_allow, s.network_allow);
+  EXPECT_EQ(e.network_max_bytes, 4096u);
+  EXPECT_EQ(e.network_max_connections, 3u);
+  JobSpec none = Spec();
+  EXPECT_FALSE(none.ToJson().contains("network"));  // specs without it read as before
+  EXPECT_TRUE(none.ToExecute().network_allow.empty());
+
+  JobRecord r = JobRecord::Queued(s);
+  r.network = common::NetworkUsage{.connections = 1, .bytes_in = 7};
+  auto again = JobRecord::FromJson(r.ToJson());
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_TRUE(again->network.has_value());
+  EXPECT_EQ(*again->network, *r.network);
+}
+
 // Text outputs are strings, the rest base64 (as `files`); the record round-trips.
 TEST(Job, RecordCarriesRichOutputs) {
   JobRecord r = JobRecord::Queued(Spec());

@@ -279,6 +279,7 @@ TEST(JobLifecycle, ResultsEndRunningJobsByTheirReason) {
       {protocol::EndReason::kCancelled, std::nullopt, false, S::kCancelled, "CANCELLED"},
       {protocol::EndReason::kOutputLimit, std::nullopt, false, S::kFailed, "OUTPUT_LIMIT"},
       {protocol::EndReason::kSandboxViolation, std::nullopt, false, S::kFailed, "SECURITY_BLOCKED"},
+      {protocol::EndReason::kNetworkLimit, std::nullopt, false, S::kFailed, "NETWORK_LIMIT"},
       {protocol::EndReason::kError, std::nullopt, false, S::kError, "INTERNAL"},
   };
   for (const auto& c : cases) {
@@ -302,6 +303,46 @@ TEST(JobLifecycle, ResultsEndRunningJobsByTheirReason) {
   }
   // A Result without its payload is a caller's mistake, not an outcome.
   EXPECT_FALSE(JobLifecycle::Apply(RecordIn(S::kRunning), {.event = E::kResult}).ok());
+}
+
+// The gateway's account reaches the record only when it reads as one; the
+// cap's message only when it reads as the gateway's; a worker that cannot
+// give network says so with NETWORK_NOT_ALLOWED.
+TEST(JobLifecycle, NetworkUsageAndLimitsFromAWorkerAreChecked) {
+  protocol::Result res;
+  res.reason = protocol::EndReason::kNetworkLimit;
+  res.worker_error = "bytes: the job moved more than 4096 bytes through the network (its cap)";
+  res.network_json =
+      R"({"connections": 1, "refused": 0, "bytes_in": 5000, "bytes_out": 10, "destinations": )"
+      R"([{"host": "api.example.test", "port": 80, "allowed": true, "count": 1}], "limit": "bytes"})";
+  auto t = JobLifecycle::Apply(RecordIn(S::kRunning),
+                               {.event = E::kResult, .now_ms = 9, .result = &res});
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE(t->record.network.has_value());
+  EXPECT_EQ(t->record.network->bytes_in, 5000u);
+  EXPECT_EQ(t->record.network->limit, "bytes");
+  EXPECT_EQ(t->record.error->message,
+            "execution exceeded its network limit (bytes: the job moved more than 4096 bytes "
+            "through the network (its cap))");
+  EXPECT_EQ(t->record.ToJson()["network"]["destinations"][0]["host"], "api.example.test");
+
+  res.worker_error = "<script>anything a hostile worker says";
+  res.network_json = R"({"destinations": [{"host": "a b", "port": 1, "allowed": true}]})";
+  t = JobLifecycle::Apply(RecordIn(S::kRunning),
+                          {.event = E::kResult, .now_ms = 9, .result = &res});
+  ASSERT_TRUE(t.ok());
+  EXPECT_FALSE(t->record.network.has_value());
+  EXPECT_FALSE(t->record.ToJson().contains("network"));
+  EXPECT_EQ(t->record.error->message, "execution exceeded its network limit");
+
+  res.reason = protocol::EndReason::kError;
+  res.worker_error = "network: network on request needs the net_ns layer";
+  res.worker_error_code = "NETWORK_NOT_ALLOWED";
+  t = JobLifecycle::Apply(RecordIn(S::kRunning),
+                          {.event = E::kResult, .now_ms = 9, .result = &res});
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->record.status, S::kError);
+  EXPECT_EQ(t->record.error->code, "NETWORK_NOT_ALLOWED");
 }
 
 }  // namespace

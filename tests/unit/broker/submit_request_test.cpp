@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "broker/service/submit_service.hpp"
 #include "common/base64.hpp"
 
 namespace kiln::broker {
@@ -23,6 +24,62 @@ BrokerConfig Config() {
 common::Status Error(const std::string& body) {
   auto r = ParseSubmitRequest(body, "t", Config());
   return r.ok() ? common::Status::Ok() : r.status();
+}
+
+TEST(SubmitRequest, NetworkIsTrueFalseOrAListOfDestinations) {
+  auto on = ParseSubmitRequest(R"({"language":"python","code":"1","network":true})", "t", Config());
+  ASSERT_TRUE(on.ok()) << on.status().ToString();
+  EXPECT_TRUE(on->network);
+  EXPECT_TRUE(on->network_allow.empty());
+  auto off =
+      ParseSubmitRequest(R"({"language":"python","code":"1","network":false})", "t", Config());
+  EXPECT_FALSE(off->network);
+  auto list = ParseSubmitRequest(
+      R"({"language":"python","code":"1","network":["API.example.test:443"]})", "t", Config());
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  EXPECT_EQ(list->network_allow, std::vector<std::string>{"api.example.test:443"});
+  EXPECT_THAT(Error(R"({"language":"python","code":"1","network":"yes"})").message(),
+              HasSubstr("network: expected"));
+  EXPECT_THAT(Error(R"({"language":"python","code":"1","network":[]})").message(),
+              HasSubstr("network: an empty list"));
+  EXPECT_THAT(Error(R"({"language":"python","code":"1","network":["a.io"]})").message(),
+              HasSubstr("network[0]: "));
+  EXPECT_THAT(Error(R"({"language":"python","code":"1","network":[1]})").message(),
+              HasSubstr("network[0]: expected a string"));
+  std::string many = R"({"language":"python","code":"1","network":[)";
+  for (int i = 0; i < 65; ++i) many += (i ? ",\"" : "\"") + std::to_string(i) + ".io:1\"";
+  EXPECT_EQ(Error(many + "]}").code(), Code::kLimitExceeded);
+}
+
+TEST(SubmitRequest, AdmitNetworkNarrowsToTheTenantsAllowlistOnly) {
+  TenantConfig tenant;
+  tenant.name = "acme";
+  tenant.network.allow = {"api.example.test:443", "*.wiki.org:443"};
+  tenant.network.max_bytes = 1000;
+  JobSpec all;
+  all.network = true;
+  ASSERT_TRUE(AdmitNetwork(tenant, &all).ok());
+  EXPECT_EQ(all.network_allow, tenant.network.allow);
+  EXPECT_EQ(all.network_max_bytes, 1000u);
+  JobSpec some;
+  some.network = true;
+  some.network_allow = {"en.wiki.org:443"};
+  ASSERT_TRUE(AdmitNetwork(tenant, &some).ok());
+  EXPECT_EQ(some.network_allow, std::vector<std::string>{"en.wiki.org:443"});
+  JobSpec wider;
+  wider.network = true;
+  wider.network_allow = {"en.wiki.org:443", "evil.io:443"};
+  auto st = AdmitNetwork(tenant, &wider);
+  EXPECT_EQ(st.code(), Code::kNetworkNotAllowed);
+  EXPECT_THAT(st.message(), HasSubstr("network[1]: evil.io:443"));
+  TenantConfig closed;
+  closed.name = "closed";
+  JobSpec asks;
+  asks.network = true;
+  EXPECT_EQ(AdmitNetwork(closed, &asks).code(), Code::kNetworkNotAllowed);
+  JobSpec none;
+  EXPECT_TRUE(AdmitNetwork(closed, &none).ok());
+  EXPECT_TRUE(none.network_allow.empty());
 }
 
 TEST(SubmitRequest, MinimalRequestGetsDefaults) {

@@ -105,6 +105,19 @@ common::StatusOr<WorkerConfig> LoadWorkerConfig(const std::string& file) {
   if (st.ok()) st = install.Finish();
   if (st.ok()) st = pk.Finish();
 
+  common::YamlReader net = top.Child("network");
+  common::YamlReader eg = net.Child("egress");
+  auto& e = c.egress;
+  eg.Get("enabled", &e.enabled);
+  eg.Get("hosts", &e.hosts);
+  eg.Get("allow_private", &e.allow_private);
+  eg.Get("connect_timeout_ms", &e.connect_timeout_ms, 100, 600'000);
+  eg.Get("request_timeout_ms", &e.request_timeout_ms, 100, 600'000);
+  eg.Get("idle_timeout_ms", &e.idle_timeout_ms, 100, 86'400'000);
+  eg.Get("max_open", &e.max_open, 1, 4096);
+  if (st.ok()) st = eg.Finish();
+  if (st.ok()) st = net.Finish();
+
   common::YamlReader s = top.Child("sandbox");
   // Two workers on one host must not share folders or cgroups: derive them
   // from the worker id unless set.

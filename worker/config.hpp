@@ -13,6 +13,7 @@
 
 #include "common/log/log_options.hpp"
 #include "common/status.hpp"
+#include "worker/egress/egress_gateway.hpp"
 #include "worker/packages/package_cache.hpp"
 #include "worker/runtimes/runtime.hpp"
 #include "worker/sandbox/sandbox.hpp"
@@ -24,7 +25,7 @@ namespace kiln::worker {
 inline common::LogOptions DefaultLogOptions() {
   common::LogOptions o;
   o.component = "worker";
-  o.subsystems = {"link", "jobs", "sessions", "pool", "packages", "sandbox", "gvisor"};
+  o.subsystems = {"link", "jobs", "sessions", "pool", "packages", "sandbox", "gvisor", "egress"};
   return o;
 }
 
@@ -70,6 +71,9 @@ struct WorkerConfig {
   // /var/cache/kiln/packages/<worker id> (workers never share one: each
   // evicts only what it knows unused).
   PackageInstallConfig packages_install;
+  // network.egress (docs/configuration.md): the egress gateway serving jobs
+  // with network on request (worker/egress/).
+  EgressConfig egress;
   // Logging (log.level, log.format, log.levels per subsystem).
   common::LogOptions log = DefaultLogOptions();
 };

@@ -115,7 +115,18 @@ int main(int argc, char** argv) {
         [worker_metrics](const std::string& language, const std::string& outcome, double ms) {
           if (worker_metrics != nullptr) worker_metrics->PackageSet(language, outcome, ms);
         });
-    worker::Executor executor(run_options, cfg->slots, &pool, &events, metrics->get(), &packages);
+    // Network on request (worker/egress/): one gateway thread for every job.
+    std::unique_ptr<worker::EgressGateway> egress;
+    if (cfg->egress.enabled) {
+      auto gateway = worker::EgressGateway::Create(cfg->egress);
+      if (!gateway.ok()) {
+        spdlog::error("network.egress: {}", gateway.status().ToString());
+        return 2;
+      }
+      egress = std::move(*gateway);
+    }
+    worker::Executor executor(run_options, cfg->slots, &pool, &events, metrics->get(), &packages,
+                              egress.get());
     std::jthread refill([&](std::stop_token st) { pool.Run(st); });
     spdlog::info("worker {} ready: {} slots, runtimes [{}], sandbox layers [{}], brokers [{}]",
                  cfg->id, cfg->slots, fmt::join(cfg->runtimes, ","), fmt::join(layers, ","),

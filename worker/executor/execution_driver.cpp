@@ -58,9 +58,9 @@ common::Status ExecutionDriver::Run(std::string frame, int cancel_fd) {
     if (action == StopAction::kInterrupt) sb_.process->Interrupt();
     if (action == StopAction::kKill) sb_.process->Kill();
   };
-  enum class Source { kStdin, kStdout, kStderr, kControl, kExit, kCancel };
-  std::array<pollfd, 6> fds;
-  std::array<Source, 6> sources;
+  enum class Source { kStdin, kStdout, kStderr, kControl, kExit, kCancel, kNetworkLimit };
+  std::array<pollfd, 7> fds;
+  std::array<Source, 7> sources;
   while (true) {
     auto now = common::SteadyClock::now();
     apply(machine_->Tick(now, pump_->flooded(), cpu_ms));
@@ -77,6 +77,10 @@ common::Status ExecutionDriver::Run(std::string frame, int cancel_fd) {
     if (!machine_->exited()) add(sb_.process->exit_fd(), POLLIN, Source::kExit);
     // The cancel eventfd is never read: once a cancel counts, it is not watched.
     if (cancel_fd >= 0 && machine_->wants_cancel()) add(cancel_fd, POLLIN, Source::kCancel);
+    // Like the cancel fd, never read: watched until it fires once.
+    if (options_.network_limit_fd >= 0 && !network_limit_seen_) {
+      add(options_.network_limit_fd, POLLIN, Source::kNetworkLimit);
+    }
     auto until = machine_->WakeBy(now);
     // Buffered output leaves within kChunkFlushInterval even if the execution goes quiet.
     if (auto flush = pump_->NextFlush()) until = std::min(until, *flush);
@@ -114,6 +118,10 @@ common::Status ExecutionDriver::Run(std::string frame, int cancel_fd) {
           break;
         case Source::kCancel:
           apply(machine_->OnCancel(common::SteadyClock::now()));
+          break;
+        case Source::kNetworkLimit:
+          network_limit_seen_ = true;
+          apply(machine_->OnNetworkLimit(common::SteadyClock::now()));
           break;
       }
     }
@@ -217,6 +225,8 @@ std::optional<protocol::EndReason> StopEndReason(StopReason stop) {
       return protocol::EndReason::kCancelled;
     case StopReason::kFlood:
       return protocol::EndReason::kOutputLimit;
+    case StopReason::kNetworkLimit:
+      return protocol::EndReason::kNetworkLimit;
     case StopReason::kNone:
       break;
   }

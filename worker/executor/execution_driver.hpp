@@ -94,6 +94,7 @@ class ExecutionDriver {
   double setup_ms_ = 0;
   double exit_seen_ms_ = 0;
   bool sandbox_lost_ = false;
+  bool network_limit_seen_ = false;
   std::shared_ptr<const common::SecretsPolicy> policy_;
   std::optional<OutputPump> pump_;
   std::optional<ExecutionMachine> machine_;

@@ -70,6 +70,11 @@ StopAction ExecutionMachine::OnCancel(TimePoint now) {
   return Stop(StopReason::kCancel, now);
 }
 
+StopAction ExecutionMachine::OnNetworkLimit(TimePoint now) {
+  if (state_ != ExecState::kRunning) return StopAction::kNone;
+  return Stop(StopReason::kNetworkLimit, now);
+}
+
 void ExecutionMachine::OnExit(TimePoint now) {
   exited_ = true;
   if (state_ != ExecState::kRunning && state_ != ExecState::kStopping) return;

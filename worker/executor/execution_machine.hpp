@@ -26,7 +26,7 @@ namespace kiln::worker {
 
 enum class ExecState { kRunning, kStopping, kDraining, kDone };
 // Why an execution was stopped before it ended by itself.
-enum class StopReason { kNone, kTimeout, kCancel, kFlood };
+enum class StopReason { kNone, kTimeout, kCancel, kFlood, kNetworkLimit };
 // What the driver is to do to the sandbox.
 enum class StopAction { kNone, kInterrupt, kKill };
 enum class Pipe { kStdout, kStderr, kControl };
@@ -74,6 +74,9 @@ class ExecutionMachine {
   // running), early completion, drain grace, deadline.
   StopAction Tick(TimePoint now, bool flooded, const std::function<double()>& cpu_ms);
   StopAction OnCancel(TimePoint now);
+  // The execution broke a network cap (its egress lease said so): stopped
+  // like a timeout (a session gets the interrupt's grace).
+  StopAction OnNetworkLimit(TimePoint now);
   // pid 1 exited (or a session's driver closed its control pipe).
   void OnExit(TimePoint now);
   // A control frame arrived (one-shot: control bytes, valid or not).

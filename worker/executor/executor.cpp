@@ -4,13 +4,16 @@
 
 #include <thread>
 
+#include "common/json/bounded_json.hpp"
 #include "common/log/logging.hpp"
+#include "common/network_policy.hpp"
 #include "common/package_spec.hpp"
 #include "common/protocol/session_key.hpp"
 #include "worker/executor/output_pump.hpp"
 #include "worker/executor/session_runner.hpp"
 #include "worker/metrics/worker_metrics.hpp"
 #include "worker/sandbox/cgroups.hpp"
+#include "worker/sandbox/landlock.hpp"
 
 namespace kiln::worker {
 
@@ -25,13 +28,14 @@ const common::SubsystemLog kSessionsLog("sessions");
 namespace protocol = common::protocol;
 
 Executor::Executor(RunOptions options, uint32_t slots, WarmPool* pool, EventQueue* events,
-                   WorkerMetrics* metrics, PackageCache* packages)
+                   WorkerMetrics* metrics, PackageCache* packages, EgressGateway* egress)
     : options_(std::move(options)),
       slots_(slots),
       pool_(pool),
       events_(events),
       metrics_(metrics),
       packages_(packages),
+      egress_(egress),
       sessions_(pool, options_.idle_sessions) {}
 
 Executor::~Executor() {
@@ -106,8 +110,13 @@ void Executor::RunOne(protocol::Execute job, std::string broker, int cancel_fd) 
                    *set ? sb->process->MountPackages((*set)->path()) : common::Status::Ok();
                !mounted.ok()) {
       deliver(PackageErrorResult(job, mounted));
+    } else if (auto egress = OpenEgress(egress_, &job, *sb->process); !egress.ok()) {
+      deliver(ErrorResult(job, egress.status()));
     } else {
-      deliver(RunJob(job, *sb, pool_->runtimes().at(*language), opts, cancel_fd));
+      if (*egress) opts.network_limit_fd = (*egress)->limit_fd();
+      protocol::Result result = RunJob(job, *sb, pool_->runtimes().at(*language), opts, cancel_fd);
+      FinishEgress(egress->get(), &result);
+      deliver(std::move(result));
     }
     // The sandbox (and its workspace) is destroyed here, after the Result left.
   }
@@ -135,9 +144,26 @@ void Executor::RunSession(const protocol::Execute& job, const RunOptions& opts, 
     sessions_.Release(lease->session, /*destroy=*/false);
     return;
   }
+  // Network is per execution: the gateway listens in the session's
+  // namespace only while this execution runs.
+  std::optional<protocol::Execute> with_proxy;
+  if (!job.network_allow.empty()) with_proxy.emplace(job);
+  common::StatusOr<std::unique_ptr<EgressLease>> egress = std::unique_ptr<EgressLease>();
+  if (with_proxy) egress = OpenEgress(egress_, &*with_proxy, *lease->session->sandbox.process);
+  if (!egress.ok()) {
+    protocol::Result r = ErrorResult(job, egress.status());
+    r.session_epoch = job.session_epoch;
+    deliver(std::move(r));
+    sessions_.Release(lease->session, /*destroy=*/false);
+    return;
+  }
+  RunOptions run_opts = opts;
+  if (*egress) run_opts.network_limit_fd = (*egress)->limit_fd();
   auto language = runtimes::ParseLanguage(job.language);
-  SessionRun run = RunSessionExecution(job, *lease->session, pool_->runtimes().at(*language), opts,
-                                       cancel_fd, opts.interrupt_grace);
+  SessionRun run = RunSessionExecution(with_proxy ? *with_proxy : job, *lease->session,
+                                       pool_->runtimes().at(*language), run_opts, cancel_fd,
+                                       opts.interrupt_grace);
+  FinishEgress(egress->get(), &run.result);
   run.result.session_epoch = job.session_epoch;
   run.result.session_reset = lease->state_lost || run.destroy;
   const std::string reason(protocol::EndReasonName(run.result.reason));
@@ -183,6 +209,41 @@ common::Status Executor::MountSessionPackages(const protocol::Execute& job, int 
   session.packages = std::move(wanted);
   session.package_set = std::move(set);  // the previous set is let go
   return common::Status::Ok();
+}
+
+common::StatusOr<std::unique_ptr<EgressLease>> OpenEgress(EgressGateway* gateway,
+                                                          protocol::Execute* job,
+                                                          sandbox::SandboxProcess& process) {
+  if (job->network_allow.empty()) return std::unique_ptr<EgressLease>();
+  auto refuse = [](const std::string& why) {
+    return common::Status(common::Code::kNetworkNotAllowed, "network: " + why);
+  };
+  if (gateway == nullptr) return refuse("this worker's egress gateway is off (network.egress)");
+  // The broker checked the list; a worker trusts no party blindly.
+  auto allow = common::ParseDestinations(job->network_allow, "network");
+  if (!allow.ok()) return refuse(allow.status().message());
+  auto listener = process.ListenForEgress();
+  if (!listener.ok()) return refuse(listener.status().message());
+  ASSIGN_OR_RETURN(std::unique_ptr<EgressLease> lease,
+                   gateway->Open(std::move(*listener),
+                                 EgressJob{job->job_id, std::move(*allow), job->network_max_bytes,
+                                           job->network_max_connections}));
+  const std::string proxy = "http://127.0.0.1:" + std::to_string(sandbox::kSandboxProxyPort);
+  for (const char* name : {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"}) {
+    job->env[name] = proxy;
+  }
+  // The gateway resolves names; nothing local is to bypass it.
+  job->env["NO_PROXY"] = job->env["no_proxy"] = "";
+  return lease;
+}
+
+void FinishEgress(EgressLease* lease, protocol::Result* result) {
+  if (lease == nullptr) return;
+  const common::NetworkUsage usage = lease->Finish();
+  result->network_json = common::DumpJson(usage.ToJson());
+  if (result->reason == protocol::EndReason::kNetworkLimit) {
+    result->worker_error = lease->LimitMessage();
+  }
 }
 
 protocol::Result PackageErrorResult(const protocol::Execute& job, const common::Status& st) {

@@ -22,6 +22,7 @@
 #include "common/protocol/messages.hpp"
 #include "common/status.hpp"
 #include "common/unique_fd.hpp"
+#include "worker/egress/egress_gateway.hpp"
 #include "worker/executor/event_queue.hpp"
 #include "worker/executor/job_runner.hpp"
 #include "worker/executor/session_table.hpp"
@@ -35,8 +36,10 @@ class Executor {
  public:
   // `metrics` and `packages` are optional and outlive the Executor; without
   // `packages`, jobs that ask for packages end PACKAGE_INSTALL_FAILED.
+  // Without `egress`, jobs that ask for network end error NETWORK_NOT_ALLOWED.
   Executor(RunOptions options, uint32_t slots, WarmPool* pool, EventQueue* events,
-           WorkerMetrics* metrics = nullptr, PackageCache* packages = nullptr);
+           WorkerMetrics* metrics = nullptr, PackageCache* packages = nullptr,
+           EgressGateway* egress = nullptr);
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -87,6 +90,7 @@ class Executor {
 
   WorkerMetrics* metrics_;
   PackageCache* packages_;
+  EgressGateway* egress_;
   SessionTable sessions_;
 
   mutable std::mutex mu_;
@@ -94,6 +98,18 @@ class Executor {
   std::map<std::string, common::UniqueFd> running_;  // job id -> cancel eventfd
   uint32_t threads_ = 0;  // job threads alive, including sandbox teardown
 };
+
+// Network on request for one execution in `process`'s sandbox (a one-shot
+// job's, or a session's for one execution): listens in its network
+// namespace for the gateway, and adds the proxy variables (HTTP_PROXY,
+// HTTPS_PROXY and their lowercase forms) to *job's env. Null when the job
+// asked for no network; NETWORK_NOT_ALLOWED when this worker cannot give it.
+common::StatusOr<std::unique_ptr<EgressLease>> OpenEgress(EgressGateway* gateway,
+                                                          common::protocol::Execute* job,
+                                                          sandbox::SandboxProcess& process);
+// What the lease counted, onto the execution's Result (and which cap was
+// broken, for a network_limit end).
+void FinishEgress(EgressLease* lease, common::protocol::Result* result);
 
 // ErrorResult for a job whose packages could not be made ready; a cancel
 // during the install ends it `cancelled`.

@@ -35,6 +35,9 @@ struct RunOptions {
   IdleSessionBudget idle_sessions;
   // Called with each piece of output as it is read (streaming), if set.
   std::function<void(common::protocol::OutputChunk)> on_chunk;
+  // Network on request: the egress lease's limit fd (EgressLease), readable
+  // once the execution broke a network cap: it is stopped (network_limit).
+  int network_limit_fd = -1;
 };
 
 common::protocol::Result RunJob(const common::protocol::Execute& job, WarmSandbox& sandbox,

@@ -155,7 +155,11 @@ int ParentDeath(ChildPlan&, const char**) {
 // interrupt is SIGINT to the group), and nothing shares the worker's group.
 int NewSession(ChildPlan&, const char**) { return ::setsid() < 0 ? errno : 0; }
 
-int Landlock(ChildPlan& p, const char**) { return p.landlock ? ApplyLandlock(p.landlock_abi) : 0; }
+// The egress gateway's port is reachable only where the sandbox has its own
+// network namespace: there, nothing but the worker can listen on it.
+int Landlock(ChildPlan& p, const char**) {
+  return p.landlock ? ApplyLandlock(p.landlock_abi, p.net_ns ? kSandboxProxyPort : 0) : 0;
+}
 
 // Sends `fd` over the unix socket `sock` (SCM_RIGHTS), from the stack.
 int SendFd(int sock, int fd) {

@@ -21,9 +21,14 @@ struct PathBeneathAttr {
   uint64_t allowed_access;
   int32_t parent_fd;
 } __attribute__((packed));
+struct NetPortAttr {  // ABI 4
+  uint64_t allowed_access;
+  uint64_t port;
+};
 
 constexpr unsigned kCreateRulesetVersion = 1u << 0;
 constexpr int kRulePathBeneath = 1;
+constexpr int kRuleNetPort = 2;
 
 constexpr uint64_t kExecute = 1ull << 0, kWriteFile = 1ull << 1, kReadFile = 1ull << 2,
                    kReadDir = 1ull << 3, kRemoveDir = 1ull << 4, kRemoveFile = 1ull << 5,
@@ -60,7 +65,7 @@ int LandlockAbi() {
   return static_cast<int>(abi);
 }
 
-int ApplyLandlock(int abi) {
+int ApplyLandlock(int abi, uint16_t connect_port) {
   const uint64_t handled = HandledFs(abi);
   RulesetAttr attr{handled, 0, 0};
   size_t size = sizeof(uint64_t);
@@ -76,6 +81,10 @@ int ApplyLandlock(int abi) {
   if (err == 0) err = AddRule(fd, "/workspace", read_write);
   if (err == 0) err = AddRule(fd, "/tmp", read_write);
   if (err == 0) err = AddRule(fd, "/dev", dev);
+  if (err == 0 && abi >= 4 && connect_port != 0) {
+    NetPortAttr port{kNetConnectTcp, connect_port};
+    if (::syscall(SYS_landlock_add_rule, fd, kRuleNetPort, &port, 0) != 0) err = errno;
+  }
   if (err == 0 && ::syscall(SYS_landlock_restrict_self, fd, 0) != 0) err = errno;
   ::close(fd);
   return err;

@@ -125,6 +125,7 @@ class LinuxSandboxProcess final : public SandboxProcess {
   Status Freeze(bool frozen) override;
 
   Status MountPackages(const std::string& host_dir) override;
+  StatusOr<common::UniqueFd> ListenForEgress() override;
 
   StatusOr<ExitStatus> Wait() override;
 

@@ -21,8 +21,10 @@
 #include "common/log/logging.hpp"
 #include "worker/sandbox/fd_passing.hpp"
 #include "worker/sandbox/fs_util.hpp"
+#include "worker/sandbox/landlock.hpp"
 #include "worker/sandbox/linux_sandbox_internal.hpp"
 #include "worker/sandbox/namespaces.hpp"
+#include "worker/sandbox/netns_listener.hpp"
 #include "worker/sandbox/package_mount.hpp"
 #include "worker/sandbox/rlimits.hpp"
 #include "worker/sandbox/workspace.hpp"
@@ -345,6 +347,16 @@ Status LinuxSandboxProcess::MountPackages(const std::string& host_dir) {
   if (pid_ <= 0 || reaped_) return common::Internal("no process");
   RETURN_IF_ERROR(EnsureContained());
   return MountIntoSandbox(pidfd_.get(), pid_, host_dir, kSandboxPackagesPath);
+}
+
+StatusOr<common::UniqueFd> LinuxSandboxProcess::ListenForEgress() {
+  // Without its own network namespace the job would share the host's.
+  if (!shared_->Has("net_ns")) {
+    return Status(common::Code::kUnavailable, "network on request needs the net_ns layer");
+  }
+  if (pid_ <= 0 || reaped_) return common::Internal("no process");
+  RETURN_IF_ERROR(EnsureContained());
+  return ListenInSandboxNetns(pidfd_.get(), kSandboxProxyPort);
 }
 
 StatusOr<ExitStatus> LinuxSandboxProcess::Wait() {

@@ -170,6 +170,15 @@ class SandboxProcess {
     return common::Status(common::Code::kPackageInstallFailed,
                           "packages on request are not available at this isolation level");
   }
+  // Network on request: a listening socket on 127.0.0.1:kSandboxProxyPort
+  // in the sandbox's own network namespace (sandbox/netns_listener.hpp), for
+  // the worker's egress gateway to serve. UNAVAILABLE where the sandbox has
+  // no network namespace of its own (its network would be the host's) or at
+  // a level without it (gVisor).
+  virtual common::StatusOr<common::UniqueFd> ListenForEgress() {
+    return common::Status(common::Code::kUnavailable,
+                          "network on request is not available at this isolation level");
+  }
   // Forked from a zygote (SpawnSpec::zygote_argv) rather than exec'd.
   virtual bool zygote_born() const { return false; }
 };

@@ -18,6 +18,7 @@ set(KILN_SANDBOX_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/linux_sandbox_process.cpp
   ${CMAKE_CURRENT_LIST_DIR}/mounts.cpp
   ${CMAKE_CURRENT_LIST_DIR}/namespaces.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/netns_listener.cpp
   ${CMAKE_CURRENT_LIST_DIR}/package_mount.cpp
   ${CMAKE_CURRENT_LIST_DIR}/rlimits.cpp
   ${CMAKE_CURRENT_LIST_DIR}/seccomp_policy.cpp

@@ -1,7 +1,7 @@
 // ExecutionMachine without a sandbox: the transitions of one-shot jobs and
 // session executions on a hand-driven clock (frame and EOFs, exit before the
-// frame, drain grace, timeout, cpu budget, cancel, flood, interrupt grace),
-// and which stop reason wins when two come together.
+// frame, drain grace, timeout, cpu budget, cancel, flood, network cap,
+// interrupt grace), and which stop reason wins when two come together.
 #include "worker/executor/execution_machine.hpp"
 
 #include <gtest/gtest.h>
@@ -186,7 +186,32 @@ TEST(OneShotMachine, FloodKillsUnlessAlreadyStoppedOrExited) {
   EXPECT_EQ(d.m.stop(), StopReason::kNone);
 }
 
+TEST(OneShotMachine, ANetworkCapKillsARunningJobOnly) {
+  Harness h(OneShotPolicy());
+  EXPECT_EQ(h.m.OnNetworkLimit(kT0 + 5ms), StopAction::kKill);
+  EXPECT_EQ(h.m.stop(), StopReason::kNetworkLimit);
+  EXPECT_EQ(h.m.OnCancel(kT0 + 6ms), StopAction::kKill);  // a cancel still wins
+  EXPECT_EQ(h.m.stop(), StopReason::kCancel);
+
+  Harness t(OneShotPolicy());
+  t.Tick(1000ms);
+  EXPECT_EQ(t.m.OnNetworkLimit(kT0 + 1001ms), StopAction::kNone);
+  EXPECT_EQ(t.m.stop(), StopReason::kTimeout);
+
+  Harness d(OneShotPolicy());
+  d.m.OnExit(kT0 + 5ms);
+  EXPECT_EQ(d.m.OnNetworkLimit(kT0 + 6ms), StopAction::kNone);
+  EXPECT_EQ(d.m.stop(), StopReason::kNone);
+}
+
 // ---- Session executions
+
+TEST(SessionMachine, ANetworkCapInterruptsFirst) {
+  Harness h(SessionPolicy(200ms));
+  EXPECT_EQ(h.m.OnNetworkLimit(kT0 + 5ms), StopAction::kInterrupt);
+  EXPECT_EQ(h.m.stop(), StopReason::kNetworkLimit);
+  EXPECT_EQ(h.Tick(205ms), StopAction::kKill);
+}
 
 TEST(SessionMachine, FrameEndsTheExecutionAtOnce) {
   Harness h(SessionPolicy(2000ms));

@@ -139,6 +139,7 @@
   const code = data.toString('utf8', nl + 1);
   usePackages();
   for (const k of Object.keys(job.env)) proc.env[k] = job.env[k];
+  useProxy();
   for (const k of Object.keys(job.input)) globalThis[k] = job.input[k];
   if (typeof job.stdin === 'string' && job.stdin.length > 0) {
     try {

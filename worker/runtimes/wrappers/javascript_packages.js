@@ -2,8 +2,9 @@
 // request"): embedded at configure time (worker/runtimes/sources.cmake) into
 // javascript_oneshot.js and javascript_session.js where they say
 // `// kiln-include: javascript_packages.js`, inside their closure, with `fs`
-// in scope. Defines usePackages(), called before each job or execution, and
-// dynamicImport, the importModuleDynamically of the code's vm.Script.
+// and `proc` in scope. Defines usePackages(), called before each job or
+// execution, useProxy(), called once its env is set, and dynamicImport, the
+// importModuleDynamically of the code's vm.Script.
   // Packages on request: the worker mounts the job's set at /packages
   // (otherwise an empty folder). Bare names resolve there before the package
   // set at /node_modules: require() through this module's lookup paths,
@@ -27,6 +28,21 @@
     if (fs.existsSync(nm) && !evalModule.paths.includes(nm)) {
       const at = evalModule.paths.indexOf('/node_modules');
       evalModule.paths.splice(at < 0 ? evalModule.paths.length : at, 0, nm);
+    }
+  };
+  // Network on request: the worker's egress gateway, named by HTTPS_PROXY, is
+  // the job's only way out. Node's fetch does not read the proxy variables,
+  // so the package set's undici (the library behind node's fetch) gives it a
+  // global dispatcher that does; curl, python and others read them anyway.
+  let proxyUsed = false;
+  const useProxy = () => {
+    if (proxyUsed || !proc.env.HTTPS_PROXY) return;
+    proxyUsed = true;
+    try {
+      const undici = evalModule.require('undici');
+      undici.setGlobalDispatcher(new undici.EnvHttpProxyAgent());
+    } catch (e) {
+      fs.writeSync(2, 'kiln: fetch() cannot use the network gateway: ' + e.message + '\n');
     }
   };
   const packageOf = (s) => {  // 'a/b' -> 'a', '@s/a/b' -> '@s/a'; null unless a bare name

@@ -232,6 +232,7 @@
     const file = `<code-${++count}>`;
     usePackages();
     for (const k of Object.keys(job.env)) proc.env[k] = job.env[k];
+    useProxy();
     clearResult();
     for (const k of Object.keys(job.input)) globalThis[k] = job.input[k];
     proc.exitCode = undefined;

@@ -126,6 +126,11 @@ json BuildSubmitBody(const RunRequest& request) {
   if (!request.collect.empty()) body["collect"] = request.collect;
   if (!request.env.empty()) body["env"] = request.env;
   if (!request.packages.empty()) body["packages"] = request.packages;
+  if (!request.network_allow.empty()) {
+    body["network"] = request.network_allow;
+  } else if (request.network) {
+    body["network"] = true;
+  }
   json limits = json::object();
   if (request.timeout_ms) limits["timeout_ms"] = *request.timeout_ms;
   if (request.memory_mb) limits["memory_mb"] = *request.memory_mb;

@@ -64,6 +64,10 @@ struct RunRequest {
   std::vector<std::string> collect;
   std::map<std::string, std::string> env;
   std::vector<std::string> packages;  // installed before the code runs (docs/api.md)
+  // Network on request (docs/api.md, "Network"): `network: true`, or the
+  // destinations listed (which imply it).
+  bool network = false;
+  std::vector<std::string> network_allow;
   std::optional<uint64_t> timeout_ms;
   std::optional<uint64_t> memory_mb;
   std::optional<uint64_t> cpu_ms;

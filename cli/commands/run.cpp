@@ -28,6 +28,7 @@ constexpr char kFooter[] = R"txt(Examples:
   echo 'echo $GREETING' | kiln run -l shell --env GREETING=hello
   kiln run plot.py --file data.csv --collect 'out/*.png' --output-dir results
   kiln run -l python -c 'import tabulate' --package tabulate==0.9.0
+  kiln run -l shell -c 'curl -sS https://api.github.com/zen' --allow api.github.com:443
   kiln run -l python -c 'x = 1' --session s1 && kiln run -l python -c 'print(x)' --session s1
   kiln run job.js --no-wait            # prints the id; then: kiln status <id>
   kiln run long.py --stream            # output as it is produced
@@ -48,6 +49,8 @@ struct RunFlags {
   std::vector<std::string> collect;
   std::vector<std::string> env;
   std::vector<std::string> packages;
+  bool network = false;
+  std::vector<std::string> allow;
   uint64_t timeout_ms = 0;
   uint64_t memory_mb = 0;
   uint64_t cpu_ms = 0;
@@ -115,6 +118,8 @@ StatusOr<RunRequest> BuildRequest(const RunFlags& f) {
   }
   r.collect = f.collect;
   r.packages = f.packages;
+  r.network = f.network;
+  r.network_allow = f.allow;
   r.session_id = f.session;
   r.conversation_id = f.conversation;
   if (f.timeout_opt->count()) r.timeout_ms = f.timeout_ms;
@@ -301,6 +306,14 @@ Command AddRunCommand(CLI::App& root, const GlobalFlags* globals) {
                   "Install a package first (python NAME or NAME==VERSION, javascript NAME or "
                   "NAME@VERSION) from the cluster's package index; repeatable")
       ->type_name("SPEC")
+      ->allow_extra_args(false);
+  app->add_flag("--network", flags->network,
+                "Let the job reach the network through the cluster's egress gateway: the "
+                "destinations the tenant's allowlist names");
+  app->add_option("--allow", flags->allow,
+                  "Let the job reach only this destination of the tenant's allowlist (implies "
+                  "--network); repeatable")
+      ->type_name("HOST:PORT")
       ->allow_extra_args(false);
   flags->timeout_opt =
       app->add_option("--timeout", flags->timeout_ms,

@@ -31,7 +31,7 @@ ToolOutcome Result(json content, bool is_error) {
 struct Field {
   const char* name;
   bool required;
-  enum class Type { kString, kId, kPositiveInteger, kStringList } type;
+  enum class Type { kString, kId, kPositiveInteger, kStringList, kBool } type;
 };
 
 bool IsPositiveInteger(const json& v) {
@@ -65,6 +65,9 @@ std::string CheckArguments(const json& args, std::initializer_list<Field> fields
       case Field::Type::kPositiveInteger:
         if (!IsPositiveInteger(*it))
           return std::string("\"") + f.name + "\" must be a positive integer";
+        break;
+      case Field::Type::kBool:
+        if (!it->is_boolean()) return std::string("\"") + f.name + "\" must be true or false";
         break;
       case Field::Type::kStringList:
         if (!it->is_array() ||
@@ -191,7 +194,8 @@ ToolOutcome ToolCalls::ExecuteCode(const json& args, CancelTicket* ticket) const
                                           {"sessionId", false, T::kId},
                                           {"conversationId", false, T::kId},
                                           {"timeoutMs", false, T::kPositiveInteger},
-                                          {"packages", false, T::kStringList}});
+                                          {"packages", false, T::kStringList},
+                                          {"network", false, T::kBool}});
   if (!why.empty()) return InvalidArguments(kExecuteCode, why);
   const std::string runtime = args["runtime"];
   const auto& runtimes = catalog_->offer().runtimes;
@@ -213,6 +217,9 @@ ToolOutcome ToolCalls::ExecuteCode(const json& args, CancelTicket* ticket) const
   if (auto p = args.value("packages", json()); p.is_array()) {
     request.packages = p.get<std::vector<std::string>>();
   }
+  // Offered only with an allowlist; the broker answers NETWORK_NOT_ALLOWED
+  // to a client that sends it anyway.
+  if (auto n = args.value("network", json()); n.is_boolean()) request.network = n.get<bool>();
   // Its own Idempotency-Key: a cancellation finds the job through it, and
   // the broker never runs the call twice.
   json body = BuildSubmitBody(request);

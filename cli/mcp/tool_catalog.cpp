@@ -42,6 +42,16 @@ std::string PackagesSentence(const Offer& offer) {
   return out.empty() ? out : out + ".";
 }
 
+// "Network: ..." when the tenant has an allowlist, else that there is none.
+std::string NetworkSentence(const Offer& offer) {
+  if (offer.network_allow.empty()) return " No network access unless the cluster allows it.";
+  std::string list;
+  for (const auto& d : offer.network_allow) list += (list.empty() ? "" : ", ") + d;
+  return " No network access unless you pass network: true; then HTTP(S) to " + list +
+         " only (through a proxy that clients such as python requests, curl and node fetch "
+         "use by themselves).";
+}
+
 json ExecuteCodeTool(const Offer& offer) {
   const std::vector<std::string>& runtimes = offer.runtimes;
   json input = {
@@ -71,6 +81,13 @@ json ExecuteCodeTool(const Offer& offer) {
            "installed."}}}}},
       {"required", {"runtime", "code"}},
       {"additionalProperties", false}};
+  if (!offer.network_allow.empty()) {
+    input["properties"]["network"] = {
+        {"type", "boolean"},
+        {"description",
+         "Let the code reach the network: only the destinations named in this tool's "
+         "description, through the cluster's egress gateway"}};
+  }
   json output = {
       {"type", "object"},
       {"properties",
@@ -101,8 +118,8 @@ json ExecuteCodeTool(const Offer& offer) {
           {"description",
            "Runs code in an isolated sandbox of a Kiln cluster and returns its stdout, stderr, "
            "exit code and the JSON value of a variable named `result`. Pass a sessionId to keep "
-           "variables between calls. No network access unless the cluster allows it." +
-               PackagesSentence(offer)},
+           "variables between calls." +
+               NetworkSentence(offer) + PackagesSentence(offer)},
           {"inputSchema", std::move(input)},
           {"outputSchema", std::move(output)},
           {"annotations",
@@ -216,6 +233,18 @@ StatusOr<Offer> OfferFromCapabilities(const StatusOr<json>& answer) {
         bool plain = !s.empty() && s.size() <= 128;
         for (char c : s) plain = plain && c > ' ' && c < 0x7f && c != ',' && c != ';';
         if (plain) list.push_back(s);
+      }
+    }
+  }
+  if (auto it = body.find("network"); it != body.end() && it->is_object()) {
+    auto allow = it->find("allow");
+    if (allow != it->end() && allow->is_array()) {
+      for (const auto& d : *allow) {
+        if (offer.network_allow.size() == 64 || !d.is_string()) continue;
+        const std::string& s = d.get_ref<const std::string&>();
+        bool plain = !s.empty() && s.size() <= 264;
+        for (char c : s) plain = plain && c > ' ' && c < 0x7f && c != ',' && c != ';';
+        if (plain) offer.network_allow.push_back(s);
       }
     }
   }

@@ -34,6 +34,10 @@ struct Offer {
   // Pre-installed packages per runtime (capabilities' "packages"), named in
   // execute_code's description; at most kMaxPackageNames per runtime.
   std::map<std::string, std::vector<std::string>> packages;
+  // The tenant's network allowlist (capabilities' "network.allow"): with
+  // entries, execute_code offers `network` and names them; empty, it says
+  // there is no network.
+  std::vector<std::string> network_allow;
   std::string note;  // why the probe was inconclusive, for the log; empty if it was not
 };
 

@@ -230,6 +230,37 @@ TEST_F(McpServerTest, ExecuteCodePassesPackagesAndWaitsForTheirInstall) {
   EXPECT_EQ(backend_.read_timeouts()[0], std::chrono::seconds(332));
 }
 
+TEST_F(McpServerTest, NetworkIsOfferedOnlyWithAnAllowlistAndNamesIt) {
+  // Without an allowlist: no `network` argument, and the description says so.
+  {
+    auto s = Initialized();
+    json tools = Send(*s, Request(2, "tools/list", json::object()))["result"]["tools"];
+    EXPECT_FALSE(tools[0]["inputSchema"]["properties"].contains("network"));
+    EXPECT_NE(tools[0]["description"].get<std::string>().find("No network access"),
+              std::string::npos);
+  }
+  backend_.capabilities = json{
+      {"code_execution", true},
+      {"runtimes", {"python"}},
+      {"network",
+       {{"allow", {"api.github.com:443", 5, "a b:1", "*.wiki.org:443"}}, {"max_bytes", 1000}}}};
+  auto s = Initialized();
+  json tools = Send(*s, Request(2, "tools/list", json::object()))["result"]["tools"];
+  EXPECT_EQ(tools[0]["inputSchema"]["properties"]["network"]["type"], "boolean");
+  const std::string d = tools[0]["description"];
+  EXPECT_NE(d.find("pass network: true; then HTTP(S) to api.github.com:443, *.wiki.org:443 only"),
+            std::string::npos)
+      << d;
+  backend_.submit_answer = json{{"id", "ex_9"}, {"status", "succeeded"}};
+  json r = Call(*s, "execute_code", {{"runtime", "python"}, {"code", "1"}, {"network", true}});
+  ASSERT_TRUE(r.contains("result")) << r.dump();
+  EXPECT_EQ(backend_.submits().back()["network"], true);
+  r = Call(*s, "execute_code", {{"runtime", "python"}, {"code", "1"}});
+  EXPECT_FALSE(backend_.submits().back().contains("network"));
+  r = Call(*s, "execute_code", {{"runtime", "python"}, {"code", "1"}, {"network", "yes"}});
+  EXPECT_TRUE(r.contains("error")) << r.dump();
+}
+
 TEST_F(McpServerTest, OutcomesOfTheCodeAreNotToolErrorsButRefusalsAre) {
   auto s = Initialized();
   struct Case {

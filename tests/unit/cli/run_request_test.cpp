@@ -119,6 +119,7 @@ TEST(RunRequestTest, FullBody) {
   r.collect = {"out/*"};
   r.env = {{"A", "b"}};
   r.packages = {"jq"};
+  r.network_allow = {"api.github.com:443"};
   r.timeout_ms = 1500;
   r.memory_mb = 64;
   r.cpu_ms = 900;
@@ -135,6 +136,13 @@ TEST(RunRequestTest, FullBody) {
   EXPECT_EQ(body["collect"], json::array({"out/*"}));
   EXPECT_EQ(body["env"], json({{"A", "b"}}));
   EXPECT_EQ(body["packages"], json::array({"jq"}));
+  EXPECT_EQ(body["network"], json::array({"api.github.com:443"}));
+  RunRequest plain;
+  plain.language = "python";
+  plain.code = "1";
+  EXPECT_FALSE(BuildSubmitBody(plain).contains("network"));
+  plain.network = true;
+  EXPECT_EQ(BuildSubmitBody(plain)["network"], true);
   EXPECT_EQ(body["limits"], json({{"timeout_ms", 1500},
                                   {"memory_mb", 64},
                                   {"cpu_ms", 900},

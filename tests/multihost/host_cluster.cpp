@@ -358,7 +358,7 @@ void HostCluster::StartWorker(int w) {
     << "  cgroup_prefix: kiln-mh-" << suffix_ << "-" << worker_host(w) << "\n"
     << "  uid_base: " << kUidBase + 10000 * w << "\n"
     << "  uid_count: 10000\n"
-    << options_.worker_yaml;
+    << WithHostIps(options_.worker_yaml);
   WriteFile(cfg, y.str());
   workers_.at(w) = bed_->Start(worker_host(w), {BinDir() + "kiln-worker", "--config", cfg},
                                dir_ + "/" + worker_host(w) + ".log");
@@ -451,6 +451,15 @@ double HostCluster::Metric(int broker, const std::string& series) const {
   const std::string text = Request("GET", "/metrics", "", kToken, broker).raw;
   const auto at = text.find("\n" + series + " ");
   return at == std::string::npos ? -1.0 : std::stod(text.substr(at + series.size() + 2));
+}
+
+std::string HostCluster::WithHostIps(std::string text) const {
+  for (size_t at; (at = text.find("{ip:")) != std::string::npos;) {
+    const size_t end = text.find('}', at);
+    if (end == std::string::npos) break;
+    text.replace(at, end + 1 - at, bed_->ip(text.substr(at + 4, end - at - 4)));
+  }
+  return text;
 }
 
 std::string HostCluster::DumpLogs() const {

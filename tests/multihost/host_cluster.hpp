@@ -45,7 +45,8 @@ struct HostClusterOptions {
   std::vector<std::string> runtimes = {"shell"};  // worker.runtimes of each worker
   // More broker `tenants:` entries, each line "  - {name: ..., tokens: [...]}\n".
   std::string tenants_yaml;
-  // Top-level sections appended to each worker's config, e.g. "network:\n  ...".
+  // Top-level sections appended to each worker's config, e.g. "network:\n  ...";
+  // "{ip:<host>}" in it becomes that bed host's address (e.g. {ip:web}).
   std::string worker_yaml;
 };
 
@@ -134,6 +135,7 @@ class HostCluster {
   void StartBroker(int b);
   void StartWorker(int w);
   void StartWeb();
+  std::string WithHostIps(std::string text) const;
   void WaitForWeb();
 
   // Declared first: destroyed last, after every process in it has stopped.

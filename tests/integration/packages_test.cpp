@@ -168,7 +168,7 @@ TEST_F(PackagesTest, RuntimesListsVersionsAndPackagesJobsSee) {
   EXPECT_NE(version_of(by_language["python"], "pandas"), "(absent)");
   EXPECT_EQ(by_language["javascript"]["versions"], json::array({js["result"][0]})) << r.raw;
   EXPECT_EQ(version_of(by_language["javascript"], "lodash"), js["result"][1]) << r.raw;
-  EXPECT_EQ(by_language["javascript"]["packages"].size(), 24u) << r.raw;  // package.json's list
+  EXPECT_EQ(by_language["javascript"]["packages"].size(), 25u) << r.raw;  // package.json's list
   EXPECT_EQ(by_language["shell"]["workers"], 1);
   EXPECT_EQ(by_language["shell"]["versions"].size(), 1u) << r.raw;
 

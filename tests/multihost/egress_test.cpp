@@ -7,11 +7,14 @@
 // allowlist) has no network at all. Root needed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "common/base64.hpp"
 #include "tests/multihost/host_cluster.hpp"
@@ -42,7 +45,9 @@ class EgressTest : public ::testing::Test {
         "  - {name: net-a, tokens: [\"" + std::string(kNetToken) +
         "\"], enabled: true, auto_approve: true, network: {allow: [\"api.example.test:80\", "
         "\"api.example.test:443\", \"big.example.test:80\", \"loop.example.test:*\", "
-        "\"broker.example.test:8080\"], max_bytes: 262144, max_connections: 12}}\n";
+        "\"broker.example.test:8080\"], max_bytes: 262144, max_connections: 12}}\n"
+        "  - {name: net-b, tokens: [\"net-b-token-1\"], enabled: true, auto_approve: true, "
+        "network: {allow: [\"*.example.test:*\"]}}\n";
     // The gateway resolves the test names itself (no DNS server on the bed);
     // only the web host is an allowed private address.
     o.worker_yaml =
@@ -287,6 +292,60 @@ TEST_F(EgressTest, TenantsNetworkTrafficIsInTheBrokersMetrics) {
         0.0, cluster_->Metric(b, "kiln_network_bytes_total{direction=\"in\",tenant=\"net-a\"}"));
   }
   EXPECT_GE(in, r.body["network"]["bytes_in"].get<double>()) << r.raw;
+}
+
+// Figures for docs/performance.md, run by hand:
+//   build/tests/multihost/multihost_egress_test --gtest_filter='*Figures*'
+//     --gtest_also_run_disabled_tests
+// End-to-end times (and the worker's duration_ms) of paced one-shot shell jobs: without
+// network, with network and no request, with one HTTP request through the
+// gateway (curl), and with a 4 MiB download through it.
+TEST_F(EgressTest, DISABLED_Figures) {
+  auto p50 = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  struct Case {
+    const char* name;
+    json request;
+  };
+  const std::vector<Case> cases = {
+      {"no network, true", {{"language", "shell"}, {"code", "true"}}},
+      {"network, no request", {{"language", "shell"}, {"network", true}, {"code", "true"}}},
+      {"network, one curl GET",
+       {{"language", "shell"},
+        {"network", true},
+        {"code", "curl -sS -o /dev/null http://api.example.test/hello"}}},
+      {"no network, curl fails at once",
+       {{"language", "shell"},
+        {"code", "curl -sS -o /dev/null http://api.example.test/hello; true"}}},
+      {"network, 4 MiB GET",
+       {{"language", "shell"},
+        {"network", true},
+        {"code", "curl -sS -o /dev/null http://big.example.test/bytes?n=4194304"}}},
+  };
+  const char* token = "net-b-token-1";  // a tenant with room for the 4 MiB
+  // Rounds of one job per case, so drift and warm-up hit every case alike.
+  std::vector<std::vector<double>> e2e(cases.size()), worker(cases.size());
+  for (int round = 0; round < 31; ++round) {
+    for (size_t k = 0; k < cases.size(); ++k) {
+      // Paced: the worker's one warm sandbox per runtime is back before each job.
+      std::this_thread::sleep_for(100ms);
+      const auto t0 = std::chrono::steady_clock::now();
+      HttpReply r = Run(cases[k].request, token);
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      ASSERT_EQ(r.status, 200) << r.raw;
+      ASSERT_EQ(r.body["status"], "succeeded") << r.raw;
+      if (round == 0) continue;  // warm-up
+      e2e[k].push_back(ms);
+      worker[k].push_back(r.body["duration_ms"].get<double>());
+    }
+  }
+  for (size_t k = 0; k < cases.size(); ++k) {
+    std::cout << cases[k].name << ": e2e p50 " << p50(e2e[k]) << " ms, worker p50 "
+              << p50(worker[k]) << " ms\n";
+  }
 }
 
 }  // namespace

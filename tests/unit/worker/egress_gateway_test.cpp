@@ -13,9 +13,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace kiln::worker {
 namespace {
@@ -60,6 +62,8 @@ class EgressGatewayTest : public ::testing::Test {
     config.hosts = {{"up.test", kUpstreamIp}, {"loop.test", "127.0.0.1"}};
     config.allow_private = {"10.77.0.0/24"};
     config.deny_own_addresses = false;
+    config.request_timeout_ms = 1500;
+    config.max_open = 4;
     auto g = EgressGateway::Create(config);
     ASSERT_TRUE(g.ok()) << g.status().ToString();
     gateway_ = std::move(*g);
@@ -208,6 +212,48 @@ TEST_F(EgressGatewayTest, TheConnectionCapTripsTheLimit) {
   Ask("CONNECT nope.test:1 HTTP/1.1\r\n\r\n");
   EXPECT_EQ(::poll(&p, 1, 2000), 1);
   EXPECT_EQ(lease->Finish().limit, "connections");
+}
+
+// What a hostile job may send the gateway: heads too large, never finished,
+// or more connections at once than it may hold. Each is cut off alone; the
+// gateway keeps serving.
+TEST_F(EgressGatewayTest, HostileClientsAreCutOffAndTheGatewayGoesOn) {
+  auto lease = Open({Target()}, 1 << 20, /*max_connections=*/100);
+  // A head over 16 KiB: closed without an answer.
+  std::string huge = "CONNECT " + Target() + " HTTP/1.1\r\nX: " + std::string(20000, 'a');
+  EXPECT_EQ(Ask(huge), "");
+  // A head that never ends: closed after request_timeout_ms.
+  int idle = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(proxy_port_);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(idle, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::write(idle, "CONN", 4), 4);
+  pollfd p{idle, POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 5000), 1);
+  char c;
+  EXPECT_EQ(::read(idle, &c, 1), 0) << "an unfinished head was kept open";
+  ::close(idle);
+  // More open at once than max_open (4): the extra ones are closed at once.
+  std::vector<int> held;
+  for (int i = 0; i < 6; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    held.push_back(fd);
+  }
+  // Well before request_timeout_ms closes the four it kept.
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  int closed = 0;
+  for (int fd : held) {
+    pollfd q{fd, POLLIN, 0};
+    if (::poll(&q, 1, 0) == 1 && ::read(fd, &c, 1) == 0) ++closed;
+  }
+  EXPECT_EQ(closed, 2);
+  for (int fd : held) ::close(fd);
+  // And the job's own traffic still flows.
+  std::string out = Ask("CONNECT " + Target() + " HTTP/1.1\r\n\r\n", "ok");
+  EXPECT_EQ(out, "HTTP/1.1 200 Connection established\r\n\r\necho:ok");
 }
 
 }  // namespace

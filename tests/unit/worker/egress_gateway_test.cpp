@@ -100,14 +100,20 @@ class EgressGatewayTest : public ::testing::Test {
     return lease.ok() ? std::move(*lease) : nullptr;
   }
 
-  // Sends `request` to the gateway as the job would; everything it answers.
-  std::string Ask(const std::string& request, const std::string& then = "") {
+  // A connection to the gateway's listener, as the job would open it.
+  int ConnectToGateway() const {
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(proxy_port_);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    return fd;
+  }
+
+  // Sends `request` to the gateway as the job would; everything it answers.
+  std::string Ask(const std::string& request, const std::string& then = "") {
+    int fd = ConnectToGateway();
     EXPECT_EQ(::write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
     std::string out;
     char buf[65536];
@@ -223,12 +229,7 @@ TEST_F(EgressGatewayTest, HostileClientsAreCutOffAndTheGatewayGoesOn) {
   std::string huge = "CONNECT " + Target() + " HTTP/1.1\r\nX: " + std::string(20000, 'a');
   EXPECT_EQ(Ask(huge), "");
   // A head that never ends: closed after request_timeout_ms.
-  int idle = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(proxy_port_);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(idle, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  int idle = ConnectToGateway();
   ASSERT_EQ(::write(idle, "CONN", 4), 4);
   pollfd p{idle, POLLIN, 0};
   ASSERT_EQ(::poll(&p, 1, 5000), 1);
@@ -237,11 +238,7 @@ TEST_F(EgressGatewayTest, HostileClientsAreCutOffAndTheGatewayGoesOn) {
   ::close(idle);
   // More open at once than max_open (4): the extra ones are closed at once.
   std::vector<int> held;
-  for (int i = 0; i < 6; ++i) {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    held.push_back(fd);
-  }
+  for (int i = 0; i < 6; ++i) held.push_back(ConnectToGateway());
   // Well before request_timeout_ms closes the four it kept.
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
   int closed = 0;

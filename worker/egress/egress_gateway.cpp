@@ -104,6 +104,8 @@ struct EgressLease::Job {
   }
   // Counts `n` bytes; false (and every connection closed) past the cap.
   bool Account(size_t n, bool in);
+  // Counts one request; false (and every connection closed) past the cap.
+  bool CountRequest();
   void Trip(const char* limit, std::string message);
   void CloseAll();
 };
@@ -201,12 +203,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     host_ = *std::move(normal);
     port_ = port;
     connect_ = connect;
-    if (++job_->requests > job_->spec.max_connections) {
-      job_->Record(host_, port_, false, "limit");
-      return job_->Trip("connections", "connections: the job asked for more than " +
-                                           std::to_string(job_->spec.max_connections) +
-                                           " connections (its cap)");
-    }
+    if (!job_->CountRequest()) return job_->Record(host_, port_, false, "limit");
     if (!common::Matches(job_->spec.allow, host_, port_)) {
       return Refuse(
           403, "Forbidden", "not_allowed",
@@ -336,11 +333,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
 
   void BadRequest(const std::string& why) {
     ++job_->usage.refused;
-    if (++job_->requests > job_->spec.max_connections) {
-      return job_->Trip("connections", "connections: the job asked for more than " +
-                                           std::to_string(job_->spec.max_connections) +
-                                           " connections (its cap)");
-    }
+    if (!job_->CountRequest()) return;
     Answer(Reply(400, "Bad Request", "kiln egress gateway: " + why + "\n"));
   }
 
@@ -391,6 +384,13 @@ bool EgressLease::Job::Account(size_t n, bool in) {
   if (usage.bytes_in + usage.bytes_out <= spec.max_bytes) return true;
   Trip("bytes", "bytes: the job moved more than " + std::to_string(spec.max_bytes) +
                     " bytes through the network (its cap)");
+  return false;
+}
+
+bool EgressLease::Job::CountRequest() {
+  if (++requests <= spec.max_connections) return true;
+  Trip("connections", "connections: the job asked for more than " +
+                          std::to_string(spec.max_connections) + " connections (its cap)");
   return false;
 }
 

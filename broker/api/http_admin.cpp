@@ -6,6 +6,7 @@
 #include "broker/api/http_api.hpp"
 #include "broker/api/http_call.hpp"
 #include "broker/job/isolation.hpp"
+#include "broker/job/limits_json.hpp"
 #include "broker/metrics/broker_metrics.hpp"
 #include "broker/scheduler/runtime_catalog.hpp"
 #include "common/json/bounded_json.hpp"
@@ -144,7 +145,16 @@ void HttpApi::Capabilities(Call& call) {
                     t ? deps_.dispatcher->RuntimesAt(t->isolation) : deps_.dispatcher->Runtimes()},
                    {"isolation_levels", deps_.dispatcher->IsolationLevels()},
                    {"packages", std::move(packages)},
-                   {"network", std::move(network)}});
+                   {"network", std::move(network)},
+                   // What a job may ask for, so clients can say so up front
+                   // (the MCP server's tool description).
+                   {"limits",
+                    {{"default", LimitsJson(config_.default_limits)},
+                     {"max", LimitsJson(config_.max_limits)},
+                     {"max_code_bytes", config_.max_code_bytes},
+                     {"max_input_bytes", config_.max_input_bytes},
+                     {"max_files_bytes", config_.max_files_bytes}}},
+                   {"session_ttl_s", config_.scheduling.session_ttl_s}});
 }
 
 void HttpApi::ListWorkers(Call& call) {

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <utility>
 
+#include "broker/job/limits_json.hpp"
 #include "common/audit/sha256.hpp"
 #include "common/base64.hpp"
 #include "common/json/bounded_json.hpp"
@@ -29,14 +30,6 @@ constexpr std::array<std::pair<JobStatus, const char*>, 10> kStatusNames{{
     {JobStatus::kRejected, "rejected"},
     {JobStatus::kError, "error"},
 }};
-
-json LimitsJson(const protocol::Limits& l) {
-  return {{"timeout_ms", l.timeout_ms},
-          {"memory_mb", l.memory_mb},
-          {"cpu_ms", l.cpu_ms},
-          {"max_output_bytes", l.max_output_bytes},
-          {"max_pids", l.max_pids}};
-}
 
 json FilesJson(const std::vector<protocol::FileEntry>& files) {
   json a = json::array();
@@ -101,6 +94,14 @@ std::optional<T> OptFrom(const json& j, const char* key) {
 }
 
 }  // namespace
+
+json LimitsJson(const protocol::Limits& l) {
+  return {{"timeout_ms", l.timeout_ms},
+          {"memory_mb", l.memory_mb},
+          {"cpu_ms", l.cpu_ms},
+          {"max_output_bytes", l.max_output_bytes},
+          {"max_pids", l.max_pids}};
+}
 
 const char* JobStatusName(JobStatus s) {
   for (const auto& [st, name] : kStatusNames) {

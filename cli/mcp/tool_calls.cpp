@@ -6,6 +6,7 @@
 
 #include "cli/api_client.hpp"
 #include "cli/run_request.hpp"
+#include "common/base64.hpp"
 
 namespace kiln::cli::mcp {
 namespace {
@@ -17,11 +18,14 @@ ToolOutcome InvalidArguments(const std::string& tool, const std::string& why) {
   return {RpcError{kInvalidParams, "Invalid params: " + tool + ": " + why, nullptr}, nullptr};
 }
 
-// A CallToolResult: the structured content and the same JSON as text.
-ToolOutcome Result(json content, bool is_error) {
+// A CallToolResult: the structured content and the same JSON as text, then
+// any `extra` content blocks (execute_code's images).
+ToolOutcome Result(json content, bool is_error, json extra = json::array()) {
   std::string text = content.dump(-1, ' ', false, json::error_handler_t::replace);
+  json blocks = json::array({{{"type", "text"}, {"text", std::move(text)}}});
+  for (auto& b : extra) blocks.push_back(std::move(b));
   return {std::nullopt,
-          {{"content", json::array({{{"type", "text"}, {"text", std::move(text)}}})},
+          {{"content", std::move(blocks)},
            {"structuredContent", std::move(content)},
            {"isError", is_error}}};
 }
@@ -31,7 +35,7 @@ ToolOutcome Result(json content, bool is_error) {
 struct Field {
   const char* name;
   bool required;
-  enum class Type { kString, kId, kPositiveInteger, kStringList, kBool } type;
+  enum class Type { kString, kId, kPositiveInteger, kStringList, kBool, kObject, kFileList } type;
 };
 
 bool IsPositiveInteger(const json& v) {
@@ -42,6 +46,28 @@ bool IsPositiveInteger(const json& v) {
     return d >= 1 && d <= 1e15 && std::floor(d) == d;
   }
   return false;
+}
+
+// execute_code's `files`: objects with a string `path` and exactly one of
+// `content` (text) and `contentBase64`. Paths are the broker's to judge.
+std::string CheckFiles(const json& files) {
+  if (!files.is_array()) return "\"files\" must be an array";
+  for (size_t i = 0; i < files.size(); ++i) {
+    const json& f = files[i];
+    const std::string at = "\"files[" + std::to_string(i) + "]";
+    if (!f.is_object()) return at + "\" must be an object";
+    for (const auto& [key, value] : f.items()) {
+      if (key != "path" && key != "content" && key != "contentBase64") {
+        return at + "\" has an unknown property \"" + key + "\"";
+      }
+      if (!value.is_string()) return at + "." + key + "\" must be a string";
+    }
+    if (!f.contains("path")) return at + "\" needs a path";
+    if (f.contains("content") == f.contains("contentBase64")) {
+      return at + "\" needs either content or contentBase64";
+    }
+  }
+  return "";
 }
 
 std::string CheckArguments(const json& args, std::initializer_list<Field> fields) {
@@ -68,6 +94,12 @@ std::string CheckArguments(const json& args, std::initializer_list<Field> fields
         break;
       case Field::Type::kBool:
         if (!it->is_boolean()) return std::string("\"") + f.name + "\" must be true or false";
+        break;
+      case Field::Type::kObject:
+        if (!it->is_object()) return std::string("\"") + f.name + "\" must be an object";
+        break;
+      case Field::Type::kFileList:
+        if (std::string why = CheckFiles(*it); !why.empty()) return why;
         break;
       case Field::Type::kStringList:
         if (!it->is_array() ||
@@ -103,6 +135,56 @@ json StringOrNull(const json& object, const char* key) {
 json IntegerOrNull(const json& object, const char* key) {
   auto it = object.find(key);
   return it != object.end() && it->is_number_integer() ? *it : json(nullptr);
+}
+
+// Whether `s` is valid UTF-8 without NUL bytes: text an agent can read.
+bool IsText(const std::string& s) {
+  if (s.find('\0') != std::string::npos) return false;
+  try {
+    (void)json(s).dump();  // the strict handler throws on invalid UTF-8
+    return true;
+  } catch (const json::exception&) {
+    return false;
+  }
+}
+
+// The MIME type of an image file an MCP client can show, by extension; "" if none.
+std::string ImageType(const std::string& path) {
+  static const std::pair<const char*, const char*> kTypes[] = {{".png", "image/png"},
+                                                               {".jpg", "image/jpeg"},
+                                                               {".jpeg", "image/jpeg"},
+                                                               {".gif", "image/gif"},
+                                                               {".webp", "image/webp"}};
+  for (const auto& [ext, type] : kTypes) {
+    const std::string e = ext;
+    if (path.size() > e.size() && path.compare(path.size() - e.size(), e.size(), e) == 0) {
+      return type;
+    }
+  }
+  return "";
+}
+
+// The record's collected files as execute_code returns them: text when it
+// is text, else base64 (as the broker sent it). Malformed entries are skipped.
+json FilesContent(const json& record) {
+  json out = json::array();
+  auto files = record.find("files");
+  if (files == record.end() || !files->is_array()) return out;
+  for (const auto& f : *files) {
+    if (!f.is_object()) continue;
+    const std::string path = StringOr(f, "path");
+    const std::string b64 = StringOr(f, "content_base64");
+    auto bytes = common::Base64Decode(b64);
+    if (path.empty() || !bytes.ok()) continue;
+    json entry = {{"path", path}, {"size", bytes->size()}};
+    if (ImageType(path).empty() && IsText(*bytes)) {
+      entry["text"] = std::move(*bytes);
+    } else {
+      entry["contentBase64"] = b64;
+    }
+    out.push_back(std::move(entry));
+  }
+  return out;
 }
 
 bool IsPending(const std::string& status) {
@@ -144,7 +226,22 @@ json ExecutionContent(const json& record) {
           {"result", result != record.end() ? *result : json()},
           {"sessionId", StringOrNull(record, "session_id")},
           {"sessionEpoch", IntegerOrNull(record, "session_epoch")},
+          {"files", FilesContent(record)},
+          {"filesTruncated", BoolOr(record, "files_truncated", false)},
           {"error", error}};
+}
+
+json ImageBlocks(const json& content) {
+  json blocks = json::array();
+  auto files = content.find("files");
+  if (files == content.end() || !files->is_array()) return blocks;
+  for (const auto& f : *files) {
+    std::string type = ImageType(StringOr(f, "path"));
+    auto data = f.find("contentBase64");
+    if (type.empty() || data == f.end() || !data->is_string()) continue;
+    blocks.push_back({{"type", "image"}, {"data", *data}, {"mimeType", type}});
+  }
+  return blocks;
 }
 
 json RefusedExecutionContent(const Status& status, const json& session_id) {
@@ -159,6 +256,8 @@ json RefusedExecutionContent(const Status& status, const json& session_id) {
           {"result", nullptr},
           {"sessionId", session_id.is_string() ? session_id : json(nullptr)},
           {"sessionEpoch", nullptr},
+          {"files", json::array()},
+          {"filesTruncated", false},
           {"error", ErrorObject(status)}};
 }
 
@@ -195,7 +294,10 @@ ToolOutcome ToolCalls::ExecuteCode(const json& args, CancelTicket* ticket) const
                                           {"conversationId", false, T::kId},
                                           {"timeoutMs", false, T::kPositiveInteger},
                                           {"packages", false, T::kStringList},
-                                          {"network", false, T::kBool}});
+                                          {"network", false, T::kBool},
+                                          {"input", false, T::kObject},
+                                          {"files", false, T::kFileList},
+                                          {"collect", false, T::kStringList}});
   if (!why.empty()) return InvalidArguments(kExecuteCode, why);
   const std::string runtime = args["runtime"];
   const auto& runtimes = catalog_->offer().runtimes;
@@ -217,6 +319,28 @@ ToolOutcome ToolCalls::ExecuteCode(const json& args, CancelTicket* ticket) const
   if (auto p = args.value("packages", json()); p.is_array()) {
     request.packages = p.get<std::vector<std::string>>();
   }
+  // Keys, paths and patterns are the broker's to judge; its error comes back.
+  if (auto i = args.value("input", json()); i.is_object()) request.input = std::move(i);
+  if (auto c = args.value("collect", json()); c.is_array()) {
+    request.collect = c.get<std::vector<std::string>>();
+  }
+  if (auto files = args.find("files"); files != args.end() && files->is_array()) {
+    for (size_t i = 0; i < files->size(); ++i) {
+      const json& f = (*files)[i];
+      RunRequest::File file{f["path"], ""};
+      if (auto text = f.find("content"); text != f.end()) {
+        file.content = *text;
+      } else {
+        auto bytes = common::Base64Decode(f["contentBase64"].get_ref<const std::string&>());
+        if (!bytes.ok()) {
+          return InvalidArguments(kExecuteCode, "\"files[" + std::to_string(i) +
+                                                    "].contentBase64\" is not valid base64");
+        }
+        file.content = std::move(*bytes);
+      }
+      request.files.push_back(std::move(file));
+    }
+  }
   // Offered only with an allowlist; the broker answers NETWORK_NOT_ALLOWED
   // to a client that sends it anyway.
   if (auto n = args.value("network", json()); n.is_boolean()) request.network = n.get<bool>();
@@ -236,7 +360,8 @@ ToolOutcome ToolCalls::ExecuteCode(const json& args, CancelTicket* ticket) const
   json content = ExecutionContent(*record);
   const std::string status = content["status"];
   const bool is_error = status == "rejected" || status == "error" || IsPending(status);
-  return Result(std::move(content), is_error);
+  json images = ImageBlocks(content);
+  return Result(std::move(content), is_error, std::move(images));
 }
 
 ToolOutcome ToolCalls::ListSessions(const json& args) const {

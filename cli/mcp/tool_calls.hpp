@@ -12,7 +12,8 @@
 // result even when the code failed (see exitCode/status); isError is set when
 // it never ran or did not finish (rejected, error, still pending). Every result
 // has structuredContent matching the tool's outputSchema plus one text item
-// holding that JSON. Thread-safe when the Backend is (no state of its own).
+// holding that JSON; execute_code adds an image item per collected image
+// (png, jpeg, gif, webp). Thread-safe when the Backend is (no state of its own).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -37,6 +38,8 @@ struct ToolOutcome {
 nlohmann::json ExecutionContent(const nlohmann::json& record);
 nlohmann::json RefusedExecutionContent(const common::Status& status,
                                        const nlohmann::json& session_id);
+// MCP image content blocks for the images among a structuredContent's `files`.
+nlohmann::json ImageBlocks(const nlohmann::json& content);
 // {"code": "SESSION_NOT_FOUND", "message", "retryable"} for a Status.
 nlohmann::json ErrorObject(const common::Status& status);
 // One session of GET /v1/sessions in the MCP tools' camelCase.

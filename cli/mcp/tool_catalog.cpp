@@ -52,6 +52,79 @@ std::string NetworkSentence(const Offer& offer) {
          "use by themselves).";
 }
 
+// "30 s", "1500 ms"; "10 min" for whole minutes of seconds.
+std::string Millis(uint64_t ms) {
+  return ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms";
+}
+std::string Seconds(uint64_t s) {
+  return s % 60 == 0 ? std::to_string(s / 60) + " min" : std::to_string(s) + " s";
+}
+std::string Bytes(uint64_t b) {
+  if (b % (1u << 20) == 0) return std::to_string(b >> 20) + " MiB";
+  if (b % (1u << 10) == 0) return std::to_string(b >> 10) + " KiB";
+  return std::to_string(b) + " bytes";
+}
+
+// " Limits per call: ..." and the sessions' idle time, for what the broker
+// said; "" when it said nothing (a broker from before these fields).
+std::string LimitsSentence(const Offer& offer) {
+  const Offer::Limits& l = offer.limits;
+  std::vector<std::string> parts;
+  if (l.default_timeout_ms != 0) {
+    std::string t = "timeoutMs " + Millis(l.default_timeout_ms) + " by default";
+    if (l.max_timeout_ms != 0) t += ", at most " + Millis(l.max_timeout_ms);
+    parts.push_back(t + " (wall clock)");
+  }
+  if (l.memory_mb != 0) parts.push_back("memory " + std::to_string(l.memory_mb) + " MiB");
+  if (l.max_output_bytes != 0) {
+    parts.push_back("stdout and stderr " + Bytes(l.max_output_bytes) +
+                    " together, cut beyond (truncated: true)");
+  }
+  if (l.max_code_bytes != 0) parts.push_back("code " + Bytes(l.max_code_bytes));
+  if (l.max_files_bytes != 0) parts.push_back("files " + Bytes(l.max_files_bytes) + " in all");
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? "; " : " Limits per call: ") + parts[i];
+  if (!out.empty()) out += ".";
+  if (offer.session_ttl_s != 0) {
+    out += " A session unused for " + Seconds(offer.session_ttl_s) +
+           " ends, and its variables are lost.";
+  }
+  return out;
+}
+
+json FilesInSchema() {
+  return {{"type", "array"},
+          {"maxItems", 256},
+          {"description", "Files written into the working directory before the code runs"},
+          {"items",
+           {{"type", "object"},
+            {"properties",
+             {{"path",
+               {{"type", "string"},
+                {"description", "Relative to the working directory, e.g. data/in.csv"}}},
+              {"content", {{"type", "string"}, {"description", "The file's text (UTF-8)"}}},
+              {"contentBase64",
+               {{"type", "string"},
+                {"description", "The file's bytes in base64, instead of content"}}}}},
+            {"required", {"path"}},
+            {"additionalProperties", false}}}};
+}
+
+json FilesOutSchema() {
+  return {{"type", "array"},
+          {"description",
+           "The files `collect` matched, sorted by path: `text` when the file is UTF-8 text, "
+           "else `contentBase64` (images come as image content too)"},
+          {"items",
+           {{"type", "object"},
+            {"properties",
+             {{"path", {{"type", "string"}}},
+              {"size", {{"type", "integer"}}},
+              {"text", {{"type", "string"}}},
+              {"contentBase64", {{"type", "string"}}}}},
+            {"required", {"path", "size"}}}}};
+}
+
 json ExecuteCodeTool(const Offer& offer) {
   const std::vector<std::string>& runtimes = offer.runtimes;
   json input = {
@@ -70,6 +143,20 @@ json ExecuteCodeTool(const Offer& offer) {
          {{"type", "integer"},
           {"minimum", 1},
           {"description", "Wall-clock limit in milliseconds (the cluster's default if omitted)"}}},
+        {"input",
+         {{"type", "object"},
+          {"description",
+           "Named values for the code: python and javascript see them as global variables, "
+           "shell as environment variables (other values than strings as compact JSON). Keys "
+           "are identifiers ([A-Za-z_][A-Za-z0-9_]*)."}}},
+        {"files", FilesInSchema()},
+        {"collect",
+         {{"type", "array"},
+          {"items", {{"type", "string"}}},
+          {"maxItems", 64},
+          {"description",
+           "Glob patterns relative to the working directory, e.g. out/*.png: the files they "
+           "match after the run come back in `files`"}}},
         {"packages",
          {{"type", "array"},
           {"items", {{"type", "string"}}},
@@ -81,6 +168,9 @@ json ExecuteCodeTool(const Offer& offer) {
            "installed."}}}}},
       {"required", {"runtime", "code"}},
       {"additionalProperties", false}};
+  if (offer.limits.max_timeout_ms != 0) {
+    input["properties"]["timeoutMs"]["maximum"] = offer.limits.max_timeout_ms;
+  }
   if (!offer.network_allow.empty()) {
     input["properties"]["network"] = {
         {"type", "boolean"},
@@ -109,17 +199,22 @@ json ExecuteCodeTool(const Offer& offer) {
         {"sessionEpoch",
          {{"type", json::array({"integer", "null"})},
           {"description", "Changes when the session's interpreter was recreated (state lost)"}}},
+        {"files", FilesOutSchema()},
+        {"filesTruncated",
+         {{"type", "boolean"},
+          {"description",
+           "A file `collect` matched is missing from `files` (too many, too large)"}}},
         {"error", ErrorSchema()}}},
       {"required",
        {"executionId", "status", "stdout", "stderr", "exitCode", "timedOut", "truncated",
-        "durationMs", "result", "sessionId", "sessionEpoch", "error"}}};
+        "durationMs", "result", "sessionId", "sessionEpoch", "files", "filesTruncated", "error"}}};
   return {{"name", kExecuteCode},
           {"title", "Execute code"},
           {"description",
            "Runs code in an isolated sandbox of a Kiln cluster and returns its stdout, stderr, "
            "exit code and the JSON value of a variable named `result`. Pass a sessionId to keep "
-           "variables between calls." +
-               NetworkSentence(offer) + PackagesSentence(offer)},
+           "variables between calls; pass files in and collect the files it writes." +
+               LimitsSentence(offer) + NetworkSentence(offer) + PackagesSentence(offer)},
           {"inputSchema", std::move(input)},
           {"outputSchema", std::move(output)},
           {"annotations",
@@ -189,6 +284,33 @@ json KillSessionTool() {
             {"openWorldHint", false}}}};
 }
 
+// A positive integer at object[key], else 0.
+uint64_t PositiveOrZero(const json& object, const char* key) {
+  auto it = object.find(key);
+  if (it == object.end()) return 0;
+  if (it->is_number_unsigned()) return it->get<uint64_t>();
+  if (it->is_number_integer() && it->get<int64_t>() > 0) return it->get<int64_t>();
+  return 0;
+}
+
+// capabilities' "limits" and "session_ttl_s" into `offer`.
+void ReadLimits(const json& body, Offer* offer) {
+  offer->session_ttl_s = PositiveOrZero(body, "session_ttl_s");
+  auto limits = body.find("limits");
+  if (limits == body.end() || !limits->is_object()) return;
+  Offer::Limits& l = offer->limits;
+  if (auto d = limits->find("default"); d != limits->end() && d->is_object()) {
+    l.default_timeout_ms = PositiveOrZero(*d, "timeout_ms");
+    l.memory_mb = PositiveOrZero(*d, "memory_mb");
+    l.max_output_bytes = PositiveOrZero(*d, "max_output_bytes");
+  }
+  if (auto m = limits->find("max"); m != limits->end() && m->is_object()) {
+    l.max_timeout_ms = PositiveOrZero(*m, "timeout_ms");
+  }
+  l.max_code_bytes = PositiveOrZero(*limits, "max_code_bytes");
+  l.max_files_bytes = PositiveOrZero(*limits, "max_files_bytes");
+}
+
 }  // namespace
 
 StatusOr<Offer> OfferFromCapabilities(const StatusOr<json>& answer) {
@@ -248,6 +370,7 @@ StatusOr<Offer> OfferFromCapabilities(const StatusOr<json>& answer) {
       }
     }
   }
+  ReadLimits(body, &offer);
   return offer;
 }
 

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -38,14 +39,26 @@ struct Offer {
   // entries, execute_code offers `network` and names them; empty, it says
   // there is no network.
   std::vector<std::string> network_allow;
-  std::string note;  // why the probe was inconclusive, for the log; empty if it was not
+  // The broker's limits (capabilities' "limits"; 0 where it did not say):
+  // named in execute_code's description; max_timeout_ms bounds timeoutMs.
+  struct Limits {
+    uint64_t default_timeout_ms = 0;
+    uint64_t max_timeout_ms = 0;
+    uint64_t memory_mb = 0;         // what a call gets (execute_code cannot ask more)
+    uint64_t max_output_bytes = 0;  // stdout and stderr together, likewise
+    uint64_t max_code_bytes = 0;
+    uint64_t max_files_bytes = 0;
+  } limits;
+  uint64_t session_ttl_s = 0;  // an idle session ends after this; 0: not said
+  std::string note;            // why the probe was inconclusive, for the log; empty if it was not
 };
 
 // The offer that a GET /v1/capabilities answer implies. UNAUTHORIZED and
 // FORBIDDEN stay errors (the server cannot work with that token); NOT_FOUND
 // (an older broker) and network trouble mean "enabled, all runtimes" (with a
 // note for the latter); CODE_EXECUTION_DISABLED means disabled. Package
-// names that are not short plain strings are ignored.
+// names that are not short plain strings are ignored, and so are limits that
+// are not positive integers.
 common::StatusOr<Offer> OfferFromCapabilities(const common::StatusOr<nlohmann::json>& answer);
 
 class ToolCatalog {

@@ -108,6 +108,17 @@ TEST_F(GovernanceTest, DisabledTenantIsRefused) {
   EXPECT_EQ(caps.body["code_execution"], false) << caps.raw;
   caps = cluster_->Request("GET", "/v1/capabilities", "", TestCluster::kToken);
   EXPECT_EQ(caps.body["code_execution"], true) << caps.raw;
+  // The limits a job may ask for, as the test cluster configures them
+  // (tests/support/cluster.cpp), and the built-in defaults elsewhere.
+  const json& limits = caps.body["limits"];
+  EXPECT_EQ(limits["default"]["timeout_ms"], 10000) << caps.raw;
+  EXPECT_EQ(limits["max"]["timeout_ms"], 60000) << caps.raw;
+  EXPECT_EQ(limits["default"]["memory_mb"], 256) << caps.raw;
+  EXPECT_EQ(limits["max"]["memory_mb"], 2048) << caps.raw;
+  EXPECT_EQ(limits["default"]["max_output_bytes"], 65536) << caps.raw;
+  EXPECT_EQ(limits["max_code_bytes"], 65536) << caps.raw;
+  EXPECT_EQ(limits["max_files_bytes"], 10u << 20) << caps.raw;
+  EXPECT_EQ(caps.body["session_ttl_s"], 600) << caps.raw;
 }
 
 TEST_F(GovernanceTest, PendingJobRunsOnceAnAdminApproves) {

@@ -108,15 +108,22 @@ await check('tools/list offers the three tools with their schemas', async () => 
   assert.deepEqual([...exec.inputSchema.properties.runtime.enum].sort(),
                    ['javascript', 'python', 'shell']);
   assert.deepEqual([...exec.inputSchema.required].sort(), ['code', 'runtime']);
-  for (const p of ['code', 'sessionId', 'conversationId', 'timeoutMs', 'packages']) {
+  for (const p of ['code', 'sessionId', 'conversationId', 'timeoutMs', 'packages', 'input', 'files',
+                   'collect']) {
     assert.ok(exec.inputSchema.properties[p], `execute_code input has ${p}`);
   }
   assert.equal(exec.outputSchema.type, 'object');
   for (const p of ['stdout', 'stderr', 'exitCode', 'timedOut', 'truncated', 'durationMs', 'result',
-                   'status', 'sessionId', 'sessionEpoch']) {
+                   'status', 'sessionId', 'sessionEpoch', 'files', 'filesTruncated']) {
     assert.ok(exec.outputSchema.properties[p], `execute_code output has ${p}`);
     assert.ok(exec.outputSchema.required.includes(p), `execute_code output requires ${p}`);
   }
+  // The limits the test cluster configures (tests/support/cluster.cpp), and
+  // the idle TTL of sessions (the default, 600 s).
+  assert.match(exec.description,
+               /Limits per call: timeoutMs 10 s by default, at most 60 s \(wall clock\); memory 256 MiB; stdout and stderr 64 KiB together/);
+  assert.match(exec.description, /A session unused for 10 min ends/);
+  assert.equal(exec.inputSchema.properties.timeoutMs.maximum, 60000);
   assert.ok(byName.list_sessions.inputSchema.properties.conversationId);
   assert.equal(byName.list_sessions.inputSchema.required ?? undefined, undefined);
   assert.deepEqual(byName.kill_session.inputSchema.required, ['sessionId']);
@@ -149,6 +156,36 @@ await check('execute_code reports result, exit codes and timeouts', async () => 
     runtime: 'python', code: 'import time; time.sleep(5)', timeoutMs: 500 } });
   assert.equal(r.structuredContent.timedOut, true);
   assert.equal(r.structuredContent.status, 'timed_out');
+});
+
+// A 1x1 PNG.
+const PNG = 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==';
+await check('execute_code takes input and files, and collects the files the code writes', async () => {
+  const r = await client.callTool({ name: 'execute_code', arguments: {
+    runtime: 'python',
+    code: [
+      'import base64, os',
+      'rows = open("data/in.csv").read().split()',
+      'blob = open("raw.bin", "rb").read()',
+      'os.makedirs("out", exist_ok=True)',
+      'open("out/sum.txt", "w").write(str(n + len(rows) + len(blob)))',
+      'open("out/dot.png", "wb").write(base64.b64decode(png))',
+    ].join('\n'),
+    input: { n: 37, png: PNG },
+    files: [{ path: 'data/in.csv', content: 'a\nb\n' },
+            { path: 'raw.bin', contentBase64: Buffer.from([0, 255, 7]).toString('base64') }],
+    collect: ['out/*'] } });
+  assert.ok(!r.isError, JSON.stringify(r.structuredContent));
+  assert.equal(r.structuredContent.status, 'succeeded', JSON.stringify(r.structuredContent));
+  const files = r.structuredContent.files;
+  assert.deepEqual(files.map((f) => f.path), ['out/dot.png', 'out/sum.txt']);
+  assert.deepEqual(files[1], { path: 'out/sum.txt', size: 2, text: '42' });
+  assert.equal(files[0].contentBase64, PNG);
+  assert.equal(r.structuredContent.filesTruncated, false);
+  const image = r.content.find((c) => c.type === 'image');
+  assert.ok(image, 'the PNG comes back as image content too');
+  assert.equal(image.mimeType, 'image/png');
+  assert.equal(image.data, PNG);
 });
 
 await check('API errors are tool errors carrying the API code', async () => {
@@ -240,6 +277,18 @@ await check('arguments that break the input schema are -32602', async () => {
   assert.equal(e.code, -32602);
   e = await rpcError(client.callTool({ name: 'kill_session', arguments: { sessionId: 'a/b' } }));
   assert.equal(e.code, -32602);
+  e = await rpcError(client.callTool({ name: 'execute_code', arguments: {
+    runtime: 'python', code: '1', files: [{ path: 'a', content: 'x', contentBase64: 'eA==' }] } }));
+  assert.equal(e.code, -32602);
+  assert.match(e.message, /files\[0\]/);
+});
+
+await check('a file path the broker refuses is a tool error naming it', async () => {
+  const r = await client.callTool({ name: 'execute_code', arguments: {
+    runtime: 'python', code: '1', files: [{ path: '../escape', content: 'x' }] } });
+  assert.equal(r.isError, true);
+  assert.equal(r.structuredContent.error.code, 'INVALID_REQUEST');
+  assert.match(r.structuredContent.error.message, /files\[0\]\.path/);
 });
 
 await check('ping', async () => {

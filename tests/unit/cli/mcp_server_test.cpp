@@ -5,6 +5,7 @@
 #include <optional>
 #include <thread>
 
+#include "common/base64.hpp"
 #include "tests/unit/cli/fake_backend.hpp"
 
 namespace kiln::cli::mcp {
@@ -261,6 +262,89 @@ TEST_F(McpServerTest, NetworkIsOfferedOnlyWithAnAllowlistAndNamesIt) {
   EXPECT_TRUE(r.contains("error")) << r.dump();
 }
 
+TEST_F(McpServerTest, TheDescriptionStatesTheLimitsAndTheSessionTtl) {
+  backend_.capabilities =
+      json{{"code_execution", true},
+           {"runtimes", {"python"}},
+           {"limits",
+            {{"default", {{"timeout_ms", 30000}, {"memory_mb", 256}, {"max_output_bytes", 102400}}},
+             {"max", {{"timeout_ms", 300000}}},
+             {"max_code_bytes", 1 << 20},
+             {"max_files_bytes", 10 << 20}}},
+           {"session_ttl_s", 600}};
+  auto s = Initialized();
+  json tool = Send(*s, Request(2, "tools/list", json::object()))["result"]["tools"][0];
+  const std::string d = tool["description"];
+  EXPECT_NE(d.find("Limits per call: timeoutMs 30 s by default, at most 300 s (wall clock); "
+                   "memory 256 MiB; stdout and stderr 100 KiB together, cut beyond (truncated: "
+                   "true); code 1 MiB; files 10 MiB in all. A session unused for 10 min ends, "
+                   "and its variables are lost."),
+            std::string::npos)
+      << d;
+  EXPECT_EQ(tool["inputSchema"]["properties"]["timeoutMs"]["maximum"], 300000);
+  // A broker that says nothing (or nonsense) about limits: no sentence, no maximum.
+  backend_.capabilities =
+      json{{"code_execution", true}, {"limits", {{"default", {{"timeout_ms", -5}}}}}};
+  s = Initialized();
+  tool = Send(*s, Request(2, "tools/list", json::object()))["result"]["tools"][0];
+  EXPECT_EQ(tool["description"].get<std::string>().find("Limits"), std::string::npos);
+  EXPECT_FALSE(tool["inputSchema"]["properties"]["timeoutMs"].contains("maximum"));
+}
+
+TEST_F(McpServerTest, InputFilesAndCollectReachTheSubmitAndFilesComeBack) {
+  const std::string png = std::string("\x89PNG\r\n\x1a\n", 8) + std::string(4, '\0');
+  const std::string binary("\x00\xff\x01", 3);
+  backend_.submit_answer =
+      json{{"id", "ex_9"},
+           {"status", "succeeded"},
+           {"files",
+            {{{"path", "out/a.txt"}, {"content_base64", common::Base64Encode("héllo\n")}},
+             {{"path", "out/b.bin"}, {"content_base64", common::Base64Encode(binary)}},
+             {{"path", "out/c.png"}, {"content_base64", common::Base64Encode(png)}},
+             {{"path", "out/d"}, {"content_base64", "!!"}},
+             7}},
+           {"files_truncated", true}};
+  auto s = Initialized();
+  json r = Call(*s, "execute_code",
+                {{"runtime", "python"},
+                 {"code", "x"},
+                 {"input", {{"n", 3}, {"name", "ada"}}},
+                 {"files",
+                  {{{"path", "data/in.csv"}, {"content", "a,b\n"}},
+                   {{"path", "raw.bin"}, {"contentBase64", common::Base64Encode(binary)}}}},
+                 {"collect", {"out/*"}}});
+  ASSERT_TRUE(r.contains("result")) << r.dump();
+  json body = backend_.submits().back();
+  EXPECT_EQ(body["input"], json({{"n", 3}, {"name", "ada"}}));
+  EXPECT_EQ(body["collect"], json({"out/*"}));
+  ASSERT_EQ(body["files"].size(), 2u) << body.dump();
+  EXPECT_EQ(body["files"][0],
+            json({{"path", "data/in.csv"}, {"content_base64", common::Base64Encode("a,b\n")}}));
+  EXPECT_EQ(body["files"][1]["content_base64"], common::Base64Encode(binary));
+
+  json sc = r["result"]["structuredContent"];
+  ASSERT_EQ(sc["files"].size(), 3u) << sc.dump();  // the malformed two are skipped
+  EXPECT_EQ(sc["files"][0], json({{"path", "out/a.txt"}, {"size", 7}, {"text", "héllo\n"}}));
+  EXPECT_EQ(
+      sc["files"][1],
+      json({{"path", "out/b.bin"}, {"size", 3}, {"contentBase64", common::Base64Encode(binary)}}));
+  EXPECT_EQ(sc["files"][2]["contentBase64"], common::Base64Encode(png));
+  EXPECT_EQ(sc["filesTruncated"], true);
+  // The image also as MCP image content, after the JSON text.
+  json content = r["result"]["content"];
+  ASSERT_EQ(content.size(), 2u) << content.dump();
+  EXPECT_EQ(
+      content[1],
+      json({{"type", "image"}, {"data", common::Base64Encode(png)}, {"mimeType", "image/png"}}));
+
+  // Without collect: an empty list, never absent (the outputSchema requires it).
+  backend_.submit_answer = json{{"id", "ex_9"}, {"status", "succeeded"}};
+  sc = Call(*s, "execute_code",
+            {{"runtime", "python"}, {"code", "x"}})["result"]["structuredContent"];
+  EXPECT_EQ(sc["files"], json::array());
+  EXPECT_EQ(sc["filesTruncated"], false);
+}
+
 TEST_F(McpServerTest, OutcomesOfTheCodeAreNotToolErrorsButRefusalsAre) {
   auto s = Initialized();
   struct Case {
@@ -351,6 +435,32 @@ TEST_F(McpServerTest, BadArgumentsAndUnknownToolsAreInvalidParams) {
             {"arguments", {{"runtime", "python"}, {"code", "1"}, {"packages", "numpy"}}}},
            {{"name", "execute_code"},
             {"arguments", {{"runtime", "python"}, {"code", "1"}, {"packages", {"a", 1}}}}},
+           {{"name", "execute_code"},
+            {"arguments", {{"runtime", "python"}, {"code", "1"}, {"input", {1, 2}}}}},
+           {{"name", "execute_code"},
+            {"arguments", {{"runtime", "python"}, {"code", "1"}, {"collect", "*.png"}}}},
+           {{"name", "execute_code"},
+            {"arguments", {{"runtime", "python"}, {"code", "1"}, {"files", {{"path", "a"}}}}}},
+           {{"name", "execute_code"},
+            {"arguments", {{"runtime", "python"}, {"code", "1"}, {"files", {{{"path", "a"}}}}}}},
+           {{"name", "execute_code"},
+            {"arguments",
+             {{"runtime", "python"},
+              {"code", "1"},
+              {"files", {{{"path", "a"}, {"content", "x"}, {"contentBase64", "eA=="}}}}}}},
+           {{"name", "execute_code"},
+            {"arguments",
+             {{"runtime", "python"},
+              {"code", "1"},
+              {"files", {{{"path", "a"}, {"contentBase64", "not base64!"}}}}}}},
+           {{"name", "execute_code"},
+            {"arguments",
+             {{"runtime", "python"},
+              {"code", "1"},
+              {"files", {{{"path", "a"}, {"content", "x"}, {"mode", 7}}}}}}},
+           {{"name", "execute_code"},
+            {"arguments",
+             {{"runtime", "python"}, {"code", "1"}, {"files", {{{"path", 1}, {"content", "x"}}}}}}},
            {{"name", "execute_code"}, {"arguments", "print(1)"}},
            {{"name", "kill_session"}, {"arguments", json::object()}},
            {{"name", "list_sessions"}, {"arguments", {{"conversationId", ""}}}},

@@ -12,6 +12,10 @@ namespace {
 using common::Code;
 using common::Status;
 
+// What a running job's record shows of its output: stdout and stderr
+// together, the earliest bytes (docs/api.md, "Output while it runs").
+constexpr size_t kRunningOutputBytes = 1u << 20;
+
 std::string AdminName(const Caller& admin) { return "admin:" + std::to_string(admin.admin_index); }
 
 }  // namespace
@@ -83,8 +87,16 @@ common::StatusOr<RecordAnswer> ExecutionService::Read(const Caller& caller, cons
     return common::NotFound("no execution with id " + id);
   }
   if (!IsTerminal(peek->status)) {
-    // Live fields join the stored record (which holds no output yet).
+    // Live fields join the stored record (which holds no output yet), and
+    // a running job's output so far comes from its stream, bounded.
     ASSIGN_OR_RETURN(JobRecord record, Load(caller, id));
+    if (record.status == JobStatus::kRunning) {
+      auto so_far = stores_.jobs->ReadOutputSoFar(id, kRunningOutputBytes);
+      if (!so_far.ok()) return StoreError(so_far.status());
+      record.stdout_data = std::move(so_far->stdout_data);
+      record.stderr_data = std::move(so_far->stderr_data);
+      record.truncated = so_far->more;
+    }
     return Answer(caller, record);
   }
   // A terminal record is answered as stored: charged before it is read,

@@ -203,6 +203,33 @@ common::StatusOr<std::vector<JobStore::StoredChunk>> JobStore::ReadChunks(
   return ParseEntries(id, r.elements[0].elements[1]);
 }
 
+common::StatusOr<JobStore::OutputSoFar> JobStore::ReadOutputSoFar(const std::string& id,
+                                                                  size_t max_bytes) {
+  auto lease = pool_->Acquire();
+  RedisConnection* conn = lease.operator->();
+  OutputSoFar out;
+  std::string after = "0";
+  for (size_t page = 0; page < kMaxOutputPages; ++page) {
+    ASSIGN_OR_RETURN(auto chunks, ReadChunks(conn, id, after, -1));
+    if (chunks.empty()) return out;
+    for (auto& sc : chunks) {
+      const size_t room = max_bytes - out.stdout_data.size() - out.stderr_data.size();
+      std::string& to =
+          sc.chunk.stream == common::protocol::Stream::kStderr ? out.stderr_data : out.stdout_data;
+      to.append(sc.chunk.data, 0, std::min(room, sc.chunk.data.size()));
+      if (sc.chunk.data.size() > room) {
+        out.more = true;
+        return out;
+      }
+    }
+    after = chunks.back().event_id;
+  }
+  // Pages left unread: whether anything follows is one more look away.
+  ASSIGN_OR_RETURN(auto rest, ReadChunks(conn, id, after, -1));
+  out.more = !rest.empty();
+  return out;
+}
+
 std::vector<JobStore::StoredChunk> JobStore::ParseEntries(const std::string& id,
                                                           const RedisReply& entries) {
   std::vector<StoredChunk> out;

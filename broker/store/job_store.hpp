@@ -110,6 +110,18 @@ class JobStore {
   // The entries of one stream in an XREAD/XRANGE reply:
   // [[entry-id, [field, value, ...]], ...].
   static std::vector<StoredChunk> ParseEntries(const std::string& id, const RedisReply& entries);
+  // The output a running job has stored so far, for its record: the first
+  // `max_bytes` of stdout and stderr together, in stream order; `more` when
+  // the stream holds bytes past them. Reads at most kMaxOutputPages pages
+  // of 256 entries (an XREAD each), so a stream of many tiny chunks is cut
+  // there too (with `more`).
+  struct OutputSoFar {
+    std::string stdout_data;
+    std::string stderr_data;
+    bool more = false;
+  };
+  static constexpr size_t kMaxOutputPages = 16;
+  common::StatusOr<OutputSoFar> ReadOutputSoFar(const std::string& id, size_t max_bytes);
   static common::StatusOr<std::vector<StoredChunk>> ReadChunks(RedisConnection* conn,
                                                                const std::string& id,
                                                                const std::string& after_id,

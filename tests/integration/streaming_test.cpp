@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <thread>
 
 #include "tests/support/cluster.hpp"
 
@@ -109,6 +110,41 @@ TEST_F(StreamingTest, ChunksArriveLiveThenTheEnd) {
     EXPECT_GT(e.data["seq"].get<int64_t>(), last);
     last = e.data["seq"];
   }
+}
+
+// Polling a running job's record shows its output so far (through the
+// broker that does not run it: the output comes from Redis), then the end.
+TEST_F(StreamingTest, ARunningJobsRecordShowsItsOutputSoFar) {
+  const char* code =
+      "import sys, time\n"
+      "print('first')\n"
+      "print('warn', file=sys.stderr)\n"
+      "time.sleep(4)\n"
+      "print('second')\n";
+  auto r = cluster_->Submit({{"language", "python"}, {"code", code}, {"wait", false}});
+  ASSERT_EQ(r.status, 202) << r.raw;
+  const std::string id = r.body["id"];
+  json seen;
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (Clock::now() < deadline) {
+    auto got = cluster_->Request("GET", "/v1/executions/" + id, "", TestCluster::kToken, 1);
+    ASSERT_EQ(got.status, 200) << got.raw;
+    if (got.body["status"] != "running" && got.body["status"] != "queued") break;
+    if (got.body["status"] == "running" && got.body["stdout"] == "first\n" &&
+        got.body["stderr"] == "warn\n") {
+      seen = got.body;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_FALSE(seen.is_null()) << "never saw the output of the running job";
+  EXPECT_EQ(seen["truncated"], false);
+  // The end event carries the final record.
+  std::vector<SseEvent> events = ReadEvents(*cluster_, id);
+  ASSERT_FALSE(events.empty());
+  const json& rec = events.back().data;
+  EXPECT_EQ(rec["status"], "succeeded") << rec.dump();
+  EXPECT_EQ(rec["stdout"], "first\nsecond\n");
 }
 
 // A session execution streams the same way (its driver keeps stdout

@@ -391,5 +391,51 @@ TEST_F(OutputFollowerTest, OutputIsStoredContiguouslyAndCompletedFromTheRecord) 
   EXPECT_EQ(stored().first, "hello world" + rest);
 }
 
+// A running job's record shows its output so far: the first bytes of both
+// streams in stream order, cut at the bound (with `more`), and at the page
+// limit for a stream of many tiny entries.
+TEST_F(OutputFollowerTest, OutputSoFarIsTheStreamsHeadBounded) {
+  using common::protocol::Stream;
+  Put("r1", JobStatus::kRunning);
+  auto none = jobs_->ReadOutputSoFar("r1", 1 << 20);
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_EQ(none->stdout_data, "");
+  EXPECT_FALSE(none->more);
+  ASSERT_TRUE(jobs_
+                  ->AppendOutput({JobOutput{"r1",
+                                            {{"r1", Stream::kStdout, 0, 0, "hello "},
+                                             {"r1", Stream::kStderr, 1, 0, "oops"},
+                                             {"r1", Stream::kStdout, 2, 6, "world"}}}})
+                  .ok());
+  auto all = jobs_->ReadOutputSoFar("r1", 1 << 20);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->stdout_data, "hello world");
+  EXPECT_EQ(all->stderr_data, "oops");
+  EXPECT_FALSE(all->more);
+  // Cut at 8 bytes: "hello " (6) then 2 of "oops"; "world" is left out.
+  auto cut = jobs_->ReadOutputSoFar("r1", 8);
+  ASSERT_TRUE(cut.ok());
+  EXPECT_EQ(cut->stdout_data, "hello ");
+  EXPECT_EQ(cut->stderr_data, "oo");
+  EXPECT_TRUE(cut->more);
+  auto exact = jobs_->ReadOutputSoFar("r1", 15);
+  ASSERT_TRUE(exact.ok());
+  EXPECT_EQ(exact->stdout_data + exact->stderr_data, "hello worldoops");
+  EXPECT_FALSE(exact->more);
+
+  // Many one-byte entries: the page limit stops the read, and says so.
+  Put("r2", JobStatus::kRunning);
+  const size_t pages = JobStore::kMaxOutputPages;
+  std::vector<common::protocol::OutputChunk> tiny;
+  for (size_t i = 0; i < pages * 256 + 10; ++i) {
+    tiny.push_back({"r2", Stream::kStdout, i, i, "x"});
+  }
+  ASSERT_TRUE(jobs_->AppendOutput({JobOutput{"r2", tiny}}).ok());
+  auto paged = jobs_->ReadOutputSoFar("r2", 1 << 20);
+  ASSERT_TRUE(paged.ok());
+  EXPECT_EQ(paged->stdout_data, std::string(pages * 256, 'x'));
+  EXPECT_TRUE(paged->more);
+}
+
 }  // namespace
 }  // namespace kiln::broker

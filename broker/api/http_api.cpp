@@ -1,12 +1,15 @@
 #include "broker/api/http_api.hpp"
 
 #include <algorithm>
+#include <charconv>
 
 #include "broker/api/event_stream.hpp"
 #include "broker/api/http_call.hpp"
 #include "broker/api/sse_events.hpp"
 #include "broker/metrics/broker_metrics.hpp"
+#include "broker/service/submit_request.hpp"
 #include "common/log/logging.hpp"
+#include "common/protocol/session_key.hpp"
 
 namespace kiln::broker {
 namespace {
@@ -117,6 +120,7 @@ HttpApi::HttpApi(const BrokerConfig& config, HttpApiDeps deps)
     : config_(config), deps_(deps), service_(deps.service), routes_({}) {
   const std::vector<RouteLine> lines = {
       {{"POST", "/v1/executions", "submit", Access::kToken, true}, &HttpApi::Submit},
+      {{"GET", "/v1/executions", "list", Access::kToken, true}, &HttpApi::ListExecutions},
       {{"GET", "/v1/executions/{id}", "get", Access::kToken, true}, &HttpApi::Get},
       {{"GET", "/v1/executions/{id}/events", "events", Access::kToken, true}, &HttpApi::Events},
       {{"POST", "/v1/executions/{id}/cancel", "cancel", Access::kToken, true}, &HttpApi::Cancel},
@@ -408,6 +412,71 @@ void HttpApi::Cancel(Call& call) {
   if (!handle) return ReplyRecord(call, out->record);
   AwaitEnd(call.ex, id, SteadyClock::now() + kCancelWait, std::move(handle), std::move(hold),
            /*cancel=*/true);
+}
+
+void HttpApi::ListExecutions(Call& call) {
+  const HttpRequest& req = call.req();
+  JobStore::ListQuery query;
+  // An integer parameter in [min, max], or a clear error naming it.
+  const auto number = [&](const char* name, int64_t min, int64_t max, int64_t* out) -> Status {
+    if (!req.query.count(name)) return Status::Ok();
+    const std::string v = req.Param(name);
+    auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), *out);
+    if (ec != std::errc() || p != v.data() + v.size() || *out < min || *out > max) {
+      return common::InvalidRequest(std::string(name) + ": expected an integer " +
+                                    std::to_string(min) + "-" + std::to_string(max));
+    }
+    return Status::Ok();
+  };
+  constexpr int64_t kMaxMs = 9999999999999;  // the 13 digits of a list member
+  int64_t limit = 20;
+  if (auto st = number("since", 0, kMaxMs, &query.since_ms); !st.ok()) return call.Fail(st);
+  if (auto st = number("until", 0, kMaxMs, &query.until_ms); !st.ok()) return call.Fail(st);
+  if (auto st = number("limit", 1, 100, &limit); !st.ok()) return call.Fail(st);
+  query.limit = static_cast<size_t>(limit);
+  const std::string session = req.Param("session_id");
+  if (req.query.count("session_id") && !IsSessionName(session)) {
+    return call.Fail(common::InvalidRequest("session_id: 1-128 of [A-Za-z0-9._:-]"));
+  }
+  if (req.query.count("status")) {
+    const std::string list = req.Param("status");
+    for (size_t at = 0; at <= list.size();) {
+      size_t comma = std::min(list.find(',', at), list.size());
+      const std::string name = list.substr(at, comma - at);
+      if (!ParseJobStatus(name).ok()) {
+        return call.Fail(common::InvalidRequest("status: '" + name.substr(0, 64) +
+                                                "' is not a status (queued, running, succeeded, "
+                                                "failed, ...)"));
+      }
+      if (query.statuses.size() == 16) {
+        return call.Fail(common::InvalidRequest("status: at most 16 statuses"));
+      }
+      query.statuses.push_back(name);
+      at = comma + 1;
+    }
+  }
+  query.cursor = req.Param("cursor");
+  if (req.query.count("cursor") && !JobStore::IsListCursor(query.cursor)) {
+    return call.Fail(common::InvalidRequest("cursor: not one this API handed out"));
+  }
+  auto page = service_->ListExecutions(call.caller, req.Param("tenant"), session, std::move(query));
+  if (!page.ok()) return call.Fail(page.status());
+  json items = json::array();
+  const auto ms = [](int64_t v) { return v > 0 ? json(v) : json(nullptr); };
+  for (const auto& e : page->entries) {
+    items.push_back(
+        {{"id", e.id},
+         {"status", e.status},
+         {"language", e.language},
+         {"session_id", e.session_key.empty() ? json(nullptr)
+                                              : json(common::protocol::SessionIdOf(e.session_key))},
+         {"created_at_ms", ms(e.created_ms)},
+         {"started_at_ms", ms(e.started_ms)},
+         {"finished_at_ms", ms(e.finished_ms)}});
+  }
+  call.Reply(
+      200, {{"executions", std::move(items)},
+            {"next_cursor", page->next_cursor.empty() ? json(nullptr) : json(page->next_cursor)}});
 }
 
 void HttpApi::ListSessions(Call& call) {

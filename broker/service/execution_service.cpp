@@ -186,6 +186,24 @@ common::StatusOr<std::vector<PendingApproval>> ExecutionService::PendingApproval
   return out;
 }
 
+common::StatusOr<JobStore::ListPage> ExecutionService::ListExecutions(
+    const Caller& caller, const std::string& tenant, const std::string& session_id,
+    JobStore::ListQuery query) const {
+  query.tenant = caller.tenant;
+  if (caller.admin) {
+    if (FindTenant(config_, tenant) == nullptr) {
+      return common::InvalidRequest("tenant: an admin names a tenant with ?tenant=");
+    }
+    query.tenant = tenant;
+  }
+  if (!session_id.empty()) {
+    query.session_key = common::protocol::SessionKey(query.tenant, session_id);
+  }
+  auto page = stores_.jobs->List(query);
+  if (!page.ok()) return StoreError(page.status());
+  return page;
+}
+
 common::StatusOr<std::vector<SessionInfo>> ExecutionService::ListSessions(
     const Caller& caller, const std::string& tenant, const std::string& conversation_id) const {
   std::string whose = caller.tenant;

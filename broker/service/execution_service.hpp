@@ -26,6 +26,7 @@
 #include "broker/scheduler/job_waiters.hpp"
 #include "broker/service/submit_service.hpp"
 #include "broker/store/audit_store.hpp"
+#include "broker/store/job_store.hpp"
 #include "broker/store/session_store.hpp"
 #include "broker/stream/unread_budget.hpp"
 #include "common/status.hpp"
@@ -94,6 +95,13 @@ class ExecutionService {
   common::StatusOr<JobRecord> Deny(const Caller& admin, const std::string& id);
   common::StatusOr<std::vector<PendingApproval>> PendingApprovals(size_t limit) const;
 
+  // A page of a tenant's executions, newest first (GET /v1/executions; an
+  // admin names the tenant). `session_id` (the tenant's id, "" for any)
+  // and the caller's tenant fill query.session_key and query.tenant.
+  common::StatusOr<JobStore::ListPage> ListExecutions(const Caller& caller,
+                                                      const std::string& tenant,
+                                                      const std::string& session_id,
+                                                      JobStore::ListQuery query) const;
   // A tenant's sessions (an admin names the tenant).
   common::StatusOr<std::vector<SessionInfo>> ListSessions(const Caller& caller,
                                                           const std::string& tenant,

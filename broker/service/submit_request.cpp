@@ -26,15 +26,6 @@ const std::set<std::string> kFields = {
     "language", "code",   "session_id", "conversation_id", "input", "files",    "collect",
     "env",      "limits", "wait",       "priority",        "stdin", "packages", "network"};
 
-// Session and conversation ids: 1-128 characters of [A-Za-z0-9._:-].
-bool IsSessionName(const std::string& s) {
-  bool ok = !s.empty() && s.size() <= 128;
-  for (char c : s) {
-    ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ||
-                c == ':');
-  }
-  return ok;
-}
 const std::set<std::string> kLimitFields = {"timeout_ms", "memory_mb", "cpu_ms", "max_output_bytes",
                                             "max_pids"};
 
@@ -134,6 +125,15 @@ static_assert(protocol::kMaxCodeBytes + protocol::kMaxInputJsonBytes + protocol:
               "an accepted job must fit in one protocol frame");
 
 }  // namespace
+
+bool IsSessionName(const std::string& s) {
+  bool ok = !s.empty() && s.size() <= 128;
+  for (char c : s) {
+    ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ||
+                c == ':');
+  }
+  return ok;
+}
 
 common::StatusOr<JobSpec> ParseSubmitRequest(std::string_view body, const std::string& tenant,
                                              const BrokerConfig& config) {

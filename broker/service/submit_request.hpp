@@ -20,6 +20,9 @@
 
 namespace kiln::broker {
 
+// Session and conversation ids: 1-128 characters of [A-Za-z0-9._:-].
+bool IsSessionName(const std::string& s);
+
 common::StatusOr<JobSpec> ParseSubmitRequest(std::string_view body, const std::string& tenant,
                                              const BrokerConfig& config);
 

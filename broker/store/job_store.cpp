@@ -1,6 +1,9 @@
 #include "broker/store/job_store.hpp"
 
+#include <algorithm>
+
 #include "broker/store/audit_store.hpp"
+#include "broker/store/list_scripts.hpp"
 #include "broker/store/output_scripts.hpp"
 #include "broker/store/schedule_scripts.hpp"
 #include "common/json/bounded_json.hpp"
@@ -20,6 +23,8 @@ common::Status JobStore::CreateEnded(const JobSpec& full_or_excerpt, const JobRe
         spec.tenant, "approval", "none"},
        {"EXPIRE", key, ttl_s_},
        {"ZADD", AuditStore::kPendingKey, std::to_string(record.finished_ms), spec.id},
+       {"XADD", keys::TenantJobs(spec.tenant), "MINID", "~",
+        std::to_string(std::max<int64_t>(0, spec.created_ms - ttl_ms_)), "*", "id", spec.id},
        {"EXEC"}});
   if (r.ok() && r->back().type != RedisReply::Type::kArray) {
     return common::Internal("redis: the transaction storing job " + spec.id + " was discarded");
@@ -201,6 +206,49 @@ common::StatusOr<std::vector<JobStore::StoredChunk>> JobStore::ReadChunks(
     return std::vector<StoredChunk>{};
   }
   return ParseEntries(id, r.elements[0].elements[1]);
+}
+
+bool JobStore::IsListCursor(std::string_view cursor) {
+  // A stream entry id: <ms>-<seq>.
+  const size_t dash = cursor.find('-');
+  if (dash == 0 || dash == std::string_view::npos || dash > 20 || cursor.size() - dash - 1 == 0 ||
+      cursor.size() - dash - 1 > 20) {
+    return false;
+  }
+  for (size_t i = 0; i < cursor.size(); ++i) {
+    if (i != dash && (cursor[i] < '0' || cursor[i] > '9')) return false;
+  }
+  return true;
+}
+
+common::StatusOr<JobStore::ListPage> JobStore::List(const ListQuery& q) {
+  // XREVRANGE bounds: an id alone is its ms with any sequence number; '('
+  // excludes the id given.
+  std::string newest = "+";
+  if (!q.cursor.empty()) {
+    newest = "(" + q.cursor;
+  } else if (q.until_ms > 0) {
+    newest = std::to_string(q.until_ms - 1);
+  }
+  // A cursor past `until` is fine: the cursor is older still.
+  const std::string oldest = q.since_ms > 0 ? std::to_string(q.since_ms) : "-";
+  std::vector<std::string> args = {
+      q.tenant,     newest, oldest, std::to_string(kListScanBudget), std::to_string(q.limit),
+      q.session_key};
+  args.insert(args.end(), q.statuses.begin(), q.statuses.end());
+  auto conn = pool_->Acquire();
+  ASSIGN_OR_RETURN(RedisReply r, conn->Eval(scripts::ListJobs(), args));
+  if (r.elements.size() != 2) return common::Internal("redis: unexpected reply listing jobs");
+  ListPage page;
+  const auto number = [](const std::string& s) { return std::strtoll(s.c_str(), nullptr, 10); };
+  for (const RedisReply& e : r.elements[0].elements) {
+    if (e.elements.size() != 7) return common::Internal("redis: unexpected job in a list");
+    page.entries.push_back({e.elements[0].str, e.elements[1].str, e.elements[2].str,
+                            e.elements[3].str, number(e.elements[4].str), number(e.elements[5].str),
+                            number(e.elements[6].str)});
+  }
+  page.next_cursor = r.elements[1].str;
+  return page;
 }
 
 common::StatusOr<JobStore::OutputSoFar> JobStore::ReadOutputSoFar(const std::string& id,

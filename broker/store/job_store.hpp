@@ -26,6 +26,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "broker/job/job.hpp"
@@ -55,7 +56,8 @@ struct StoredOutput {
 
 class JobStore {
  public:
-  JobStore(RedisPool* pool, uint64_t ttl_s) : pool_(pool), ttl_s_(std::to_string(ttl_s)) {}
+  JobStore(RedisPool* pool, uint64_t ttl_s)
+      : pool_(pool), ttl_s_(std::to_string(ttl_s)), ttl_ms_(static_cast<int64_t>(ttl_s) * 1000) {}
 
   static std::string JobKey(const std::string& id) { return keys::Job(id); }
 
@@ -83,6 +85,39 @@ class JobStore {
   common::StatusOr<JobSpec> LoadSpec(const std::string& id);
   // How the job was approved: "auto", "trusted_session", "admin:<name>" or "none".
   common::StatusOr<std::string> Approval(const std::string& id);
+
+  // GET /v1/executions: a tenant's executions, newest first, from its list
+  // (keys::TenantJobs: a stream with an entry per job, trimmed to the jobs
+  // whose records are kept). One script (1 round trip) looks at up to
+  // kListScanBudget entries, so a page with filters that match little may
+  // hold fewer than `limit` entries and still have a next cursor. Entries
+  // whose job hash has expired are deleted on the way.
+  struct ListQuery {
+    std::string tenant;
+    std::string session_key;            // empty: any session or none
+    std::vector<std::string> statuses;  // empty: any
+    int64_t since_ms = 0;               // created at or after
+    int64_t until_ms = 0;               // created before; 0: no bound
+    std::string cursor;                 // a previous page's next_cursor; empty: the newest
+    size_t limit = 20;
+  };
+  struct ListEntry {
+    std::string id;
+    std::string status;
+    std::string language;
+    std::string session_key;  // empty: none
+    int64_t created_ms = 0;
+    int64_t started_ms = 0;   // 0: not started
+    int64_t finished_ms = 0;  // 0: not ended
+  };
+  struct ListPage {
+    std::vector<ListEntry> entries;
+    std::string next_cursor;  // empty: nothing older matches
+  };
+  static constexpr size_t kListScanBudget = 1000;
+  common::StatusOr<ListPage> List(const ListQuery& query);
+  // Whether `cursor` has the shape List hands out (a stream entry id).
+  static bool IsListCursor(std::string_view cursor);
 
   struct StoredChunk {
     std::string event_id;  // the stream entry id: SSE ids and Last-Event-ID
@@ -130,6 +165,7 @@ class JobStore {
  private:
   RedisPool* pool_;
   std::string ttl_s_;
+  int64_t ttl_ms_;
 };
 
 }  // namespace kiln::broker

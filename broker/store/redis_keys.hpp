@@ -29,7 +29,8 @@ inline constexpr const char* kWorkerSessionsPrefix = "{kiln}:sessions:w:";  // +
 inline constexpr const char* kTenantLeasesPrefix = "{kiln}:lease:t:";       // + tenant: zset
 inline constexpr const char* kWorkerLeasesPrefix = "{kiln}:lease:w:";       // + worker: zset
 inline constexpr const char* kInFlightPrefix = "{kiln}:inflight:";          // + broker id: hash
-inline constexpr const char* kIdempotencyPrefix = "{kiln}:idem:";  // + tenant:key: string (job id)
+inline constexpr const char* kIdempotencyPrefix = "{kiln}:idem:";   // + tenant:key: string (job id)
+inline constexpr const char* kTenantJobsPrefix = "{kiln}:jobs:t:";  // + tenant: stream
 
 // Whole keys.
 inline constexpr const char* kGlobalLeases = "{kiln}:lease:global";   // zset
@@ -59,6 +60,7 @@ inline constexpr std::pair<const char*, const char*> kLuaNames[] = {
     {"lease_w", kWorkerLeasesPrefix},
     {"inflight", kInFlightPrefix},
     {"idem", kIdempotencyPrefix},
+    {"jobs_t", kTenantJobsPrefix},
     {"lease_global", kGlobalLeases},
     {"brokers", kBrokers},
     {"approvals", kApprovals},
@@ -76,7 +78,9 @@ inline constexpr std::pair<const char*, const char*> kLuaNames[] = {
 
 inline std::string Job(std::string_view id) { return std::string(kJobPrefix).append(id); }
 inline std::string Output(std::string_view id) { return std::string(kOutputPrefix).append(id); }
-
+inline std::string TenantJobs(std::string_view tenant) {
+  return std::string(kTenantJobsPrefix).append(tenant);
+}
 // "local K = {job = '{kiln}:job:', ...}\n": the first line of every script.
 inline std::string LuaKeyTable() {
   std::string t = "local K = {";

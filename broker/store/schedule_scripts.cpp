@@ -92,6 +92,10 @@ redis.call('HSET', jk, 'spec', spec, 'status', 'queued', 'tenant', tenant, 'lang
            'created_ms', created)
 if warnings ~= '' then redis.call('HSET', jk, 'warnings', warnings) end
 redis.call('EXPIRE', jk, ttl)
+-- The tenant's list of executions (GET /v1/executions), in time order;
+-- entries older than any record still kept go.
+redis.call('XADD', K.jobs_t .. tenant, 'MINID', '~',
+           string.format('%d', math.max(0, tonumber(created) - tonumber(ttl) * 1000)), '*', 'id', id)
 if idem ~= '' then redis.call('SET', idem_key, id, 'EX', ttl) end
 if hold == '1' then
   if sid ~= '' and redis.call('HGET', sk, 'trusted') == '1' then

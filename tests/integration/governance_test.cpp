@@ -46,6 +46,8 @@ CliRun Kiln(const TestCluster& c, const std::string& args) {
   return r;
 }
 constexpr const char* kOffToken = "tenant-off-token";
+// A tenant only the listing tests submit for: its list holds their jobs alone.
+constexpr const char* kListToken = "tenant-list-token";
 
 class GovernanceTest : public ::testing::Test {
  protected:
@@ -56,7 +58,9 @@ class GovernanceTest : public ::testing::Test {
     o.slots = 3;
     o.extra_tenants_yaml = std::string("  - {name: tenant-gate, tokens: [\"") + kGateToken +
                            "\"], enabled: true}\n" +  // approval required
-                           "  - {name: tenant-off, tokens: [\"" + kOffToken + "\"]}\n";
+                           "  - {name: tenant-off, tokens: [\"" + kOffToken + "\"]}\n" +
+                           "  - {name: tenant-list, tokens: [\"" + kListToken +
+                           "\"], enabled: true, auto_approve: true}\n";
     o.extra_broker_yaml = "approval: {timeout_s: 10}\n";
     cluster_ = TestCluster::Start(o).release();
     ASSERT_TRUE(cluster_->WaitForWorkers(1, seconds(20))) << cluster_->DumpLogs();
@@ -296,6 +300,121 @@ TEST_F(GovernanceTest, AuditChainCoversEveryJobAndDetectsTampering) {
   EXPECT_EQ(cli.status, 1) << cli.out;
   EXPECT_NE(cli.out.find("BROKEN at entry " + std::to_string(victim)), std::string::npos)
       << cli.out;
+}
+
+// GET /v1/executions: a tenant's executions, newest first, paged with a
+// cursor and filtered by status, session and creation time; other tenants'
+// jobs never show; bad parameters are 400s naming the parameter.
+TEST_F(GovernanceTest, ExecutionsAreListedNewestFirstPagedAndFiltered) {
+  std::vector<std::string> ids;  // in submission order
+  std::vector<int64_t> created;
+  auto submit = [&](const json& body) {
+    auto r = cluster_->Submit(body, kListToken);
+    ids.push_back(r.body.value("id", ""));
+    created.push_back(r.body.value("created_at_ms", int64_t{0}));
+    std::this_thread::sleep_for(milliseconds(3));  // distinct creation times
+    return r;
+  };
+  EXPECT_EQ(submit({{"language", "python"}, {"code", "print(1)"}}).body["status"], "succeeded");
+  EXPECT_EQ(submit({{"language", "shell"}, {"code", "exit 3"}}).body["status"], "failed");
+  EXPECT_EQ(
+      submit({{"language", "python"}, {"code", "x = 1"}, {"session_id", "ls-1"}}).body["status"],
+      "succeeded");
+  EXPECT_EQ(
+      submit({{"language", "python"}, {"code", "print(x)"}, {"session_id", "ls-1"}}).body["status"],
+      "succeeded");
+  // Blocked by a default policy rule: stored ended, and listed too.
+  auto blocked =
+      cluster_->Request("POST", "/v1/executions",
+                        json{{"language", "shell"}, {"code", "mkfs /dev/null"}}.dump(), kListToken);
+  ASSERT_EQ(blocked.body["error"]["code"], "SECURITY_BLOCKED") << blocked.raw;
+  ids.push_back(blocked.body.value("id", ""));
+  created.push_back(0);
+  std::this_thread::sleep_for(milliseconds(3));
+  const std::string running =
+      SubmitNoWait({{"language", "python"}, {"code", "import time; time.sleep(30)"}}, kListToken);
+  ids.push_back(running);
+  for (const auto& id : ids) ASSERT_FALSE(id.empty());
+
+  auto list = [&](const std::string& query, const std::string& token = kListToken) {
+    return cluster_->Request("GET", "/v1/executions" + query, "", token);
+  };
+  // Pages of two, newest first, until the cursor runs out.
+  std::vector<std::string> seen;
+  std::string cursor;
+  for (int page = 0; page < 10; ++page) {
+    auto r = list("?limit=2" + (cursor.empty() ? "" : "&cursor=" + cursor));
+    ASSERT_EQ(r.status, 200) << r.raw;
+    EXPECT_LE(r.body["executions"].size(), 2u);
+    for (const auto& e : r.body["executions"]) seen.push_back(e["id"]);
+    if (r.body["next_cursor"].is_null()) break;
+    cursor = r.body["next_cursor"];
+  }
+  EXPECT_EQ(seen, std::vector<std::string>(ids.rbegin(), ids.rend()));
+
+  auto all = list("");
+  ASSERT_EQ(all.status, 200) << all.raw;
+  ASSERT_EQ(all.body["executions"].size(), ids.size()) << all.raw;
+  EXPECT_TRUE(all.body["next_cursor"].is_null());
+  const json& newest = all.body["executions"][0];
+  EXPECT_EQ(newest["id"], running);
+  EXPECT_EQ(newest["status"], "running");
+  EXPECT_TRUE(newest["finished_at_ms"].is_null());
+  const json& session_job = all.body["executions"][2];  // the second session job
+  EXPECT_EQ(session_job["id"], ids[3]);
+  EXPECT_EQ(session_job["session_id"], "ls-1");
+  EXPECT_EQ(session_job["language"], "python");
+  EXPECT_EQ(session_job["created_at_ms"], created[3]);
+  EXPECT_GE(session_job["finished_at_ms"].get<int64_t>(), created[3]);
+  EXPECT_TRUE(all.body["executions"][5]["session_id"].is_null());
+
+  auto ids_of = [](const HttpReply& r) {
+    std::vector<std::string> out;
+    for (const auto& e : r.body["executions"]) out.push_back(e["id"]);
+    return out;
+  };
+  EXPECT_EQ(ids_of(list("?status=failed")), std::vector<std::string>{ids[1]});
+  EXPECT_EQ(ids_of(list("?status=rejected,running")), (std::vector<std::string>{running, ids[4]}));
+  EXPECT_EQ(ids_of(list("?session_id=ls-1")), (std::vector<std::string>{ids[3], ids[2]}));
+  EXPECT_EQ(ids_of(list("?session_id=ls-1&status=failed")), std::vector<std::string>{});
+  // Created at or after `since`, before `until`.
+  EXPECT_EQ(
+      ids_of(list("?since=" + std::to_string(created[1]) + "&until=" + std::to_string(created[3]))),
+      (std::vector<std::string>{ids[2], ids[1]}));
+
+  // Other tenants see none of it; an admin names the tenant.
+  for (const auto& e : list("", TestCluster::kToken).body["executions"]) {
+    EXPECT_EQ(std::find(ids.begin(), ids.end(), e["id"]), ids.end()) << e.dump();
+  }
+  EXPECT_EQ(list("", TestCluster::kAdminToken).status, 400);
+  EXPECT_EQ(ids_of(list("?tenant=tenant-list&limit=1", TestCluster::kAdminToken)),
+            std::vector<std::string>{running});
+  // A tenant cannot read another's list by naming it: it gets its own.
+  auto named = list("?tenant=tenant-list", TestCluster::kToken);
+  ASSERT_EQ(named.status, 200) << named.raw;
+  for (const auto& id : ids_of(named)) {
+    EXPECT_EQ(std::find(ids.begin(), ids.end(), id), ids.end()) << id;
+  }
+
+  // Bad parameters: 400 INVALID_REQUEST naming the parameter.
+  for (const auto& [query, field] : std::vector<std::pair<std::string, std::string>>{
+           {"?limit=0", "limit"},
+           {"?limit=101", "limit"},
+           {"?limit=abc", "limit"},
+           {"?since=-1", "since"},
+           {"?until=99999999999999", "until"},
+           {"?status=bogus", "status"},
+           {"?status=running,", "status"},
+           {"?cursor=garbage", "cursor"},
+           {"?cursor=0000000000001:ex_a%27%20OR", "cursor"},
+           {"?session_id=a/b", "session_id"}}) {
+    auto r = list(query);
+    EXPECT_EQ(r.status, 400) << query << " -> " << r.raw;
+    EXPECT_EQ(r.body["error"]["code"], "INVALID_REQUEST") << query;
+    EXPECT_EQ(r.body["error"]["message"].get<std::string>().rfind(field + ":", 0), 0u)
+        << query << " -> " << r.raw;
+  }
+  cluster_->Request("POST", "/v1/executions/" + running + "/cancel", "{}", kListToken);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // The routes of HttpApi that serve operators and the cluster's state:
-// approvals, the audit trail, capabilities, workers, health and metrics
+// approvals, the audit trail, capabilities, usage, workers, health and metrics
 // (HttpApi's handlers; the execution routes are in http_api.cpp).
 #include <charconv>
 
@@ -9,6 +9,8 @@
 #include "broker/job/limits_json.hpp"
 #include "broker/metrics/broker_metrics.hpp"
 #include "broker/scheduler/runtime_catalog.hpp"
+#include "broker/store/usage_days.hpp"
+#include "common/clock.hpp"
 #include "common/json/bounded_json.hpp"
 
 namespace kiln::broker {
@@ -155,6 +157,50 @@ void HttpApi::Capabilities(Call& call) {
                      {"max_input_bytes", config_.max_input_bytes},
                      {"max_files_bytes", config_.max_files_bytes}}},
                    {"session_ttl_s", config_.scheduling.session_ttl_s}});
+}
+
+void HttpApi::Usage(Call& call) {
+  const HttpRequest& req = call.req();
+  // Days [from, to] in UTC; by default the 30 days up to today.
+  int64_t to = UtcDayOf(common::NowMs());
+  if (req.query.count("to")) {
+    auto day = ParseUtcDate(req.Param("to"), "to");
+    if (!day.ok()) return call.Fail(day.status());
+    to = *day;
+  }
+  int64_t from = to - 29;
+  if (req.query.count("from")) {
+    auto day = ParseUtcDate(req.Param("from"), "from");
+    if (!day.ok()) return call.Fail(day.status());
+    from = *day;
+  }
+  if (from > to) return call.Fail(common::InvalidRequest("from: after `to`"));
+  if (to - from >= 366) return call.Fail(common::InvalidRequest("from: at most 366 days at once"));
+  auto usage = service_->Usage(call.caller, req.Param("tenant"), from, to);
+  if (!usage.ok()) return call.Fail(usage.status());
+  json tenants = json::array();
+  for (const auto& t : *usage) {
+    json days = json::array();
+    uint64_t executions = 0;
+    uint64_t cpu_us = 0;
+    uint64_t output_bytes = 0;
+    for (const auto& d : t.days) {
+      days.push_back({{"date", UtcDateOf(d.day)},
+                      {"executions", d.executions},
+                      {"cpu_seconds", static_cast<double>(d.cpu_us) / 1e6},
+                      {"output_bytes", d.output_bytes}});
+      executions += d.executions;
+      cpu_us += d.cpu_us;
+      output_bytes += d.output_bytes;
+    }
+    tenants.push_back({{"tenant", t.tenant},
+                       {"days", std::move(days)},
+                       {"total",
+                        {{"executions", executions},
+                         {"cpu_seconds", static_cast<double>(cpu_us) / 1e6},
+                         {"output_bytes", output_bytes}}}});
+  }
+  call.Reply(200, {{"from", UtcDateOf(from)}, {"to", UtcDateOf(to)}, {"tenants", tenants}});
 }
 
 void HttpApi::ListWorkers(Call& call) {

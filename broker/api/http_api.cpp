@@ -136,6 +136,7 @@ HttpApi::HttpApi(const BrokerConfig& config, HttpApiDeps deps)
       {{"GET", "/v1/capabilities", "capabilities", Access::kToken, false}, &HttpApi::Capabilities},
       {{"GET", "/v1/runtimes", "runtimes", Access::kToken, false}, &HttpApi::Runtimes},
       {{"GET", "/v1/workers", "workers", Access::kAdmin, false}, &HttpApi::ListWorkers},
+      {{"GET", "/v1/usage", "usage", Access::kAdmin, true}, &HttpApi::Usage},
       {{"GET", "/v1/health", "health", Access::kPublic, false}, &HttpApi::Health},
       {{"GET", "/metrics", "metrics", Access::kPublic, false}, &HttpApi::Metrics},
   };

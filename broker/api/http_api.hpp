@@ -102,6 +102,7 @@ class HttpApi {
   void ReadAudit(Call& call);
   void VerifyAudit(Call& call);
   void ListExecutions(Call& call);
+  void Usage(Call& call);
   void ListSessions(Call& call);
   void DeleteSession(Call& call);
   void Capabilities(Call& call);

@@ -46,6 +46,12 @@ BrokerMetrics::BrokerMetrics() : registry_(std::make_shared<prometheus::Registry
                        .Name("kiln_output_bytes_total")
                        .Help("stdout and stderr bytes of finished executions")
                        .Register(r);
+  cpu_seconds_ = &prometheus::BuildCounter()
+                      .Name("kiln_cpu_seconds_total")
+                      .Help(
+                          "CPU time of finished executions, per tenant (the sandbox's, as its "
+                          "worker measured it)")
+                      .Register(r);
   network_bytes_ = &prometheus::BuildCounter()
                         .Name("kiln_network_bytes_total")
                         .Help(
@@ -263,6 +269,9 @@ void BrokerMetrics::Finished(const JobRecord& record) {
   redactions_->Add({{"tenant", record.tenant}}).Increment(record.redactions);
   output_bytes_->Add({{"tenant", record.tenant}})
       .Increment(static_cast<double>(record.stdout_data.size() + record.stderr_data.size()));
+  if (record.cpu_ms && *record.cpu_ms > 0) {
+    cpu_seconds_->Add({{"tenant", record.tenant}}).Increment(*record.cpu_ms / 1000.0);
+  }
   if (record.network) {
     const common::NetworkUsage& n = *record.network;
     network_bytes_->Add({{"tenant", record.tenant}, {"direction", "in"}})

@@ -112,6 +112,7 @@ class BrokerMetrics {
   prometheus::Family<prometheus::Histogram>* queue_wait_;
   prometheus::Family<prometheus::Counter>* redactions_;
   prometheus::Family<prometheus::Counter>* output_bytes_;
+  prometheus::Family<prometheus::Counter>* cpu_seconds_;
   prometheus::Family<prometheus::Counter>* network_bytes_;
   prometheus::Family<prometheus::Counter>* network_connections_;
   prometheus::Family<prometheus::Counter>* http_requests_;

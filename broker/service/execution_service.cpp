@@ -204,6 +204,34 @@ common::StatusOr<JobStore::ListPage> ExecutionService::ListExecutions(
   return page;
 }
 
+common::StatusOr<std::vector<ExecutionService::TenantUsage>> ExecutionService::Usage(
+    const Caller& caller, const std::string& tenant, int64_t first_day, int64_t last_day) const {
+  if (!caller.admin) return Status(Code::kForbidden, "usage is read with an admin token");
+  std::vector<std::string> names;
+  if (!tenant.empty()) {
+    if (FindTenant(config_, tenant) == nullptr) {
+      return common::InvalidRequest("tenant: no tenant named '" + tenant.substr(0, 64) + "'");
+    }
+    names.push_back(tenant);
+  } else {
+    for (const auto& t : config_.tenants) names.push_back(t.name);
+  }
+  // One HMGET per tenant and day, in one round trip per tenant: bounded.
+  constexpr int64_t kMaxDayReads = 20000;
+  if (static_cast<int64_t>(names.size()) * (last_day - first_day + 1) > kMaxDayReads) {
+    return common::InvalidRequest("tenant: " + std::to_string(names.size()) +
+                                  " tenants over that range is too much at once; name one "
+                                  "with ?tenant= or ask for fewer days");
+  }
+  std::vector<TenantUsage> out;
+  for (const auto& name : names) {
+    auto days = stores_.jobs->Usage(name, first_day, last_day);
+    if (!days.ok()) return StoreError(days.status());
+    out.push_back({name, std::move(*days)});
+  }
+  return out;
+}
+
 common::StatusOr<std::vector<SessionInfo>> ExecutionService::ListSessions(
     const Caller& caller, const std::string& tenant, const std::string& conversation_id) const {
   std::string whose = caller.tenant;

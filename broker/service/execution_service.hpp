@@ -102,6 +102,15 @@ class ExecutionService {
                                                       const std::string& tenant,
                                                       const std::string& session_id,
                                                       JobStore::ListQuery query) const;
+  // Usage per UTC day from `first_day` to `last_day` (day numbers) of one
+  // tenant, or of every configured tenant when `tenant` is empty (GET
+  // /v1/usage, admins only).
+  struct TenantUsage {
+    std::string tenant;
+    std::vector<JobStore::DayUsage> days;
+  };
+  common::StatusOr<std::vector<TenantUsage>> Usage(const Caller& caller, const std::string& tenant,
+                                                   int64_t first_day, int64_t last_day) const;
   // A tenant's sessions (an admin names the tenant).
   common::StatusOr<std::vector<SessionInfo>> ListSessions(const Caller& caller,
                                                           const std::string& tenant,

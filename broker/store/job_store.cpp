@@ -6,6 +6,7 @@
 #include "broker/store/list_scripts.hpp"
 #include "broker/store/output_scripts.hpp"
 #include "broker/store/schedule_scripts.hpp"
+#include "broker/store/usage_days.hpp"
 #include "common/json/bounded_json.hpp"
 #include "common/protocol/session_key.hpp"
 
@@ -13,6 +14,9 @@ namespace kiln::broker {
 common::Status JobStore::CreateEnded(const JobSpec& full_or_excerpt, const JobRecord& record) {
   const JobSpec spec = full_or_excerpt.Excerpt();  // what is refused is not kept whole
   const std::string key = JobKey(spec.id);
+  const std::string usage_key = keys::Usage(
+      spec.tenant,
+      UtcDateOf(UtcDayOf(record.finished_ms > 0 ? record.finished_ms : spec.created_ms)));
   auto conn = pool_->Acquire();
   // One transaction: the record and the audit entry it is owed (AuditStore,
   // "pending") exist together or not at all.
@@ -25,6 +29,9 @@ common::Status JobStore::CreateEnded(const JobSpec& full_or_excerpt, const JobRe
        {"ZADD", AuditStore::kPendingKey, std::to_string(record.finished_ms), spec.id},
        {"XADD", keys::TenantJobs(spec.tenant), "MINID", "~",
         std::to_string(std::max<int64_t>(0, spec.created_ms - ttl_ms_)), "*", "id", spec.id},
+       // Counted in the day's usage like every ended job (the finish script).
+       {"HINCRBY", usage_key, "executions", "1"},
+       {"EXPIRE", usage_key, std::to_string(kUsageDaysKept * 86400)},
        {"EXEC"}});
   if (r.ok() && r->back().type != RedisReply::Type::kArray) {
     return common::Internal("redis: the transaction storing job " + spec.id + " was discarded");
@@ -249,6 +256,26 @@ common::StatusOr<JobStore::ListPage> JobStore::List(const ListQuery& q) {
   }
   page.next_cursor = r.elements[1].str;
   return page;
+}
+
+common::StatusOr<std::vector<JobStore::DayUsage>> JobStore::Usage(const std::string& tenant,
+                                                                  int64_t first_day,
+                                                                  int64_t last_day) {
+  std::vector<std::vector<std::string>> commands;
+  for (int64_t day = first_day; day <= last_day; ++day) {
+    commands.push_back(
+        {"HMGET", keys::Usage(tenant, UtcDateOf(day)), "executions", "cpu_us", "output_bytes"});
+  }
+  auto conn = pool_->Acquire();
+  ASSIGN_OR_RETURN(auto replies, conn->Pipeline(commands));
+  std::vector<DayUsage> out;
+  const auto number = [](const RedisReply& r) { return std::strtoull(r.str.c_str(), nullptr, 10); };
+  for (size_t i = 0; i < replies.size(); ++i) {
+    const auto& f = replies[i].elements;
+    if (f.size() != 3) return common::Internal("redis: unexpected reply reading usage");
+    out.push_back({first_day + static_cast<int64_t>(i), number(f[0]), number(f[1]), number(f[2])});
+  }
+  return out;
 }
 
 common::StatusOr<JobStore::OutputSoFar> JobStore::ReadOutputSoFar(const std::string& id,

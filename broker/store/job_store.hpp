@@ -119,6 +119,19 @@ class JobStore {
   // Whether `cursor` has the shape List hands out (a stream entry id).
   static bool IsListCursor(std::string_view cursor);
 
+  // A tenant's usage per UTC day (GET /v1/usage; written by the finish
+  // script and CreateEnded under keys::Usage): the days first_day..last_day
+  // (day numbers, broker/store/usage_days.hpp), zeros where nothing ended.
+  // One round trip.
+  struct DayUsage {
+    int64_t day = 0;
+    uint64_t executions = 0;
+    uint64_t cpu_us = 0;  // microseconds: many short jobs add up
+    uint64_t output_bytes = 0;
+  };
+  common::StatusOr<std::vector<DayUsage>> Usage(const std::string& tenant, int64_t first_day,
+                                                int64_t last_day);
+
   struct StoredChunk {
     std::string event_id;  // the stream entry id: SSE ids and Last-Event-ID
     common::protocol::OutputChunk chunk;

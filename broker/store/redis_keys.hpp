@@ -31,6 +31,7 @@ inline constexpr const char* kWorkerLeasesPrefix = "{kiln}:lease:w:";       // +
 inline constexpr const char* kInFlightPrefix = "{kiln}:inflight:";          // + broker id: hash
 inline constexpr const char* kIdempotencyPrefix = "{kiln}:idem:";   // + tenant:key: string (job id)
 inline constexpr const char* kTenantJobsPrefix = "{kiln}:jobs:t:";  // + tenant: stream
+inline constexpr const char* kUsagePrefix = "{kiln}:usage:";        // + tenant:YYYY-MM-DD: hash
 
 // Whole keys.
 inline constexpr const char* kGlobalLeases = "{kiln}:lease:global";   // zset
@@ -61,6 +62,7 @@ inline constexpr std::pair<const char*, const char*> kLuaNames[] = {
     {"inflight", kInFlightPrefix},
     {"idem", kIdempotencyPrefix},
     {"jobs_t", kTenantJobsPrefix},
+    {"usage", kUsagePrefix},
     {"lease_global", kGlobalLeases},
     {"brokers", kBrokers},
     {"approvals", kApprovals},
@@ -81,6 +83,10 @@ inline std::string Output(std::string_view id) { return std::string(kOutputPrefi
 inline std::string TenantJobs(std::string_view tenant) {
   return std::string(kTenantJobsPrefix).append(tenant);
 }
+inline std::string Usage(std::string_view tenant, std::string_view date) {
+  return std::string(kUsagePrefix).append(tenant).append(":").append(date);
+}
+
 // "local K = {job = '{kiln}:job:', ...}\n": the first line of every script.
 inline std::string LuaKeyTable() {
   std::string t = "local K = {";

@@ -115,7 +115,7 @@ return admit(ctx, id, tenant, placement, sid, score)
 
 // ARGV: id, status, record, job ttl s, expect, session
 // ttl ms, new session epoch ('<incarnation>/<generation>'; '' unless the worker reset the
-// session), then ctx. Stores a terminal
+// session), usage day ('YYYY-MM-DD'), cpu µs, output bytes, usage ttl s, then ctx. Stores a terminal
 // record unless the job has already ended (one terminal state, whoever writes first), releases its
 // leases and queue places, moves its session on, announces it, then starts queued jobs. `expect` is
 // 'any' or the status the job must still have ('queued', 'awaiting_approval'). Returns {'stored' |
@@ -123,8 +123,8 @@ return admit(ctx, id, tenant, placement, sid, score)
 // 'admin:<n>', 'none')}.
 constexpr const char* kFinish = R"lua(
 local id, status, record, ttl, expect, sess_ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local new_epoch = ARGV[7]
-local ctx = read_ctx(8)
+local new_epoch, usage_day, cpu_us, output_bytes, usage_ttl = ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11]
+local ctx = read_ctx(12)
 local jk = jobkey(id)
 local cur = redis.call('HMGET', jk, 'status', 'tenant', 'worker', 'broker', 'session')
 if not cur[1] then return {'missing', pop(ctx), '', ''} end
@@ -133,6 +133,12 @@ if expect ~= 'any' and cur[1] ~= expect then return {'state', {}, cur[1], ''} en
 local tenant, worker, owner, sid = cur[2], cur[3] or '', cur[4] or '', cur[5] or ''
 redis.call('HSET', jk, 'record', record, 'status', status, 'finished_ms', ctx.now_s)
 redis.call('ZADD', K.audit_pending, ctx.now, id)  -- AuditStore: until its entry is written
+-- The tenant's usage of the day (GET /v1/usage), counted once: only the
+-- first to end the job gets here.
+local uk = K.usage .. tenant .. ':' .. usage_day
+if redis.call('HINCRBY', uk, 'executions', 1) == 1 then redis.call('EXPIRE', uk, usage_ttl) end
+if cpu_us ~= '0' then redis.call('HINCRBY', uk, 'cpu_us', cpu_us) end
+if output_bytes ~= '0' then redis.call('HINCRBY', uk, 'output_bytes', output_bytes) end
 redis.call('HDEL', jk, 'wait_reason')
 redis.call('EXPIRE', jk, ttl)
 local qk = K.q .. tenant

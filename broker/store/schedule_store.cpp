@@ -1,7 +1,11 @@
 #include "broker/store/schedule_store.hpp"
 
+#include <algorithm>
+#include <cmath>
+
 #include "broker/job/isolation.hpp"
 #include "broker/store/schedule_scripts.hpp"
+#include "broker/store/usage_days.hpp"
 #include "common/clock.hpp"
 #include "common/json/bounded_json.hpp"
 #include "common/protocol/session_key.hpp"
@@ -157,15 +161,18 @@ std::vector<std::string> ScheduleStore::FinishArgs(const FinishItem& item) const
   if (item.session_reset && terminal.session_epoch && terminal.session_incarnation != 0) {
     new_epoch = SessionEpoch{terminal.session_incarnation, *terminal.session_epoch}.ToString();
   }
-  return {terminal.id,
-          JobStatusName(terminal.status),
-          common::DumpJson(terminal.ToJson()),
+  return {terminal.id, JobStatusName(terminal.status), common::DumpJson(terminal.ToJson()),
           std::to_string(settings_.job_ttl_s),
           item.expect == FinishExpect::kQueued             ? "queued"
           : item.expect == FinishExpect::kAwaitingApproval ? "awaiting_approval"
                                                            : "any",
-          std::to_string(settings_.session_ttl_ms),
-          new_epoch};
+          std::to_string(settings_.session_ttl_ms), new_epoch,
+          UtcDateOf(UtcDayOf(terminal.finished_ms > 0 ? terminal.finished_ms : common::NowMs())),
+          // The worker's figure (finite, >= 0: the codec checks) within what
+          // a uint64 holds, whatever a hostile worker says.
+          std::to_string(std::llround(std::clamp(terminal.cpu_ms.value_or(0), 0.0, 1e12) * 1000)),
+          std::to_string(terminal.stdout_data.size() + terminal.stderr_data.size()),
+          std::to_string(kUsageDaysKept * 86400)};
 }
 
 common::StatusOr<FinishOutcome> ScheduleStore::ParseFinish(const RedisReply& r, int64_t now_ms) {

@@ -48,6 +48,8 @@ CliRun Kiln(const TestCluster& c, const std::string& args) {
 constexpr const char* kOffToken = "tenant-off-token";
 // A tenant only the listing tests submit for: its list holds their jobs alone.
 constexpr const char* kListToken = "tenant-list-token";
+// And one for the usage test.
+constexpr const char* kUsageToken = "tenant-usage-token";
 
 class GovernanceTest : public ::testing::Test {
  protected:
@@ -60,6 +62,8 @@ class GovernanceTest : public ::testing::Test {
                            "\"], enabled: true}\n" +  // approval required
                            "  - {name: tenant-off, tokens: [\"" + kOffToken + "\"]}\n" +
                            "  - {name: tenant-list, tokens: [\"" + kListToken +
+                           "\"], enabled: true, auto_approve: true}\n" +
+                           "  - {name: tenant-usage, tokens: [\"" + kUsageToken +
                            "\"], enabled: true, auto_approve: true}\n";
     o.extra_broker_yaml = "approval: {timeout_s: 10}\n";
     cluster_ = TestCluster::Start(o).release();
@@ -415,6 +419,76 @@ TEST_F(GovernanceTest, ExecutionsAreListedNewestFirstPagedAndFiltered) {
         << query << " -> " << r.raw;
   }
   cluster_->Request("POST", "/v1/executions/" + running + "/cancel", "{}", kListToken);
+}
+
+// GET /v1/usage: what a tenant's ended executions used, per UTC day, for
+// admins; the same CPU time as the kiln_cpu_seconds_total metric.
+TEST_F(GovernanceTest, UsageCountsEachEndedExecutionOncePerDay) {
+  const char* burn =
+      "import time\n"
+      "t = time.process_time()\n"
+      "while time.process_time() - t < 0.3: pass\n"
+      "print('x' * 9)\n";  // 10 bytes of output
+  for (int i = 0; i < 2; ++i) {
+    auto r = cluster_->Submit({{"language", "python"}, {"code", burn}}, kUsageToken);
+    ASSERT_EQ(r.body["status"], "succeeded") << r.raw;
+  }
+  auto blocked = cluster_->Request("POST", "/v1/executions",
+                                   json{{"language", "shell"}, {"code", "mkfs /dev/null"}}.dump(),
+                                   kUsageToken);
+  ASSERT_EQ(blocked.body["error"]["code"], "SECURITY_BLOCKED") << blocked.raw;
+
+  auto usage = Admin("GET", "/v1/usage?tenant=tenant-usage");
+  ASSERT_EQ(usage.status, 200) << usage.raw;
+  ASSERT_EQ(usage.body["tenants"].size(), 1u) << usage.raw;
+  const json& t = usage.body["tenants"][0];
+  EXPECT_EQ(t["tenant"], "tenant-usage");
+  ASSERT_EQ(t["days"].size(), 30u) << usage.raw;  // the default: 30 days up to today
+  EXPECT_EQ(t["days"][29]["date"], usage.body["to"]);
+  // Totals, not today alone: the jobs may have ended just before midnight.
+  EXPECT_EQ(t["total"]["executions"], 3) << usage.raw;  // the blocked one too
+  EXPECT_EQ(t["total"]["output_bytes"], 20) << usage.raw;
+  const double cpu = t["total"]["cpu_seconds"];
+  EXPECT_GE(cpu, 0.5) << usage.raw;
+  EXPECT_LT(cpu, 5.0) << usage.raw;
+  EXPECT_EQ(t["days"][0]["executions"], 0);
+  const int executions_last_two =
+      t["days"][28]["executions"].get<int>() + t["days"][29]["executions"].get<int>();
+  EXPECT_EQ(executions_last_two, 3) << usage.raw;
+
+  // Every tenant without ?tenant=; a range of days.
+  auto all = Admin("GET", "/v1/usage?from=" + t["days"][28]["date"].get<std::string>() +
+                              "&to=" + usage.body["to"].get<std::string>());
+  ASSERT_EQ(all.status, 200) << all.raw;
+  bool found = false;
+  for (const auto& e : all.body["tenants"]) {
+    if (e["tenant"] != "tenant-usage") continue;
+    found = true;
+    ASSERT_EQ(e["days"].size(), 2u);
+    EXPECT_EQ(e["total"]["executions"], 3);
+  }
+  EXPECT_TRUE(found) << all.raw;
+
+  // The metric holds the same CPU time (from the same records).
+  auto metrics = cluster_->Request("GET", "/metrics", "", "");
+  const std::string line = "kiln_cpu_seconds_total{tenant=\"tenant-usage\"} ";
+  const size_t at = metrics.raw.find(line);
+  ASSERT_NE(at, std::string::npos) << "no " << line;
+  EXPECT_NEAR(std::stod(metrics.raw.substr(at + line.size())), cpu, 0.01);
+
+  // Admins only; bad days are 400s naming the parameter.
+  EXPECT_EQ(cluster_->Request("GET", "/v1/usage", "", kUsageToken).status, 403);
+  for (const auto& [query, field] :
+       std::vector<std::pair<std::string, std::string>>{{"?from=2026-13-01", "from"},
+                                                        {"?to=yesterday", "to"},
+                                                        {"?from=2026-11-10&to=2026-11-01", "from"},
+                                                        {"?from=2020-01-01&to=2026-01-01", "from"},
+                                                        {"?tenant=nobody", "tenant"}}) {
+    auto r = Admin("GET", "/v1/usage" + query);
+    EXPECT_EQ(r.status, 400) << query << " -> " << r.raw;
+    EXPECT_EQ(r.body["error"]["message"].get<std::string>().rfind(field + ":", 0), 0u)
+        << query << " -> " << r.raw;
+  }
 }
 
 }  // namespace

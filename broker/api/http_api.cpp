@@ -21,6 +21,9 @@ using common::Status;
 using nlohmann::json;
 using SteadyClock = std::chrono::steady_clock;
 
+// Jobs one POST /v1/executions/batch may carry.
+constexpr size_t kMaxBatchItems = 100;
+
 // How long a cancel request waits for the job to end before answering 202.
 constexpr auto kCancelWait = std::chrono::seconds(5);
 // A waiting request re-reads the record this often (then doubling, up to
@@ -120,6 +123,8 @@ HttpApi::HttpApi(const BrokerConfig& config, HttpApiDeps deps)
     : config_(config), deps_(deps), service_(deps.service), routes_({}) {
   const std::vector<RouteLine> lines = {
       {{"POST", "/v1/executions", "submit", Access::kToken, true}, &HttpApi::Submit},
+      {{"POST", "/v1/executions/batch", "submit_batch", Access::kToken, true},
+       &HttpApi::SubmitBatch},
       {{"GET", "/v1/executions", "list", Access::kToken, true}, &HttpApi::ListExecutions},
       {{"GET", "/v1/executions/{id}", "get", Access::kToken, true}, &HttpApi::Get},
       {{"GET", "/v1/executions/{id}/events", "events", Access::kToken, true}, &HttpApi::Events},
@@ -413,6 +418,81 @@ void HttpApi::Cancel(Call& call) {
   if (!handle) return ReplyRecord(call, out->record);
   AwaitEnd(call.ex, id, SteadyClock::now() + kCancelWait, std::move(handle), std::move(hold),
            /*cancel=*/true);
+}
+
+void HttpApi::SubmitBatch(Call& call) {
+  if (call.caller.admin) {
+    return call.Fail(Status(Code::kForbidden, "admin tokens cannot submit jobs"));
+  }
+  // Item i's Idempotency-Key is the request's and ":<i>": a retried batch
+  // creates none of its jobs twice.
+  const std::string key(call.req().Header("idempotency-key"));
+  if (key.size() > 124) {
+    return call.Fail(common::InvalidRequest("Idempotency-Key: at most 124 characters on a batch"));
+  }
+  auto body = common::ParseJson(call.ex->TakeBody(), {}, "request body");
+  if (!body.ok()) return call.Fail(body.status());
+  auto items = body->find("executions");
+  if (!body->is_object() || body->size() != 1 || items == body->end() || !items->is_array()) {
+    return call.Fail(common::InvalidRequest(
+        "request body: expected {\"executions\": [submit bodies]} and nothing else"));
+  }
+  if (items->empty() || items->size() > kMaxBatchItems) {
+    return call.Fail(
+        Status(Code::kLimitExceeded, "executions: 1-" + std::to_string(kMaxBatchItems) +
+                                         " items, not " + std::to_string(items->size())));
+  }
+  json results = json::array();
+  for (size_t i = 0; i < items->size(); ++i) {
+    json& item = (*items)[i];
+    const std::string at = "executions[" + std::to_string(i) + "]";
+    if (!item.is_object()) {
+      results.push_back(ErrorJson(common::InvalidRequest(at + ": expected an object")));
+      continue;
+    }
+    // A batch answers at once: each job is followed by its id.
+    if (auto w = item.find("wait"); w != item.end() && *w != json(false)) {
+      results.push_back(ErrorJson(common::InvalidRequest(
+          at + ".wait: a batch answers at once; leave it out and follow each execution")));
+      continue;
+    }
+    item["wait"] = false;
+    auto out = service_->Submit(call.caller, common::DumpJson(item),
+                                key.empty() ? key : key + ":" + std::to_string(i),
+                                /*register_waiter=*/false);
+    if (!out.ok()) {
+      results.push_back(ErrorJson(out.status()));
+      continue;
+    }
+    switch (out->kind) {
+      case SubmitResult::Kind::kBlocked: {
+        json r = ErrorJson(out->blocked);
+        r["id"] = out->id;
+        r["rule"] = out->rule;
+        results.push_back(std::move(r));
+        break;
+      }
+      case SubmitResult::Kind::kUnconfirmed: {
+        json r = ErrorJson(out->blocked);
+        r["id"] = out->id;
+        r["outcome"] = "unknown";
+        results.push_back(std::move(r));
+        break;
+      }
+      case SubmitResult::Kind::kReplay: {
+        auto record = service_->LoadOwned(out->id);
+        results.push_back(
+            record.ok()
+                ? json{{"id", out->id}, {"status", JobStatusName(record->status)}, {"replay", true}}
+                : ErrorJson(record.status()));
+        break;
+      }
+      case SubmitResult::Kind::kAccepted:
+        results.push_back({{"id", out->id}, {"status", out->status}});
+        break;
+    }
+  }
+  call.Reply(200, {{"results", std::move(results)}});
 }
 
 void HttpApi::ListExecutions(Call& call) {

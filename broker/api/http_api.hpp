@@ -101,6 +101,7 @@ class HttpApi {
   void ListApprovals(Call& call);
   void ReadAudit(Call& call);
   void VerifyAudit(Call& call);
+  void SubmitBatch(Call& call);
   void ListExecutions(Call& call);
   void Usage(Call& call);
   void ListSessions(Call& call);

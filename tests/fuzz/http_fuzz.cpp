@@ -224,6 +224,8 @@ const RouteTable& BrokerRoutes() {
   // The table of HttpApi's constructor (broker/api/http_api.cpp), handlers left out.
   static const RouteTable routes({
       {"POST", "/v1/executions", "submit", Access::kToken, true},
+      {"POST", "/v1/executions/batch", "submit_batch", Access::kToken, true},
+      {"GET", "/v1/executions", "list", Access::kToken, true},
       {"GET", "/v1/executions/{id}", "get", Access::kToken, true},
       {"GET", "/v1/executions/{id}/events", "events", Access::kToken, true},
       {"POST", "/v1/executions/{id}/cancel", "cancel", Access::kToken, true},
@@ -235,7 +237,9 @@ const RouteTable& BrokerRoutes() {
       {"GET", "/v1/sessions", "sessions", Access::kToken, true},
       {"DELETE", "/v1/sessions/{id}", "session_delete", Access::kToken, true},
       {"GET", "/v1/capabilities", "capabilities", Access::kToken, false},
+      {"GET", "/v1/runtimes", "runtimes", Access::kToken, false},
       {"GET", "/v1/workers", "workers", Access::kAdmin, false},
+      {"GET", "/v1/usage", "usage", Access::kAdmin, true},
       {"GET", "/v1/health", "health", Access::kPublic, false},
       {"GET", "/metrics", "metrics", Access::kPublic, false},
   });

@@ -50,6 +50,9 @@ constexpr const char* kOffToken = "tenant-off-token";
 constexpr const char* kListToken = "tenant-list-token";
 // And one for the usage test.
 constexpr const char* kUsageToken = "tenant-usage-token";
+// And one for the batch test, with a small submit budget: 6 at once, then
+// one every 5 s.
+constexpr const char* kBatchToken = "tenant-batch-token";
 
 class GovernanceTest : public ::testing::Test {
  protected:
@@ -64,7 +67,10 @@ class GovernanceTest : public ::testing::Test {
                            "  - {name: tenant-list, tokens: [\"" + kListToken +
                            "\"], enabled: true, auto_approve: true}\n" +
                            "  - {name: tenant-usage, tokens: [\"" + kUsageToken +
-                           "\"], enabled: true, auto_approve: true}\n";
+                           "\"], enabled: true, auto_approve: true}\n" +
+                           "  - {name: tenant-batch, tokens: [\"" + kBatchToken +
+                           "\"], enabled: true, auto_approve: true, submit_rate: 0.2, "
+                           "submit_burst: 6}\n";
     o.extra_broker_yaml = "approval: {timeout_s: 10}\n";
     cluster_ = TestCluster::Start(o).release();
     ASSERT_TRUE(cluster_->WaitForWorkers(1, seconds(20))) << cluster_->DumpLogs();
@@ -489,6 +495,77 @@ TEST_F(GovernanceTest, UsageCountsEachEndedExecutionOncePerDay) {
     EXPECT_EQ(r.body["error"]["message"].get<std::string>().rfind(field + ":", 0), 0u)
         << query << " -> " << r.raw;
   }
+}
+
+// POST /v1/executions/batch: many jobs in one request, a result per item in
+// order; each item is a submit of its own (its own checks, its own share of
+// the tenant's submit rate, its own Idempotency-Key); a malformed batch is
+// refused whole.
+TEST_F(GovernanceTest, BatchSubmitsEachItemOnItsOwnTerms) {
+  auto batch = [&](const json& body, const std::string& token = kBatchToken,
+                   httplib::Headers headers = {}) {
+    return cluster_->Request("POST", "/v1/executions/batch", body.dump(), token, 0, headers);
+  };
+  // Refused whole, before any item is submitted (no submit budget spent).
+  EXPECT_EQ(batch({{"executions", json::array()}}).body["error"]["code"], "LIMIT_EXCEEDED");
+  EXPECT_EQ(batch({{"executions", json::array()}}).status, 400);
+  EXPECT_EQ(batch({{"executions", std::vector<json>(101, json::object())}}).body["error"]["code"],
+            "LIMIT_EXCEEDED");
+  EXPECT_EQ(batch({{"executions", json::array({json::object()})}, {"x", 1}}).status, 400);
+  EXPECT_EQ(batch({{"jobs", json::array()}}).status, 400);
+  EXPECT_EQ(cluster_->Request("POST", "/v1/executions/batch", "{\"executions\": [", kBatchToken)
+                .body["error"]["code"],
+            "INVALID_REQUEST");
+  EXPECT_EQ(batch({{"executions", json::array({json::object()})}}, TestCluster::kAdminToken).status,
+            403);
+
+  // A result per item, in order: accepted, refused by its own checks, and
+  // one asking to wait (a batch never does).
+  auto r = batch({{"executions",
+                   {{{"language", "python"}, {"code", "print('a')"}},
+                    {{"language", "ruby"}, {"code", "1"}},
+                    {{"language", "shell"}, {"code", "echo b"}, {"wait", true}}}}});
+  ASSERT_EQ(r.status, 200) << r.raw;
+  ASSERT_EQ(r.body["results"].size(), 3u) << r.raw;
+  const std::string id = r.body["results"][0].value("id", "");
+  ASSERT_FALSE(id.empty()) << r.raw;
+  EXPECT_EQ(r.body["results"][1]["error"]["code"], "INVALID_REQUEST") << r.raw;
+  EXPECT_NE(r.body["results"][1]["error"]["message"].get<std::string>().find("language"),
+            std::string::npos);
+  EXPECT_EQ(
+      r.body["results"][2]["error"]["message"].get<std::string>().rfind("executions[2].wait:", 0),
+      0u)
+      << r.raw;
+  json rec = AwaitEnd(id);
+  EXPECT_EQ(rec["status"], "succeeded") << rec.dump();
+  EXPECT_EQ(rec["stdout"], "a\n");
+
+  // Retried with the same Idempotency-Key: the same job, not a second one.
+  const json one = {{"executions", {{{"language", "python"}, {"code", "print('c')"}}}}};
+  auto first = batch(one, kBatchToken, {{"Idempotency-Key", "batch-key-1"}});
+  auto again = batch(one, kBatchToken, {{"Idempotency-Key", "batch-key-1"}});
+  ASSERT_EQ(again.status, 200) << again.raw;
+  EXPECT_EQ(again.body["results"][0]["id"], first.body["results"][0]["id"]) << again.raw;
+  EXPECT_EQ(again.body["results"][0]["replay"], true) << again.raw;
+
+  // Four submits so far of a budget of six: a batch of ten cannot pass the
+  // rate by coming as one request. Each item past the budget is refused
+  // alone, retryable.
+  json ten = {{"executions", std::vector<json>(10, {{"language", "shell"}, {"code", "true"}})}};
+  auto flood = batch(ten);
+  ASSERT_EQ(flood.status, 200) << flood.raw;
+  int accepted = 0;
+  int limited = 0;
+  for (const auto& item : flood.body["results"]) {
+    if (item.contains("id") && !item.contains("error")) ++accepted;
+    if (item.contains("error") && item["error"]["code"] == "RATE_LIMITED") {
+      ++limited;
+      EXPECT_EQ(item["error"]["retryable"], true);
+    }
+  }
+  EXPECT_GE(accepted, 1) << flood.raw;
+  EXPECT_LE(accepted, 6) << flood.raw;  // two left, and a refill every 5 s meanwhile
+  EXPECT_EQ(accepted + limited, 10) << flood.raw;
 }
 
 }  // namespace

@@ -45,13 +45,25 @@ int main(int argc, char** argv) {
   CLI::App app{"kiln-broker: accepts execution jobs and dispatches them to Kiln workers"};
   std::string config_file;
   std::string http_listen, worker_endpoint, redis_url, client_endpoint;
-  app.add_option("-c,--config", config_file, "YAML config file (docs/configuration.md)")
-      ->required();
+  bool routes = false;
+  app.add_option("-c,--config", config_file, "YAML config file (docs/configuration.md)");
+  app.add_flag("--routes", routes,
+               "print the HTTP routes (METHOD PATH per line, docs/openapi.yaml) and exit");
   app.add_option("--http", http_listen, "override broker.http.listen (host:port)");
   app.add_option("--workers", worker_endpoint, "override broker.workers.endpoint");
   app.add_option("--redis", redis_url, "override broker.redis.url");
   app.add_option("--clients", client_endpoint, "override broker.clients.endpoint (\"off\": none)");
   CLI11_PARSE(app, argc, argv);
+  if (routes) {
+    for (const auto& r : broker::HttpApi::RouteSpecs()) {
+      printf("%s %s\n", r.method.c_str(), r.pattern.c_str());
+    }
+    return 0;
+  }
+  if (config_file.empty()) {
+    fprintf(stderr, "kiln-broker: --config is required\n");
+    return 2;
+  }
 
   auto cfg = broker::LoadBrokerConfig(config_file);
   if (!cfg.ok()) {

@@ -23,6 +23,12 @@ packages=(
   redis-server python3 procps iproute2
   # pip: the installer of python packages on request (docs/runtimes.md)
   python3-pip
+  # the python SDK (cli/sdk/python): its one dependency, and the venv its
+  # test installs it into as a user would (tests/sdk/python/run.sh)
+  python3-httpx python3-venv python3-setuptools
+  # the OpenAPI check (tests/openapi/check_openapi.py): a JSON Schema 2020-12
+  # validator and a YAML parser
+  python3-jsonschema python3-yaml
   # gVisor's runsc: the gvisor isolation level (docs/security.md)
   runsc
   # promtool, which the metrics test uses to check the exposition format

@@ -34,13 +34,6 @@ constexpr auto kRecheckMax = std::chrono::milliseconds(8000);
 // the thread that learnt of the end.
 constexpr size_t kInlineAnswerBytes = 64u << 10;
 
-// The route table: one line per route (method, path, metrics label, who,
-// blocking), and its handler at the same index.
-struct RouteLine {
-  RouteSpec spec;
-  HttpApi::Handler handler;
-};
-
 }  // namespace
 
 // One request waiting for a job's end: answered once, by whichever comes
@@ -119,9 +112,8 @@ common::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Create(const BrokerConfig& c
   return api;
 }
 
-HttpApi::HttpApi(const BrokerConfig& config, HttpApiDeps deps)
-    : config_(config), deps_(deps), service_(deps.service), routes_({}) {
-  const std::vector<RouteLine> lines = {
+std::vector<std::pair<RouteSpec, HttpApi::Handler>> HttpApi::Table() {
+  return {
       {{"POST", "/v1/executions", "submit", Access::kToken, true}, &HttpApi::Submit},
       {{"POST", "/v1/executions/batch", "submit_batch", Access::kToken, true},
        &HttpApi::SubmitBatch},
@@ -145,12 +137,17 @@ HttpApi::HttpApi(const BrokerConfig& config, HttpApiDeps deps)
       {{"GET", "/v1/health", "health", Access::kPublic, false}, &HttpApi::Health},
       {{"GET", "/metrics", "metrics", Access::kPublic, false}, &HttpApi::Metrics},
   };
+}
+
+std::vector<RouteSpec> HttpApi::RouteSpecs() {
   std::vector<RouteSpec> specs;
-  for (const auto& l : lines) {
-    specs.push_back(l.spec);
-    handlers_.push_back(l.handler);
-  }
-  routes_ = RouteTable(std::move(specs));
+  for (const auto& [spec, handler] : Table()) specs.push_back(spec);
+  return specs;
+}
+
+HttpApi::HttpApi(const BrokerConfig& config, HttpApiDeps deps)
+    : config_(config), deps_(deps), service_(deps.service), routes_(RouteSpecs()) {
+  for (const auto& [spec, handler] : Table()) handlers_.push_back(handler);
 }
 
 HttpApi::~HttpApi() { Stop(); }

@@ -68,6 +68,9 @@ class HttpApi {
   size_t connections() const { return server_->connections(); }
   // The routes served (for the docs test and the route list).
   const RouteTable& routes() const { return routes_; }
+  // The same table without a broker: what `kiln-broker --routes` prints,
+  // which the OpenAPI test compares with docs/openapi.yaml.
+  static std::vector<RouteSpec> RouteSpecs();
 
   struct Call;     // one request being handled
   struct Waiting;  // a wait for a job's end
@@ -75,6 +78,9 @@ class HttpApi {
 
  private:
   HttpApi(const BrokerConfig& config, HttpApiDeps deps);
+  // The route table: one line per route (method, path, metrics label, who,
+  // blocking) and its handler.
+  static std::vector<std::pair<RouteSpec, Handler>> Table();
 
   void Handle(std::shared_ptr<HttpExchange> ex);
   void Observe(const HttpRequest* req, int status, size_t bytes);

@@ -1,0 +1,89 @@
+// Starts a real cluster and checks the clients of its HTTP API against it:
+// docs/openapi.yaml (every route and answer), and each SDK's end-to-end test
+// through its
+// run.sh (tests/sdk/<language>/run.sh <workdir>), which installs the package
+// from cli/sdk/ into a scratch directory as a user would and runs the test
+// against the cluster (KILN_URL, KILN_TOKEN, KILN_ADMIN_TOKEN). Passes only
+// when every script passed; a script that exits 77 (its interpreter is
+// missing) skips that case. Each script's report is printed either way.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "tests/support/cluster.hpp"
+
+namespace kiln::testing {
+namespace {
+
+constexpr int kSkip = 77;
+
+std::string Quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// Runs `command` through the shell; its output (stdout and stderr) and exit status.
+std::pair<int, std::string> Shell(const std::string& command) {
+  std::string out;
+  FILE* f = popen((command + " 2>&1").c_str(), "r");
+  if (f == nullptr) return {-1, "popen failed"};
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  int status = pclose(f);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+class SdkTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    cluster_ = TestCluster::Start({.brokers = 1, .workers = 1, .slots = 4}).release();
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  // Runs tests/sdk/<language>/run.sh as the tenant of `token`.
+  void RunScript(const std::string& language, const std::string& token) {
+    const std::string dir = std::string(KILN_SOURCE_DIR) + "/tests/sdk/" + language;
+    const std::string work = cluster_->dir() + "/sdk-" + language;
+    const std::string command =
+        "cd " + Quote(KILN_SOURCE_DIR) + " && KILN_URL=" + Quote(cluster_->url()) +
+        " KILN_TOKEN=" + Quote(token) + " KILN_ADMIN_TOKEN=" + Quote(TestCluster::kAdminToken) +
+        " bash " + Quote(dir + "/run.sh") + " " + Quote(work);
+    auto [code, output] = Shell(command);
+    std::cout << output;
+    if (code == kSkip) GTEST_SKIP() << language << " SDK test skipped (see above)";
+    EXPECT_EQ(code, 0) << language << " SDK test failed (see its report above)";
+    if (HasFailure()) std::cerr << cluster_->DumpLogs();
+  }
+  static TestCluster* cluster_;
+};
+TestCluster* SdkTest::cluster_ = nullptr;
+
+// docs/openapi.yaml: the broker's routes, and its answers validated against
+// the document's schemas (tests/openapi/check_openapi.py).
+TEST_F(SdkTest, OpenApiDescribesEveryRouteAndAnswer) {
+  const std::string command = "cd " + Quote(KILN_SOURCE_DIR) +
+                              " && KILN_URL=" + Quote(cluster_->url()) +
+                              " KILN_TOKEN=" + Quote(TestCluster::kToken) +
+                              " KILN_ADMIN_TOKEN=" + Quote(TestCluster::kAdminToken) +
+                              " /usr/bin/python3 tests/openapi/check_openapi.py " +
+                              Quote(std::string(KILN_BINARY_DIR) + "/bin/kiln-broker");
+  auto [code, output] = Shell(command);
+  std::cout << output;
+  if (code == kSkip) GTEST_SKIP() << "the OpenAPI check skipped (see above)";
+  EXPECT_EQ(code, 0) << "the OpenAPI check failed (see its report above)";
+  if (HasFailure()) std::cerr << cluster_->DumpLogs();
+}
+
+}  // namespace
+}  // namespace kiln::testing
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

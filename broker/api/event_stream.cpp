@@ -23,11 +23,14 @@ void EventStream::Start(std::shared_ptr<HttpExchange> exchange, OutputFollower* 
   exchange->StartStream(200, "text/event-stream",
                         {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
   if (last.kind == LastEventId::Kind::kNone) {
-    stream->Send(SseEvent("execution_start", "start",
-                          {{"id", record.id},
-                           {"language", record.language},
-                           {"session_id", record.session_id},
-                           {"status", JobStatusName(record.status)}}));
+    stream->Send(
+        SseEvent("execution_start", "start",
+                 {{"id", record.id},
+                  {"language", record.language},
+                  // null for a one-shot job, as in the record
+                  {"session_id", record.session_id.empty() ? nlohmann::json(nullptr)
+                                                           : nlohmann::json(record.session_id)},
+                  {"status", JobStatusName(record.status)}}));
   }
   const std::string after = last.kind == LastEventId::Kind::kEntry ? last.entry : "0";
   // The follower owns the stream from here; this function's reference goes.

@@ -506,7 +506,7 @@ void HttpApi::ListExecutions(Call& call) {
     }
     return Status::Ok();
   };
-  constexpr int64_t kMaxMs = 9999999999999;  // the 13 digits of a list member
+  constexpr int64_t kMaxMs = 9999999999999;  // ms since the epoch: up to the year 2286
   int64_t limit = 20;
   if (auto st = number("since", 0, kMaxMs, &query.since_ms); !st.ok()) return call.Fail(st);
   if (auto st = number("until", 0, kMaxMs, &query.until_ms); !st.ok()) return call.Fail(st);

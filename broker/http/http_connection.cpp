@@ -24,28 +24,13 @@ using tcp = asio::ip::tcp;
 using common::Code;
 using common::Status;
 
-constexpr const char* kReasons[][2] = {{"200", "OK"},
-                                       {"202", "Accepted"},
-                                       {"400", "Bad Request"},
-                                       {"401", "Unauthorized"},
-                                       {"403", "Forbidden"},
-                                       {"404", "Not Found"},
-                                       {"405", "Method Not Allowed"},
-                                       {"408", "Request Timeout"},
-                                       {"409", "Conflict"},
-                                       {"410", "Gone"},
-                                       {"413", "Payload Too Large"},
-                                       {"429", "Too Many Requests"},
-                                       {"431", "Request Header Fields Too Large"},
-                                       {"500", "Internal Server Error"},
-                                       {"503", "Service Unavailable"}};
-
+// The reason phrase of a status line, from Beast's table of every status
+// (a 204 read "Status" when this file kept its own short list).
 std::string Reason(int status) {
-  const std::string s = std::to_string(status);
-  for (const auto& r : kReasons) {
-    if (s == r[0]) return r[1];
-  }
-  return "Status";
+  const http::status st = http::int_to_status(static_cast<unsigned>(status));
+  if (st == http::status::unknown) return "Status";
+  const beast::string_view r = http::obsolete_reason(st);
+  return std::string(r.data(), r.size());
 }
 
 class Connection;

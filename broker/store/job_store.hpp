@@ -96,8 +96,8 @@ class JobStore {
     std::string tenant;
     std::string session_key;            // empty: any session or none
     std::vector<std::string> statuses;  // empty: any
-    int64_t since_ms = 0;               // created at or after
-    int64_t until_ms = 0;               // created before; 0: no bound
+    int64_t since_ms = 0;               // stored at or after (the entry's time, Redis' clock)
+    int64_t until_ms = 0;               // stored before; 0: no bound
     std::string cursor;                 // a previous page's next_cursor; empty: the newest
     size_t limit = 20;
   };

@@ -64,6 +64,10 @@ class SdkTest : public ::testing::Test {
 };
 TestCluster* SdkTest::cluster_ = nullptr;
 
+// Each SDK as its own tenant: their lists and sessions stay apart.
+TEST_F(SdkTest, Python) { RunScript("python", TestCluster::kToken); }
+TEST_F(SdkTest, TypeScript) { RunScript("typescript", TestCluster::kOtherToken); }
+
 // docs/openapi.yaml: the broker's routes, and its answers validated against
 // the document's schemas (tests/openapi/check_openapi.py).
 TEST_F(SdkTest, OpenApiDescribesEveryRouteAndAnswer) {

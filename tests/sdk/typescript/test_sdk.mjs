@@ -1,0 +1,357 @@
+// End-to-end test of @kiln/sdk against a running cluster (KILN_URL,
+// KILN_TOKEN, KILN_ADMIN_TOKEN), plus what needs no cluster: the SSE parser
+// fed in pieces and the retry behaviour against a local stub server.
+// Run by run.sh from a project where the package is installed.
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import { randomUUID } from 'node:crypto';
+import {
+  KilnClient, KilnError, SseParser, InvalidRequestError, UnauthorizedError, NotFoundError,
+  ForbiddenError, UnavailableError, Execution,
+} from '@kiln/sdk';
+
+const url = process.env.KILN_URL;
+const token = process.env.KILN_TOKEN;
+const adminToken = process.env.KILN_ADMIN_TOKEN;
+const runId = `ts-${Date.now().toString(36)}-${randomUUID().slice(0, 8)}`;
+const kiln = new KilnClient({ url, token });
+
+test('SseParser: events come out whole however the text is split', () => {
+  const text = 'event: execution_start\r\nid: start\r\ndata: {"a":1}\r\n\r\n'
+    + ': keepalive\n\n'
+    + 'event: output_chunk\rid: 17-0\rdata: line one\rdata:line two\r\r'
+    + 'data: no name\n\n';
+  const want = [
+    { event: 'execution_start', id: 'start', data: '{"a":1}' },
+    { event: 'output_chunk', id: '17-0', data: 'line one\nline two' },
+    { event: 'message', id: '17-0', data: 'no name' },
+  ];
+  for (const size of [1, 2, 3, 7, text.length]) {
+    const parser = new SseParser();
+    const got = [];
+    for (let i = 0; i < text.length; i += size) got.push(...parser.push(text.slice(i, i + size)));
+    assert.deepEqual(got, want, `pieces of ${size}`);
+  }
+});
+
+test('run: stdout, result and input variables', async () => {
+  const ex = await kiln.run("print('hello')\nresult = {'sum': sum(numbers), 'name': name}", {
+    input: { numbers: [1, 2, 3], name: 'kiln' },
+  });
+  assert.ok(ex instanceof Execution);
+  assert.equal(ex.status, 'succeeded');
+  assert.equal(ex.ok, true);
+  assert.equal(ex.stdout, 'hello\n');
+  assert.equal(ex.exitCode, 0);
+  assert.deepEqual(ex.result, { sum: 6, name: 'kiln' });
+  assert.match(ex.id, /^ex_/);
+  assert.equal(ex.raw.id, ex.id);
+
+  const js = await kiln.run('console.log(greeting + "!")', { language: 'javascript', input: { greeting: 'hi' } });
+  assert.equal(js.stdout, 'hi!\n');
+  const sh = await kiln.run('echo "$WHO" $(cat)', { language: 'shell', input: { WHO: 'shell' }, stdin: 'in' });
+  assert.equal(sh.stdout, 'shell in\n');
+});
+
+test('a job that fails is a record, not a thrown error', async () => {
+  const ex = await kiln.run("import sys\nprint('before')\nsys.stderr.write('oops\\n')\nraise ValueError('boom')");
+  assert.equal(ex.status, 'failed');
+  assert.equal(ex.ok, false);
+  assert.equal(ex.exitCode, 1);
+  assert.equal(ex.stdout, 'before\n');
+  assert.match(ex.stderr, /^oops\n/);
+  assert.equal(ex.error.code, 'EXECUTION_FAILED');
+  assert.equal(ex.error.type, 'ValueError');
+});
+
+test('streaming: callbacks see the output as it comes, in order', async () => {
+  const out = [];
+  const err = [];
+  const events = [];
+  const ex = await kiln.run(
+    'import sys, time\n'
+    + 'for i in range(4):\n'
+    + "    print(f'line {i}', flush=True)\n"
+    + '    time.sleep(0.25)\n'
+    + "sys.stderr.write('warn\\n')\n",
+    {
+      onStdout: (t) => out.push(t),
+      onStderr: (t) => err.push(t),
+      onEvent: (name) => events.push(name),
+    },
+  );
+  assert.equal(ex.status, 'succeeded');
+  assert.ok(out.length > 1, `onStdout called ${out.length} time(s)`);
+  assert.equal(out.join(''), ex.stdout);
+  assert.equal(ex.stdout, 'line 0\nline 1\nline 2\nline 3\n');
+  assert.equal(err.join(''), 'warn\n');
+  assert.equal(err.join(''), ex.stderr);
+  assert.equal(events[0], 'execution_start');
+  assert.equal(events.at(-1), 'execution_end');
+  assert.ok(events.includes('output_chunk'));
+});
+
+test('files in, collected files out (binary round trip)', async () => {
+  const bytes = new Uint8Array(256).map((_, i) => i);
+  const ex = await kiln.run(
+    'import os\n'
+    + "data = open('in/data.bin', 'rb').read()\n"
+    + "os.makedirs('out', exist_ok=True)\n"
+    + "open('out/rev.bin', 'wb').write(data[::-1])\n"
+    + "open('out/note.txt', 'w', encoding='utf-8').write(open('note.txt', encoding='utf-8').read().upper())\n",
+    { files: { 'in/data.bin': bytes, 'note.txt': 'héllo' }, collect: ['out/*'] },
+  );
+  assert.equal(ex.status, 'succeeded', ex.stderr);
+  assert.deepEqual(Object.keys(ex.files).sort(), ['out/note.txt', 'out/rev.bin']);
+  assert.deepEqual([...ex.files['out/rev.bin']], [...bytes].reverse());
+  assert.equal(new TextDecoder().decode(ex.files['out/note.txt']), 'HÉLLO');
+  assert.equal(ex.filesTruncated, false);
+});
+
+test('session keeps state, and is gone once closed', async () => {
+  const conversationId = `${runId}-conv`;
+  const session = kiln.session({ conversationId });
+  const first = await session.run('x = 41');
+  assert.equal(first.status, 'succeeded');
+  assert.equal(first.sessionId, session.id);
+  assert.equal(first.sessionEpoch, 1);
+  const second = await session.run('x += 1\nresult = x');
+  assert.equal(second.result, 42);
+
+  const listed = await kiln.listSessions({ conversationId });
+  assert.deepEqual(listed.map((s) => s.id), [session.id]);
+  assert.equal(listed[0].executionCount, 2);
+  assert.equal(listed[0].language, 'python');
+
+  const deleted = await session.close();
+  assert.equal(deleted.state, 'deleted');
+  assert.deepEqual(await kiln.listSessions({ conversationId }), []);
+  assert.equal(await session.close(), null); // already gone: not an error
+});
+
+test('withSession closes the session even when the callback throws', async () => {
+  const conversationId = `${runId}-with`;
+  let id;
+  await assert.rejects(kiln.withSession({ conversationId, language: 'javascript' }, async (s) => {
+    id = s.id;
+    const ex = await s.run('globalThis.n = 5; console.log(n)');
+    assert.equal(ex.stdout, '5\n');
+    throw new Error('callback failed');
+  }), /callback failed/);
+  assert.ok(id);
+  assert.deepEqual(await kiln.listSessions({ conversationId }), []);
+});
+
+test('errors are typed', async () => {
+  await assert.rejects(kiln.run('1', { language: 'ruby' }), (e) => {
+    assert.ok(e instanceof InvalidRequestError);
+    assert.ok(e instanceof KilnError);
+    assert.equal(e.code, 'INVALID_REQUEST');
+    assert.equal(e.status, 400);
+    assert.equal(e.retryable, false);
+    return true;
+  });
+  const stranger = new KilnClient({ url, token: `not-a-token-${runId}` });
+  await assert.rejects(stranger.run('print(1)'), (e) => e instanceof UnauthorizedError && e.status === 401);
+  await assert.rejects(kiln.get(`ex_nothing_${runId}`), (e) => e instanceof NotFoundError && e.code === 'NOT_FOUND');
+  // An admin token may not submit.
+  const admin = new KilnClient({ url, token: adminToken });
+  await assert.rejects(admin.submit('print(1)'), (e) => e instanceof ForbiddenError && e.status === 403);
+});
+
+test('an idempotency key reused answers with the same job', async () => {
+  const idempotencyKey = `${runId}-idem`;
+  const a = await kiln.submit('print("once")', { idempotencyKey });
+  const b = await kiln.submit('print("twice")', { idempotencyKey });
+  assert.equal(b, a);
+  const ex = await kiln.run('print("thrice")', { idempotencyKey });
+  assert.equal(ex.id, a);
+  assert.equal(ex.stdout, 'once\n');
+});
+
+test('submit, wait, get and cancel', async () => {
+  const id = await kiln.submit('print(7 * 6)');
+  const ex = await kiln.wait(id);
+  assert.equal(ex.id, id);
+  assert.equal(ex.stdout, '42\n');
+  assert.equal((await kiln.get(id)).stdout, '42\n');
+
+  const slow = await kiln.submit('import time\ntime.sleep(30)');
+  const cancelled = await kiln.cancel(slow);
+  assert.equal(cancelled.id, slow);
+  assert.equal((await kiln.wait(slow)).status, 'cancelled');
+});
+
+test('an aborted run cancels its job', async () => {
+  const ac = new AbortController();
+  let id;
+  const running = kiln.run("import time\nprint('started', flush=True)\ntime.sleep(30)", {
+    signal: ac.signal,
+    onEvent: (name, data) => { if (name === 'execution_start') id = data.id; },
+    onStdout: () => ac.abort(),
+  });
+  await assert.rejects(running, (e) => e.name === 'AbortError');
+  assert.ok(id, 'execution_start was seen');
+  const ex = await kiln.wait(id);
+  assert.equal(ex.status, 'cancelled');
+});
+
+test('listExecutions follows the cursor and filters by session', async () => {
+  const session = kiln.session({ sessionId: `${runId}-list` });
+  try {
+    const ids = [];
+    for (const code of ['print(1)', 'print(2)', 'print(3)']) ids.push((await session.run(code)).id);
+    const seen = [];
+    for await (const e of kiln.listExecutions({ sessionId: session.id, pageSize: 2 })) {
+      assert.equal(e.sessionId, session.id);
+      seen.push(e.id);
+    }
+    assert.deepEqual(seen, ids.reverse()); // newest first, over two pages
+    const failedOnly = [];
+    for await (const e of kiln.listExecutions({ sessionId: session.id, status: ['failed'] })) failedOnly.push(e);
+    assert.deepEqual(failedOnly, []);
+  } finally {
+    await session.close();
+  }
+});
+
+test('submitBatch answers per item', async () => {
+  const results = await kiln.submitBatch([
+    { code: 'print("batched")' },
+    { code: '1', language: 'ruby' },
+  ]);
+  assert.equal(results.length, 2);
+  assert.match(results[0].id, /^ex_/);
+  assert.equal(results[0].error, null);
+  assert.ok(results[1].error instanceof InvalidRequestError);
+  assert.equal(results[1].error.code, 'INVALID_REQUEST');
+  assert.equal(results[1].id, null);
+  assert.equal((await kiln.wait(results[0].id)).stdout, 'batched\n');
+});
+
+test('capabilities, runtimes, health', async () => {
+  const caps = await kiln.capabilities();
+  assert.equal(caps.code_execution, true);
+  assert.ok(caps.runtimes.includes('python'));
+  assert.ok(caps.limits.max.timeout_ms >= caps.limits.default.timeout_ms);
+  const runtimes = await kiln.runtimes();
+  const python = runtimes.find((r) => r.language === 'python');
+  assert.ok(python && python.versions.length > 0 && python.workers > 0);
+  assert.equal((await kiln.health()).status, 'ok');
+});
+
+test('usage with the admin token', async () => {
+  const { tenant } = await kiln.capabilities();
+  const admin = new KilnClient({ url, token: adminToken });
+  const today = new Date();
+  const usage = await admin.usage({ tenant, from: new Date(today.getTime() - 86400000), to: today });
+  assert.equal(usage.tenants.length, 1);
+  assert.equal(usage.tenants[0].tenant, tenant);
+  assert.equal(usage.tenants[0].days.length, 2);
+  assert.ok(usage.tenants[0].total.executions > 0); // this test's jobs
+  await assert.rejects(kiln.usage({ tenant }), (e) => e instanceof ForbiddenError);
+});
+
+// A stub broker on 127.0.0.1. `answer(req, n)` (n: 1 for the first request)
+// writes the answer itself or returns [status, body] to send as JSON.
+async function stubServer(answer) {
+  const requests = [];
+  const server = http.createServer((req, res) => {
+    let body = '';
+    req.on('data', (c) => { body += c; });
+    req.on('end', () => {
+      const r = { method: req.method, url: req.url, headers: req.headers, body: body ? JSON.parse(body) : null };
+      requests.push(r);
+      const reply = answer(r, requests.length, res);
+      if (!reply) return;
+      res.writeHead(reply[0], { 'Content-Type': 'application/json' });
+      res.end(JSON.stringify(reply[1]));
+    });
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${server.address().port}`,
+    requests,
+    close: () => { server.closeAllConnections?.(); server.close(); },
+  };
+}
+
+// Answers from a list, the last one repeated.
+const inTurn = (answers) => (_req, n) => answers[Math.min(n, answers.length) - 1];
+
+test('retries: a retryable error is retried with the same Idempotency-Key', async () => {
+  const unavailable = [503, { error: { code: 'UNAVAILABLE', message: 'x', retryable: true } }];
+  const stub = await stubServer(inTurn([unavailable, unavailable, [202, { id: 'ex_x', status: 'queued' }]]));
+  try {
+    const client = new KilnClient({ url: stub.url, token: 't', maxRetries: 3 });
+    assert.equal(await client.submit('print(1)'), 'ex_x');
+    assert.equal(stub.requests.length, 3);
+    const keys = stub.requests.map((r) => r.headers['idempotency-key']);
+    assert.ok(keys[0] && keys[0].length > 0);
+    assert.deepEqual(keys, [keys[0], keys[0], keys[0]]);
+    for (const r of stub.requests) {
+      assert.equal(r.method, 'POST');
+      assert.equal(r.url, '/v1/executions');
+      assert.equal(r.headers.authorization, 'Bearer t');
+      assert.equal(r.body.wait, false);
+    }
+  } finally {
+    stub.close();
+  }
+});
+
+test('retries: give up after maxRetries; a non-retryable error is not retried', async () => {
+  const unavailable = [503, { error: { code: 'UNAVAILABLE', message: 'x', retryable: true } }];
+  const down = await stubServer(inTurn([unavailable]));
+  try {
+    const client = new KilnClient({ url: down.url, token: 't', maxRetries: 1 });
+    await assert.rejects(client.submit('1'), (e) => e instanceof UnavailableError && e.retryable);
+    assert.equal(down.requests.length, 2);
+  } finally {
+    down.close();
+  }
+  const bad = await stubServer(inTurn([[400, { error: { code: 'INVALID_REQUEST', message: 'no', retryable: false } }]]));
+  try {
+    const client = new KilnClient({ url: bad.url, token: 't', maxRetries: 3 });
+    await assert.rejects(client.submit('1'), InvalidRequestError);
+    assert.equal(bad.requests.length, 1);
+  } finally {
+    bad.close();
+  }
+  // Nothing listening: a network failure is UnavailableError, retryable.
+  const closed = await stubServer(inTurn([unavailable]));
+  closed.close();
+  const client = new KilnClient({ url: closed.url, token: 't', maxRetries: 1 });
+  await assert.rejects(client.get('ex_x'), (e) => e instanceof UnavailableError && e.status === 0 && e.retryable);
+});
+
+test('wait: a dropped event stream resumes after the last event seen', async () => {
+  const sse = (event, id, data) => `event: ${event}\nid: ${id}\ndata: ${JSON.stringify(data)}\n\n`;
+  const chunk = (seq, data) => ({ stream: 'stdout', seq, data });
+  const stub = await stubServer((req, n, res) => {
+    res.writeHead(200, { 'Content-Type': 'text/event-stream' });
+    if (n === 1) {
+      res.write(sse('execution_start', 'start', { id: 'ex_s', status: 'running' }));
+      res.write(sse('output_chunk', '1-0', chunk(0, 'a')));
+      res.write('event: output_chunk\nid: 2-0\nda'); // cut mid-event: must not count as seen
+      setTimeout(() => res.destroy(), 50);
+      return null;
+    }
+    res.write(sse('output_chunk', '2-0', chunk(1, 'b')));
+    res.end(sse('execution_end', 'end', { id: 'ex_s', status: 'succeeded', stdout: 'ab', exit_code: 0 }));
+    return null;
+  });
+  try {
+    const client = new KilnClient({ url: stub.url, token: 't' });
+    const parts = [];
+    const ex = await client.wait('ex_s', { onStdout: (t) => parts.push(t) });
+    assert.equal(ex.status, 'succeeded');
+    assert.deepEqual(parts, ['a', 'b']);
+    assert.deepEqual(stub.requests.map((r) => r.headers['last-event-id']), [undefined, '1-0']);
+    assert.equal(stub.requests[0].url, '/v1/executions/ex_s/events');
+  } finally {
+    stub.close();
+  }
+});

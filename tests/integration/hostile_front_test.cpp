@@ -1167,7 +1167,7 @@ TEST_F(HostileFrontTest, HttpEdgesAreAnsweredClearly) {
 
   // Wrong methods: 405 with Allow.
   for (auto [method, path, allow] :
-       {std::tuple{"PUT", "/v1/health", "GET"}, std::tuple{"GET", "/v1/executions", "POST"},
+       {std::tuple{"PUT", "/v1/health", "GET"}, std::tuple{"PUT", "/v1/executions", "POST, GET"},
         std::tuple{"DELETE", "/v1/executions/ex_x", "GET"}}) {
     r = RawExchange(port(), RawRequest(method, path, TestCluster::kToken), seconds(5));
     EXPECT_EQ(r.status, 405) << method << " " << path << ": " << r.Describe();

@@ -115,12 +115,12 @@ return admit(ctx, id, tenant, placement, sid, score)
 
 // ARGV: id, status, record, job ttl s, expect, session
 // ttl ms, new session epoch ('<incarnation>/<generation>'; '' unless the worker reset the
-// session), usage day ('YYYY-MM-DD'), cpu µs, output bytes, usage ttl s, then ctx. Stores a terminal
-// record unless the job has already ended (one terminal state, whoever writes first), releases its
-// leases and queue places, moves its session on, announces it, then starts queued jobs. `expect` is
-// 'any' or the status the job must still have ('queued', 'awaiting_approval'). Returns {'stored' |
-// 'ended' | 'missing' | 'state', {pop output}, status, approval ('auto', 'trusted_session',
-// 'admin:<n>', 'none')}.
+// session), usage day ('YYYY-MM-DD'), cpu µs, output bytes, usage ttl s, then ctx. Stores a
+// terminal record unless the job has already ended (one terminal state, whoever writes first),
+// releases its leases and queue places, moves its session on, announces it, then starts queued
+// jobs. `expect` is 'any' or the status the job must still have ('queued', 'awaiting_approval').
+// Returns {'stored' | 'ended' | 'missing' | 'state', {pop output}, status, approval ('auto',
+// 'trusted_session', 'admin:<n>', 'none')}.
 constexpr const char* kFinish = R"lua(
 local id, status, record, ttl, expect, sess_ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local new_epoch, usage_day, cpu_us, output_bytes, usage_ttl = ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11]

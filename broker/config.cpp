@@ -135,6 +135,19 @@ common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
         t.Fail("network", "tenant '" + tc.name + "': " + allow.status().message());
       }
     }
+    {
+      YamlReader w = t.Child("webhooks");
+      w.Get("allow", &tc.webhooks.allow);
+      w.Get("secret", &tc.webhooks.secret);
+      if (common::Status wst = w.Finish(); !wst.ok()) t.Fail("webhooks", wst.message());
+      if (auto allow = common::ParseDestinations(tc.webhooks.allow, "allow"); !allow.ok()) {
+        t.Fail("webhooks", "tenant '" + tc.name + "': " + allow.status().message());
+      }
+      // A short key is guessable; deliveries without one could be forged.
+      if (!tc.webhooks.allow.empty() && tc.webhooks.secret.size() < 16) {
+        t.Fail("webhooks", "tenant '" + tc.name + "': a secret of at least 16 bytes signs them");
+      }
+    }
     if (tc.secrets.size() > common::protocol::kMaxListEntries) {
       t.Fail("secrets", "at most 64 secrets per tenant");
     }

@@ -53,6 +53,13 @@ struct TenantConfig {
     uint64_t max_bytes = 64u << 20;  // bytes in and out together
     uint64_t max_connections = 64;   // destinations asked for (allowed or not)
   } network;
+  // Webhooks (docs/api.md, "Webhooks"): the host:port destinations a job's
+  // callback_url may name (as network.allow: common/network_policy.hpp) and
+  // the key that signs deliveries (HMAC-SHA256). Empty allow: no callbacks.
+  struct Webhooks {
+    std::vector<std::string> allow;
+    std::string secret;
+  } webhooks;
 };
 
 // What one tenant may hold on one broker at once (docs/security.md, "Hostile

@@ -24,6 +24,7 @@
 #include "broker/store/session_store.hpp"
 #include "broker/stream/output_follower.hpp"
 #include "broker/stream/unread_budget.hpp"
+#include "broker/webhook/webhook_sender.hpp"
 #include "common/allocator_tuning.hpp"
 #include "common/curve/curve_keys.hpp"
 #include "common/fd_limit.hpp"
@@ -150,6 +151,8 @@ int main(int argc, char** argv) {
   metrics.SetLimits(sc.global_slots, tenant_limits);
   dopts.metrics = &metrics;
   broker::AuditWriter audit_writer(&audit, &store, &metrics);
+  broker::WebhookStore webhook_outbox(pool->get());
+  broker::WebhookSender webhook_sender(*cfg, &webhook_outbox, &store, &metrics);
   dopts.audit = &audit_writer;
   // Every socket is bound before Redis is asked anything: a port in use stops
   // the broker at once, not after Redis has loaded.
@@ -211,6 +214,7 @@ int main(int argc, char** argv) {
   std::jthread loop([&](std::stop_token st) { (*dispatcher)->Run(st); });
   std::jthread events([&](std::stop_token st) { bus.Run(st); });
   std::jthread auditing([&](std::stop_token st) { audit_writer.Run(st); });
+  std::jthread webhooks([&](std::stop_token st) { webhook_sender.Run(st); });
   std::jthread following([&](std::stop_token st) { follower.Run(st); });
 
   sigwait(&stop_signals, &sig);

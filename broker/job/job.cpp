@@ -135,6 +135,7 @@ JobSpec JobSpec::Excerpt() const {
   e.limits = limits;
   e.wait = wait;
   e.created_ms = created_ms;
+  e.callback_url = callback_url;
   e.excerpt_of =
       SubmittedDigest{code.size(), common::Sha256Hex(code), common::Sha256Hex(input_json)};
   if (code.size() <= kCodeExcerptBytes) {
@@ -176,6 +177,7 @@ json JobSpec::ToJson() const {
                     {"max_bytes", network_max_bytes},
                     {"max_connections", network_max_connections}};
   }
+  if (!callback_url.empty()) j["callback_url"] = callback_url;
   if (excerpt_of) {
     j["excerpt_of"] = {{"code_bytes", excerpt_of->code_bytes},
                        {"code_sha256", excerpt_of->code_sha256},
@@ -203,6 +205,7 @@ common::StatusOr<JobSpec> JobSpec::FromJson(const json& j) {
     s.collect = j.at("collect").get<std::vector<std::string>>();
     s.stdin_data = j.value("stdin", "");  // absent in specs stored before stdin existed
     s.packages = j.value("packages", std::vector<std::string>{});
+    s.callback_url = j.value("callback_url", "");
     if (auto n = j.find("network"); n != j.end() && !n->is_null()) {
       s.network = true;
       s.network_allow = n->at("allow").get<std::vector<std::string>>();

@@ -81,12 +81,16 @@ struct JobSpec {
   common::protocol::Limits limits;
   bool wait = true;
   int64_t created_ms = 0;
+  // Where its record is POSTed when it ends (docs/api.md, "Webhooks"); empty:
+  // nowhere. Checked against the tenant's webhooks.allow at submit.
+  std::string callback_url;
   // Set on an excerpt (below): the digests and size of what was submitted.
   std::optional<SubmittedDigest> excerpt_of;
 
   // What is kept of a submission that was refused before it was admitted
   // (blocked by policy), so a flood of refused submits costs Redis and the
-  // audit trail little: ids, language, isolation, session, limits and warnings; the
+  // audit trail little: ids, language, isolation, session, limits, warnings and
+  // callback_url (its end is still delivered); the
   // first kCodeExcerptBytes of the code (cut at a UTF-8 character boundary)
   // followed by a line saying how much was cut; no input, env, files or
   // collect (env may hold secrets); and excerpt_of, computed from this spec.

@@ -52,6 +52,12 @@ BrokerMetrics::BrokerMetrics() : registry_(std::make_shared<prometheus::Registry
                           "CPU time of finished executions, per tenant (the sandbox's, as its "
                           "worker measured it)")
                       .Register(r);
+  webhooks_ = &prometheus::BuildCounter()
+                   .Name("kiln_webhook_deliveries_total")
+                   .Help(
+                       "Webhook tries per tenant: delivered, failed (tried again later), "
+                       "given_up")
+                   .Register(r);
   network_bytes_ = &prometheus::BuildCounter()
                         .Name("kiln_network_bytes_total")
                         .Help(
@@ -283,6 +289,10 @@ void BrokerMetrics::Finished(const JobRecord& record) {
     network_connections_->Add({{"tenant", record.tenant}, {"outcome", "refused"}})
         .Increment(static_cast<double>(n.refused));
   }
+}
+
+void BrokerMetrics::WebhookDelivery(const std::string& tenant, const std::string& outcome) {
+  webhooks_->Add({{"tenant", tenant}, {"outcome", outcome}}).Increment();
 }
 
 void BrokerMetrics::SetSchedule(const TickOutcome& tick) {

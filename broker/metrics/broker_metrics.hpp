@@ -45,6 +45,8 @@ class BrokerMetrics {
   void HeartbeatsMissed(size_t n);
   // A terminal record, counted once (Dispatcher::Finish).
   void Finished(const JobRecord& record);
+  // A webhook try: outcome delivered, failed (tried again later) or given_up.
+  void WebhookDelivery(const std::string& tenant, const std::string& outcome);
   // Cluster-wide scheduling gauges from Redis (every broker reports the
   // same values: dashboards take max over brokers).
   void SetSchedule(const TickOutcome& tick);
@@ -113,6 +115,7 @@ class BrokerMetrics {
   prometheus::Family<prometheus::Counter>* redactions_;
   prometheus::Family<prometheus::Counter>* output_bytes_;
   prometheus::Family<prometheus::Counter>* cpu_seconds_;
+  prometheus::Family<prometheus::Counter>* webhooks_;
   prometheus::Family<prometheus::Counter>* network_bytes_;
   prometheus::Family<prometheus::Counter>* network_connections_;
   prometheus::Family<prometheus::Counter>* http_requests_;

@@ -3,6 +3,7 @@
 #include <map>
 #include <set>
 
+#include "broker/webhook/callback_url.hpp"
 #include "common/base64.hpp"
 #include "common/clock.hpp"
 #include "common/identifier.hpp"
@@ -22,9 +23,10 @@ using common::Status;
 using nlohmann::json;
 
 const std::set<std::string> kLanguages = {"python", "javascript", "shell"};
-const std::set<std::string> kFields = {
-    "language", "code",   "session_id", "conversation_id", "input", "files",    "collect",
-    "env",      "limits", "wait",       "priority",        "stdin", "packages", "network"};
+const std::set<std::string> kFields = {"language", "code",    "session_id",  "conversation_id",
+                                       "input",    "files",   "collect",     "env",
+                                       "limits",   "wait",    "priority",    "stdin",
+                                       "packages", "network", "callback_url"};
 
 const std::set<std::string> kLimitFields = {"timeout_ms", "memory_mb", "cpu_ms", "max_output_bytes",
                                             "max_pids"};
@@ -253,6 +255,11 @@ common::StatusOr<JobSpec> ParseSubmitRequest(std::string_view body, const std::s
     RETURN_IF_ERROR(common::ValidatePackageSpecs(spec.language, spec.packages));
   }
 
+  if (auto c = j.find("callback_url"); c != j.end() && !c->is_null()) {
+    if (!c->is_string()) return InvalidRequest("callback_url: expected a string");
+    RETURN_IF_ERROR(ParseCallbackUrl(c->get_ref<const std::string&>()).status());
+    spec.callback_url = c->get<std::string>();
+  }
   if (auto n = j.find("network"); n != j.end() && !n->is_null()) {
     if (n->is_boolean()) {
       spec.network = n->get<bool>();

@@ -5,6 +5,7 @@
 #include "broker/job/lifecycle.hpp"
 #include "broker/metrics/broker_metrics.hpp"
 #include "broker/service/submit_request.hpp"
+#include "broker/webhook/callback_url.hpp"
 #include "common/clock.hpp"
 #include "common/network_policy.hpp"
 
@@ -43,6 +44,24 @@ Status AdmitNetwork(const TenantConfig& tenant, JobSpec* spec) {
   }
   spec->network_max_bytes = tenant.network.max_bytes;
   spec->network_max_connections = tenant.network.max_connections;
+  return Status::Ok();
+}
+
+// A callback_url must name one of the tenant's webhooks.allow destinations:
+// deliveries come from the brokers, which must not be steered elsewhere.
+Status AdmitCallback(const TenantConfig& tenant, const JobSpec& spec) {
+  if (spec.callback_url.empty()) return Status::Ok();
+  auto url = ParseCallbackUrl(spec.callback_url);  // checked by the parse already
+  auto allow = common::ParseDestinations(tenant.webhooks.allow, "allow");
+  if (!url.ok() || !allow.ok() || allow->empty()) {
+    return Status(Code::kForbidden, "callback_url: tenant " + tenant.name +
+                                        " has no webhook destinations (webhooks.allow)");
+  }
+  if (!common::Matches(*allow, url->host, url->port)) {
+    return Status(Code::kForbidden, "callback_url: " + url->host + ":" + std::to_string(url->port) +
+                                        " is not within tenant " + tenant.name +
+                                        "'s webhooks.allow");
+  }
   return Status::Ok();
 }
 
@@ -91,6 +110,7 @@ common::StatusOr<SubmitResult> SubmitService::Submit(const Caller& caller, std::
   ASSIGN_OR_RETURN(JobSpec spec, ParseSubmitRequest(body, caller.tenant, config_));
   spec.isolation = tenant->isolation;  // the tenant's, never the request's
   RETURN_IF_ERROR(AdmitNetwork(*tenant, &spec));
+  RETURN_IF_ERROR(AdmitCallback(*tenant, spec));
   if (governance_.policy) {
     PolicyVerdict verdict = governance_.policy->Evaluate(spec.language, spec.code);
     if (metrics_) {

@@ -20,19 +20,25 @@ common::Status JobStore::CreateEnded(const JobSpec& full_or_excerpt, const JobRe
   auto conn = pool_->Acquire();
   // One transaction: the record and the audit entry it is owed (AuditStore,
   // "pending") exist together or not at all.
-  auto r = conn->Pipeline(
-      {{"MULTI"},
-       {"HSET", key, "spec", common::DumpJson(spec.ToJson()), "record",
-        common::DumpJson(record.ToJson()), "status", JobStatusName(record.status), "tenant",
-        spec.tenant, "approval", "none"},
-       {"EXPIRE", key, ttl_s_},
-       {"ZADD", AuditStore::kPendingKey, std::to_string(record.finished_ms), spec.id},
-       {"XADD", keys::TenantJobs(spec.tenant), "MINID", "~",
-        std::to_string(std::max<int64_t>(0, spec.created_ms - ttl_ms_)), "*", "id", spec.id},
-       // Counted in the day's usage like every ended job (the finish script).
-       {"HINCRBY", usage_key, "executions", "1"},
-       {"EXPIRE", usage_key, std::to_string(kUsageDaysKept * 86400)},
-       {"EXEC"}});
+  std::vector<std::vector<std::string>> commands = {
+      {"MULTI"},
+      {"HSET", key, "spec", common::DumpJson(spec.ToJson()), "record",
+       common::DumpJson(record.ToJson()), "status", JobStatusName(record.status), "tenant",
+       spec.tenant, "approval", "none"},
+      {"EXPIRE", key, ttl_s_},
+      {"ZADD", AuditStore::kPendingKey, std::to_string(record.finished_ms), spec.id},
+      {"XADD", keys::TenantJobs(spec.tenant), "MINID", "~",
+       std::to_string(std::max<int64_t>(0, spec.created_ms - ttl_ms_)), "*", "id", spec.id},
+      // Counted in the day's usage like every ended job (the finish script).
+      {"HINCRBY", usage_key, "executions", "1"},
+      {"EXPIRE", usage_key, std::to_string(kUsageDaysKept * 86400)}};
+  // Its end goes to its callback_url like any other job's (the finish script).
+  if (!spec.callback_url.empty()) {
+    commands.push_back(
+        {"ZADD", keys::kWebhooks, "NX", std::to_string(record.finished_ms), spec.id});
+  }
+  commands.push_back({"EXEC"});
+  auto r = conn->Pipeline(commands);
   if (r.ok() && r->back().type != RedisReply::Type::kArray) {
     return common::Internal("redis: the transaction storing job " + spec.id + " was discarded");
   }

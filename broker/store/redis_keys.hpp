@@ -47,6 +47,9 @@ inline constexpr const char* kAudit = "{kiln}:audit";                 // stream
 inline constexpr const char* kAuditHead = "{kiln}:audit:head";        // string
 inline constexpr const char* kAuditAnchor = "{kiln}:audit:anchor";    // string
 inline constexpr const char* kAuditPending = "{kiln}:audit:pending";  // zset
+inline constexpr const char* kWebhooks = "{kiln}:webhooks";  // zset: job id -> next try (ms)
+inline constexpr const char* kWebhookAttempts = "{kiln}:webhooks:attempts";  // hash: job id -> n
+inline constexpr const char* kWebhooksDead = "{kiln}:webhooks:dead";  // list: given up
 
 // The Lua name of each, for LuaKeyTable().
 inline constexpr std::pair<const char*, const char*> kLuaNames[] = {
@@ -76,6 +79,9 @@ inline constexpr std::pair<const char*, const char*> kLuaNames[] = {
     {"audit_head", kAuditHead},
     {"audit_anchor", kAuditAnchor},
     {"audit_pending", kAuditPending},
+    {"webhooks", kWebhooks},
+    {"webhook_attempts", kWebhookAttempts},
+    {"webhooks_dead", kWebhooksDead},
 };
 
 inline std::string Job(std::string_view id) { return std::string(kJobPrefix).append(id); }

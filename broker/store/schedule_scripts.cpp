@@ -18,7 +18,8 @@ namespace {
 // warnings (JSON array, '' for none), idempotency key, tenant queue cap,
 // tenant session cap, session ttl ms, conversation, created ms, hold ('1':
 // needs approval), approval deadline ms, placement token (what a worker must
-// offer: PlacementToken), isolation level, then ctx. Until the job ends its
+// offer: PlacementToken), isolation level, callback ('1': the job has a
+// callback_url, so its end enters the webhook outbox), then ctx. Until the job ends its
 // state lives in the hash's fields only (JobStore::Load builds the record
 // from them); the record JSON is written once, by the finish script.
 // `language` is the job's and its session's language as clients see it.
@@ -30,7 +31,8 @@ local priority, ttl, spec, warnings, idem = tonumber(ARGV[5]), ARGV[6], ARGV[7],
 local max_queue, sess_cap, sess_ttl = tonumber(ARGV[10]), tonumber(ARGV[11]), ARGV[12]
 local conversation, created = ARGV[13], ARGV[14]
 local hold, approval_deadline, placement, isolation = ARGV[15], ARGV[16], ARGV[17], ARGV[18]
-local ctx = read_ctx(19)
+local callback = ARGV[19]
+local ctx = read_ctx(20)
 -- Too late, the client has been told 503 and may submit again: storing the
 -- job as well would run it twice.
 if late(ctx) then
@@ -91,6 +93,7 @@ redis.call('HSET', jk, 'spec', spec, 'status', 'queued', 'tenant', tenant, 'lang
            'isolation', isolation, 'placement', placement, 'session', sid, 'score', score,
            'created_ms', created)
 if warnings ~= '' then redis.call('HSET', jk, 'warnings', warnings) end
+if callback == '1' then redis.call('HSET', jk, 'callback', '1') end
 redis.call('EXPIRE', jk, ttl)
 -- The tenant's list of executions (GET /v1/executions), in time order;
 -- entries older than any record still kept go.
@@ -133,6 +136,8 @@ if expect ~= 'any' and cur[1] ~= expect then return {'state', {}, cur[1], ''} en
 local tenant, worker, owner, sid = cur[2], cur[3] or '', cur[4] or '', cur[5] or ''
 redis.call('HSET', jk, 'record', record, 'status', status, 'finished_ms', ctx.now_s)
 redis.call('ZADD', K.audit_pending, ctx.now, id)  -- AuditStore: until its entry is written
+-- Its record goes to its callback_url (WebhookSender), once, from now.
+if redis.call('HGET', jk, 'callback') == '1' then redis.call('ZADD', K.webhooks, 'NX', ctx.now, id) end
 -- The tenant's usage of the day (GET /v1/usage), counted once: only the
 -- first to end the job gets here.
 local uk = K.usage .. tenant .. ':' .. usage_day

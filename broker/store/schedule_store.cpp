@@ -116,7 +116,8 @@ common::StatusOr<SubmitOutcome> ScheduleStore::Submit(const JobSpec& spec,
       quota.needs_approval ? "1" : "0",
       std::to_string(quota.approval_deadline_ms),
       PlacementToken(spec.language, spec.isolation),
-      std::string(NormalizeIsolation(spec.isolation))};
+      std::string(NormalizeIsolation(spec.isolation)),
+      spec.callback_url.empty() ? "" : "1"};
   const size_t deadline_at = AppendContext(&args, workers, now_ms);
   bool unanswered = false;
   auto reply = EvalFenced(scripts::Submit(), &args, deadline_at, &unanswered);

@@ -3,7 +3,8 @@
 // through its
 // run.sh (tests/sdk/<language>/run.sh <workdir>), which installs the package
 // from cli/sdk/ into a scratch directory as a user would and runs the test
-// against the cluster (KILN_URL, KILN_TOKEN, KILN_ADMIN_TOKEN). Passes only
+// against the cluster (KILN_URL, KILN_TOKEN, KILN_ADMIN_TOKEN, and
+// KILN_WEBHOOK_SECRET: the tenant's webhooks may call back to loopback). Passes only
 // when every script passed; a script that exits 77 (its interpreter is
 // missing) skips that case. Each script's report is printed either way.
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@ namespace kiln::testing {
 namespace {
 
 constexpr int kSkip = 77;
+constexpr const char* kWebhookSecret = "whsec_sdk_test_0123456789";
 
 std::string Quote(const std::string& s) {
   std::string q = "'";
@@ -40,7 +42,13 @@ std::pair<int, std::string> Shell(const std::string& command) {
 class SdkTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    cluster_ = TestCluster::Start({.brokers = 1, .workers = 1, .slots = 4}).release();
+    ClusterOptions o{.brokers = 1, .workers = 1, .slots = 4};
+    // Both SDK tenants may call back to receivers on loopback (webhooks).
+    const std::string webhooks =
+        std::string(", webhooks: {allow: [\"127.0.0.1:*\"], secret: \"") + kWebhookSecret + "\"}";
+    o.tenant_a_fields = webhooks;
+    o.tenant_b_fields = webhooks;
+    cluster_ = TestCluster::Start(o).release();
   }
   static void TearDownTestSuite() {
     delete cluster_;
@@ -53,7 +61,8 @@ class SdkTest : public ::testing::Test {
     const std::string command =
         "cd " + Quote(KILN_SOURCE_DIR) + " && KILN_URL=" + Quote(cluster_->url()) +
         " KILN_TOKEN=" + Quote(token) + " KILN_ADMIN_TOKEN=" + Quote(TestCluster::kAdminToken) +
-        " bash " + Quote(dir + "/run.sh") + " " + Quote(work);
+        " KILN_WEBHOOK_SECRET=" + Quote(kWebhookSecret) + " bash " + Quote(dir + "/run.sh") + " " +
+        Quote(work);
     auto [code, output] = Shell(command);
     std::cout << output;
     if (code == kSkip) GTEST_SKIP() << language << " SDK test skipped (see above)";

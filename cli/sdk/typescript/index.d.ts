@@ -46,6 +46,8 @@ export interface SubmitOptions {
   stdin?: string;
   packages?: string[];
   network?: boolean | string[];
+  /** Where the record is POSTed, signed, when the job ends (docs/api.md, "Webhooks"). */
+  callbackUrl?: string;
   limits?: Limits;
   /** The job's time limit (`limits.timeout_ms`). */
   timeoutMs?: number;
@@ -306,3 +308,40 @@ export class RateLimitedError extends KilnError {}
 export class QueueFullError extends KilnError {}
 export class UnavailableError extends KilnError {}
 export class RuntimeUnavailableError extends UnavailableError {}
+
+/** The options of `verifyWebhook`. */
+export interface VerifyWebhookOptions {
+  /** How far (seconds, either way) `t` may be from `now`; default 300. null disables the check. */
+  toleranceSec?: number | null;
+  /** The time to check `t` against: unix seconds or a Date. Default the clock. */
+  now?: number | Date;
+}
+
+/**
+ * Checks the `Kiln-Signature` header of a webhook (a job's final record POSTed
+ * to its `callback_url`) against the raw body, and returns the record.
+ * `body` must be the bytes received, not JSON parsed and stringified again.
+ * Throws WebhookVerificationError when the header is missing or malformed, no
+ * `v1` signature matches, `t` is out of tolerance, or the body is not a JSON object.
+ */
+export function verifyWebhook(
+  secret: string | Uint8Array,
+  body: string | Uint8Array | ArrayBuffer,
+  signature: string | string[] | undefined | null,
+  opts?: VerifyWebhookOptions,
+): Record<string, any>;
+
+/**
+ * The `Kiln-Signature` value (`t=<seconds>,v1=<hex>`) the broker would send for
+ * `body` at `timestamp` (unix seconds or a Date; default now). For tests of a receiver.
+ */
+export function signWebhook(
+  secret: string | Uint8Array,
+  body: string | Uint8Array | ArrayBuffer,
+  timestamp?: number | Date,
+): string;
+
+/** A webhook that cannot be trusted (not a KilnError: it is not an API answer). */
+export class WebhookVerificationError extends Error {
+  constructor(message: string);
+}

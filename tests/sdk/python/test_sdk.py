@@ -5,13 +5,15 @@
 
 tests/sdk/python/run.sh installs the package into a fresh venv first; this
 file imports only the installed package, never cli/sdk/python. The retry,
-stream-resume and SSE parser tests need no cluster: they talk to a scripted
-http.server on 127.0.0.1. Every cluster test uses its own session ids, so
+stream-resume, SSE parser and webhook tests need no cluster: they talk to a
+scripted http.server on 127.0.0.1, or to nothing. Every cluster test uses its own session ids, so
 runs do not collide. Exits non-zero on any failure.
 """
 
 import asyncio
 import datetime
+import hashlib
+import hmac
 import http.server
 import json
 import os
@@ -20,6 +22,8 @@ import threading
 import time
 import unittest
 import uuid
+
+import httpx
 
 import kiln_sdk
 from kiln_sdk import _sse
@@ -198,10 +202,175 @@ class StreamResumeTest(unittest.TestCase):
         self.assertEqual([r[2].get("Last-Event-ID") for r in srv.requests], [None, "1-0"])
 
 
+# The known answer, shared with tests/sdk/typescript/test_sdk.mjs: both SDKs
+# must sign these bytes the same way (computed with hmac.new, Node's
+# createHmac and `openssl dgst -sha256 -hmac`).
+WEBHOOK_SECRET = "whsec_test_0123456789"
+WEBHOOK_T = 1700000000
+WEBHOOK_BODY = b'{"id":"ex_1","status":"succeeded"}'
+WEBHOOK_HEX = "58cd265606efcc8d917df28b4b7a761d6a54f97c21bf1a87712e177333d22244"
+
+
+class WebhookTest(unittest.TestCase):
+    def test_known_answer(self):
+        mac = hmac.new(WEBHOOK_SECRET.encode(), b"%d.%s" % (WEBHOOK_T, WEBHOOK_BODY),
+                       hashlib.sha256).hexdigest()
+        self.assertEqual(mac, WEBHOOK_HEX)
+        header = kiln_sdk.sign_webhook(WEBHOOK_SECRET, WEBHOOK_BODY, WEBHOOK_T)
+        self.assertEqual(header, f"t={WEBHOOK_T},v1={WEBHOOK_HEX}")
+        # str and bytes secrets and bodies are the same thing.
+        self.assertEqual(kiln_sdk.sign_webhook(WEBHOOK_SECRET.encode(), WEBHOOK_BODY.decode(),
+                                               WEBHOOK_T), header)
+        record = kiln_sdk.verify_webhook(WEBHOOK_SECRET, WEBHOOK_BODY, header,
+                                         now=WEBHOOK_T + 299)
+        self.assertEqual(record, {"id": "ex_1", "status": "succeeded"})
+
+    def assert_rejected(self, pattern, *args, **kwargs):
+        with self.assertRaisesRegex(kiln_sdk.WebhookVerificationError, pattern):
+            kiln_sdk.verify_webhook(*args, **kwargs)
+
+    def test_accepts_fresh_and_rejects_what_does_not_match(self):
+        header = kiln_sdk.sign_webhook(WEBHOOK_SECRET, WEBHOOK_BODY)  # now
+        self.assertEqual(kiln_sdk.verify_webhook(WEBHOOK_SECRET, WEBHOOK_BODY, header)["id"],
+                         "ex_1")
+        self.assert_rejected("no v1 signature matches", WEBHOOK_SECRET,
+                             WEBHOOK_BODY.replace(b"succeeded", b"failed"), header)
+        # Parsed and dumped again: same data, other bytes, so no match.
+        self.assert_rejected("no v1 signature matches", WEBHOOK_SECRET,
+                             json.dumps(json.loads(WEBHOOK_BODY)), header)
+        self.assert_rejected("no v1 signature matches", "whsec_other", WEBHOOK_BODY, header)
+        err = kiln_sdk.WebhookVerificationError("x")
+        self.assertIsInstance(err, ValueError)
+        self.assertNotIsInstance(err, kiln_sdk.KilnError)
+
+    def test_timestamp_tolerance(self):
+        header = f"t={WEBHOOK_T},v1={WEBHOOK_HEX}"
+        args = (WEBHOOK_SECRET, WEBHOOK_BODY, header)
+        self.assert_rejected("301 s old", *args, now=WEBHOOK_T + 301)
+        self.assert_rejected("in the future", *args, now=WEBHOOK_T - 301)
+        self.assertEqual(kiln_sdk.verify_webhook(*args, now=WEBHOOK_T - 300)["id"], "ex_1")
+        self.assert_rejected("old", *args)  # 2023 by the real clock
+        self.assert_rejected("31 s old", *args, tolerance_s=30, now=WEBHOOK_T + 31)
+        self.assertEqual(kiln_sdk.verify_webhook(*args, tolerance_s=None)["id"], "ex_1")
+        for bad in (0, -5):
+            with self.assertRaises(ValueError):
+                kiln_sdk.verify_webhook(*args, tolerance_s=bad)
+        # A stale header re-signed with a fresh t is what a replay cannot do.
+        fresh = kiln_sdk.sign_webhook(WEBHOOK_SECRET, WEBHOOK_BODY)
+        self.assert_rejected("no v1 signature matches", WEBHOOK_SECRET, WEBHOOK_BODY,
+                             fresh.split(",")[0] + f",v1={WEBHOOK_HEX}")
+
+    def test_malformed_headers(self):
+        for header in ("v1=xyz", f"t={WEBHOOK_T},v1=xyz", f"v1={WEBHOOK_HEX}", "", None,
+                       f"t=soon,v1={WEBHOOK_HEX}", f"t=+{WEBHOOK_T},v1={WEBHOOK_HEX}",
+                       f"t={WEBHOOK_T},v1={WEBHOOK_HEX[:-1]}",
+                       f"t={WEBHOOK_T},t={WEBHOOK_T},v1={WEBHOOK_HEX}"):
+            with self.subTest(header=header):
+                self.assert_rejected("Kiln-Signature", WEBHOOK_SECRET, WEBHOOK_BODY, header,
+                                     now=WEBHOOK_T)
+
+    def test_rotation_unknown_parts_and_body_checks(self):
+        other = kiln_sdk.sign_webhook("whsec_old_secret", WEBHOOK_BODY, WEBHOOK_T).split(",")[1]
+        for header in (f"t={WEBHOOK_T},{other},v1={WEBHOOK_HEX}",    # the second matches
+                       f"v0=legacy, t={WEBHOOK_T}, v1={WEBHOOK_HEX.upper()}, x=1",
+                       f"t={WEBHOOK_T},v1=xyz,v1={WEBHOOK_HEX}".encode()):
+            with self.subTest(header=header):
+                self.assertEqual(kiln_sdk.verify_webhook(WEBHOOK_SECRET, WEBHOOK_BODY, header,
+                                                         now=WEBHOOK_T)["status"], "succeeded")
+        for body, pattern in ((b"not json", "not UTF-8 JSON"), (b"\xff{}", "not UTF-8 JSON"),
+                              (b"[1]", "not an object")):
+            with self.subTest(body=body):
+                header = kiln_sdk.sign_webhook(WEBHOOK_SECRET, body, WEBHOOK_T)
+                self.assert_rejected(pattern, WEBHOOK_SECRET, body, header, now=WEBHOOK_T)
+        with self.assertRaises(TypeError):  # the parsed record is not the signed bytes
+            kiln_sdk.verify_webhook(WEBHOOK_SECRET, {"id": "ex_1"}, f"t=1,v1={WEBHOOK_HEX}")
+        with self.assertRaises(ValueError):
+            kiln_sdk.verify_webhook("", WEBHOOK_BODY, f"t=1,v1={WEBHOOK_HEX}")
+
+    def test_round_trip_through_an_http_receiver(self):
+        received = []
+
+        # The receiver of EXAMPLES.md, "Verify a webhook".
+        class Receiver(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                try:
+                    record = kiln_sdk.verify_webhook(WEBHOOK_SECRET, body,
+                                                     self.headers.get("Kiln-Signature"))
+                except kiln_sdk.WebhookVerificationError as e:
+                    self.send_error(400, str(e))
+                    return
+                received.append((self.headers["Kiln-Webhook-Id"], record))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_address[1]}/hooks/kiln"
+        body = json.dumps({"id": "ex_rt", "status": "succeeded", "stdout": "h\u00e9\n"},
+                          ensure_ascii=False).encode()
+        try:
+            # What the broker does: POST the bytes, signed (no proxy for 127.0.0.1).
+            with httpx.Client(trust_env=False) as sender:
+                def deliver(signature):
+                    return sender.post(url, content=body, headers={
+                        "Content-Type": "application/json", "Kiln-Webhook-Id": "ex_rt",
+                        "Kiln-Webhook-Attempt": "1", "Kiln-Signature": signature})
+
+                self.assertEqual(deliver(kiln_sdk.sign_webhook(WEBHOOK_SECRET, body)).status_code,
+                                 204)
+                forged = deliver(kiln_sdk.sign_webhook("whsec_guess", body))
+                self.assertEqual(forged.status_code, 400)
+        finally:
+            server.shutdown()
+            server.server_close()
+        self.assertEqual(received, [("ex_rt", {"id": "ex_rt", "status": "succeeded",
+                                               "stdout": "h\u00e9\n"})])
+
+
 class ClusterTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.client = kiln_sdk.Client(URL, TOKEN)
+
+    @unittest.skipUnless(os.environ.get("KILN_WEBHOOK_SECRET"),
+                         "the cluster gives this tenant no webhooks (KILN_WEBHOOK_SECRET unset)")
+    def test_callback_url_delivers_the_signed_record(self):
+        secret = os.environ["KILN_WEBHOOK_SECRET"]
+        received = []
+
+        class Receiver(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                try:
+                    received.append(kiln_sdk.verify_webhook(secret, body,
+                                                            self.headers.get("Kiln-Signature")))
+                    self.send_response(200)
+                except kiln_sdk.WebhookVerificationError:
+                    self.send_response(400)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            url = f"http://127.0.0.1:{server.server_address[1]}/kiln"
+            ex = self.client.run("print('called back')", callback_url=url)
+            self.assertTrue(ex.ok, ex)
+            deadline = time.time() + 30
+            while not received and time.time() < deadline:
+                time.sleep(0.1)
+        finally:
+            server.shutdown()
+            server.server_close()
+        self.assertEqual(len(received), 1)
+        self.assertEqual(received[0]["id"], ex.id)
+        self.assertEqual(received[0]["stdout"], "called back\n")
 
     @classmethod
     def tearDownClass(cls):

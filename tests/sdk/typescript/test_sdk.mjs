@@ -1,15 +1,16 @@
 // End-to-end test of @kiln/sdk against a running cluster (KILN_URL,
 // KILN_TOKEN, KILN_ADMIN_TOKEN), plus what needs no cluster: the SSE parser
-// fed in pieces and the retry behaviour against a local stub server.
+// fed in pieces, the retry behaviour against a local stub server and the
+// webhook signatures (a local receiver).
 // Run by run.sh from a project where the package is installed.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
-import { randomUUID } from 'node:crypto';
+import { createHmac, randomUUID } from 'node:crypto';
 import {
   KilnClient, KilnError, SseParser, InvalidRequestError, UnauthorizedError, NotFoundError,
-  ForbiddenError, UnavailableError, Execution,
+  ForbiddenError, UnavailableError, Execution, verifyWebhook, signWebhook, WebhookVerificationError,
 } from '@kiln/sdk';
 
 const url = process.env.KILN_URL;
@@ -355,3 +356,153 @@ test('wait: a dropped event stream resumes after the last event seen', async () 
     stub.close();
   }
 });
+
+// The known answer, shared with tests/sdk/python/test_sdk.py: both SDKs must
+// sign these bytes the same way (computed with createHmac, Python's hmac.new
+// and `openssl dgst -sha256 -hmac`).
+const whSecret = 'whsec_test_0123456789';
+const whT = 1700000000;
+const whBody = '{"id":"ex_1","status":"succeeded"}';
+const whHex = '58cd265606efcc8d917df28b4b7a761d6a54f97c21bf1a87712e177333d22244';
+const whHeader = `t=${whT},v1=${whHex}`;
+const rejects = (pattern) => (e) => e instanceof WebhookVerificationError && pattern.test(e.message);
+
+test('webhooks: known answer', () => {
+  assert.equal(createHmac('sha256', whSecret).update(`${whT}.${whBody}`).digest('hex'), whHex);
+  assert.equal(signWebhook(whSecret, whBody, whT), whHeader);
+  // Strings and bytes, seconds and Dates are the same thing.
+  assert.equal(signWebhook(new TextEncoder().encode(whSecret), Buffer.from(whBody), new Date(whT * 1000 + 999)), whHeader);
+  const record = verifyWebhook(whSecret, new TextEncoder().encode(whBody), whHeader, { now: whT + 299 });
+  assert.deepEqual(record, { id: 'ex_1', status: 'succeeded' });
+  const err = new WebhookVerificationError('x');
+  assert.ok(err instanceof Error && !(err instanceof KilnError));
+  assert.equal(err.name, 'WebhookVerificationError');
+});
+
+test('webhooks: a fresh signature passes; a changed body or another secret does not', () => {
+  const header = signWebhook(whSecret, whBody); // now
+  assert.equal(verifyWebhook(whSecret, whBody, header).id, 'ex_1');
+  const noMatch = rejects(/no v1 signature matches/);
+  assert.throws(() => verifyWebhook(whSecret, whBody.replace('succeeded', 'failed'), header), noMatch);
+  // Parsed and stringified again: same data, other bytes, so no match.
+  assert.throws(() => verifyWebhook(whSecret, JSON.stringify(JSON.parse(whBody), null, 1), header), noMatch);
+  assert.throws(() => verifyWebhook('whsec_other', whBody, header), noMatch);
+  // A captured v1 with a fresh t: what a replay cannot do.
+  assert.throws(() => verifyWebhook(whSecret, whBody, `${header.split(',')[0]},v1=${whHex}`), noMatch);
+});
+
+test('webhooks: the timestamp must be within the tolerance, either way', () => {
+  assert.throws(() => verifyWebhook(whSecret, whBody, whHeader, { now: whT + 301 }), rejects(/301 s old/));
+  assert.throws(() => verifyWebhook(whSecret, whBody, whHeader, { now: whT - 301 }), rejects(/in the future/));
+  assert.equal(verifyWebhook(whSecret, whBody, whHeader, { now: whT - 300 }).id, 'ex_1');
+  assert.equal(verifyWebhook(whSecret, whBody, whHeader, { now: new Date(whT * 1000) }).id, 'ex_1');
+  assert.throws(() => verifyWebhook(whSecret, whBody, whHeader), rejects(/ s old/)); // 2023 by the real clock
+  assert.throws(() => verifyWebhook(whSecret, whBody, whHeader, { toleranceSec: 30, now: whT + 31 }), rejects(/31 s old/));
+  assert.equal(verifyWebhook(whSecret, whBody, whHeader, { toleranceSec: null }).id, 'ex_1');
+  for (const toleranceSec of [0, -5, '300']) {
+    assert.throws(() => verifyWebhook(whSecret, whBody, whHeader, { toleranceSec }), RangeError);
+  }
+});
+
+test('webhooks: malformed headers are refused', () => {
+  for (const header of ['v1=xyz', `t=${whT},v1=xyz`, `v1=${whHex}`, '', undefined,
+    `t=soon,v1=${whHex}`, `t=1e9,v1=${whHex}`, `t=${whT},v1=${whHex.slice(1)}`,
+    `t=${whT},t=${whT},v1=${whHex}`]) {
+    assert.throws(() => verifyWebhook(whSecret, whBody, header, { now: whT }), rejects(/Kiln-Signature/), String(header));
+  }
+});
+
+test('webhooks: secret rotation, unknown parts, bodies that are not a record', () => {
+  const other = signWebhook('whsec_old_secret', whBody, whT).split(',')[1];
+  for (const header of [
+    `t=${whT},${other},v1=${whHex}`, // only the second v1 matches
+    `v0=legacy, t=${whT}, v1=${whHex.toUpperCase()}, x=1`,
+    [`t=${whT},v1=xyz`, `v1=${whHex}`], // node:http's array for a repeated header
+  ]) {
+    assert.equal(verifyWebhook(whSecret, whBody, header, { now: whT }).status, 'succeeded', String(header));
+  }
+  for (const [body, pattern] of [
+    ['not json', /not UTF-8 JSON/], [Uint8Array.of(0xff, 0x7b, 0x7d), /not UTF-8 JSON/], ['[1]', /not an object/],
+  ]) {
+    assert.throws(() => verifyWebhook(whSecret, body, signWebhook(whSecret, body, whT), { now: whT }), rejects(pattern));
+  }
+  // The parsed record is not the signed bytes; an unset secret is a mistake.
+  assert.throws(() => verifyWebhook(whSecret, { id: 'ex_1' }, whHeader), TypeError);
+  assert.throws(() => verifyWebhook('', whBody, whHeader), RangeError);
+});
+
+test('webhooks: a node:http receiver verifies a signed POST', async () => {
+  const received = [];
+  // The receiver of EXAMPLES.md, "Verify a webhook".
+  const server = http.createServer((req, res) => {
+    const chunks = [];
+    req.on('data', (c) => chunks.push(c));
+    req.on('end', () => {
+      let record;
+      try {
+        record = verifyWebhook(whSecret, Buffer.concat(chunks), req.headers['kiln-signature']);
+      } catch (e) {
+        if (!(e instanceof WebhookVerificationError)) throw e;
+        res.writeHead(400, { 'Content-Type': 'text/plain' }).end(e.message);
+        return;
+      }
+      received.push([req.headers['kiln-webhook-id'], record]);
+      res.writeHead(204).end();
+    });
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const url = `http://127.0.0.1:${server.address().port}/hooks/kiln`;
+  const body = JSON.stringify({ id: 'ex_rt', status: 'succeeded', stdout: 'hé\n' });
+  // What the broker does: POST the bytes, signed.
+  const deliver = (signature) => fetch(url, {
+    method: 'POST',
+    body,
+    headers: {
+      'Content-Type': 'application/json', 'Kiln-Webhook-Id': 'ex_rt', 'Kiln-Webhook-Attempt': '1',
+      'Kiln-Signature': signature,
+    },
+  });
+  try {
+    assert.equal((await deliver(signWebhook(whSecret, body))).status, 204);
+    const forged = await deliver(signWebhook('whsec_guess', body));
+    assert.equal(forged.status, 400);
+    assert.match(await forged.text(), /no v1 signature matches/);
+  } finally {
+    server.closeAllConnections?.();
+    server.close();
+  }
+  assert.deepEqual(received, [['ex_rt', { id: 'ex_rt', status: 'succeeded', stdout: 'hé\n' }]]);
+});
+
+test('webhooks: a callbackUrl gets the signed record from the cluster',
+  { skip: !process.env.KILN_WEBHOOK_SECRET && 'the cluster gives this tenant no webhooks (KILN_WEBHOOK_SECRET unset)' },
+  async () => {
+    const secret = process.env.KILN_WEBHOOK_SECRET;
+    const received = [];
+    const server = http.createServer((req, res) => {
+      const chunks = [];
+      req.on('data', (c) => chunks.push(c));
+      req.on('end', () => {
+        try {
+          received.push(verifyWebhook(secret, Buffer.concat(chunks), req.headers['kiln-signature']));
+          res.writeHead(200).end();
+        } catch {
+          res.writeHead(400).end();
+        }
+      });
+    });
+    await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const ex = await kiln.run("print('called back')",
+        { callbackUrl: `http://127.0.0.1:${server.address().port}/kiln` });
+      assert.ok(ex.ok, JSON.stringify(ex.raw));
+      for (let i = 0; i < 300 && received.length === 0; i++) {
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      assert.equal(received.length, 1);
+      assert.equal(received[0].id, ex.id);
+      assert.equal(received[0].stdout, 'called back\n');
+    } finally {
+      server.close();
+    }
+  });

@@ -8,8 +8,10 @@
 #include <set>
 #include <string>
 
+#include "broker/store/list_scripts.hpp"
 #include "broker/store/output_scripts.hpp"
 #include "broker/store/schedule_scripts.hpp"
+#include "broker/store/webhook_scripts.hpp"
 
 namespace kiln::broker {
 namespace {
@@ -31,7 +33,8 @@ TEST(RedisKeys, ScriptsUseTheTableAndSpellNoKeyThemselves) {
       &scripts::Submit(),       &scripts::Finish(),        &scripts::Requeue(),
       &scripts::Approve(),      &scripts::Pump(),          &scripts::Tick(),
       &scripts::Claim(),        &scripts::LoseWorker(),    &scripts::Load(),
-      &scripts::ListSessions(), &scripts::DeleteSession(), &scripts::AppendOutput()};
+      &scripts::ListSessions(), &scripts::DeleteSession(), &scripts::AppendOutput(),
+      &scripts::ListJobs(),     &scripts::ClaimWebhooks()};
   std::set<std::string> names;
   for (const auto& [name, key] : keys::kLuaNames) names.insert(name);
   for (const RedisScript* s : all) {

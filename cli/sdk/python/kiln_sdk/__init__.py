@@ -5,6 +5,7 @@
         print(kiln.run("print(6 * 7)").stdout)  # "42\\n"
 
 `Client` is synchronous, `AsyncClient` (kiln_sdk.aio) the asyncio twin.
+`verify_webhook` checks the signature of a job's webhook (kiln_sdk.webhooks).
 """
 
 __version__ = "0.1.0"
@@ -17,6 +18,7 @@ from .errors import (ERRORS_BY_CODE, CodeExecutionDisabled, Forbidden, Internal,
                      SecurityBlocked, SessionBusyLimit, SessionLanguageMismatch, SessionLost,
                      SessionNotFound, Unauthorized, Unavailable)
 from .models import TERMINAL_STATUSES, Execution
+from .webhooks import WebhookVerificationError, sign_webhook, verify_webhook
 
 __all__ = [
     "AsyncClient", "AsyncSession", "Client", "Session", "Execution", "TERMINAL_STATUSES",
@@ -24,5 +26,5 @@ __all__ = [
     "Unauthorized", "Forbidden", "CodeExecutionDisabled", "NetworkNotAllowed", "NotFound",
     "SessionNotFound", "SessionLanguageMismatch", "SessionBusyLimit", "SessionLost",
     "PayloadTooLarge", "RateLimited", "QueueFull", "Internal", "Unavailable",
-    "RuntimeUnavailable",
+    "RuntimeUnavailable", "verify_webhook", "sign_webhook", "WebhookVerificationError",
 ]

@@ -42,13 +42,14 @@ def submit_body(code: str, language: str, *, wait: bool, session_id: Optional[st
                 env: Optional[Dict[str, str]] = None, stdin: Optional[str] = None,
                 packages: Optional[List[str]] = None, network: Any = None,
                 limits: Optional[Dict[str, int]] = None, timeout_ms: Optional[int] = None,
-                priority: Optional[int] = None) -> Dict[str, Any]:
+                priority: Optional[int] = None,
+                callback_url: Optional[str] = None) -> Dict[str, Any]:
     """The POST /v1/executions body; fields left None are not sent (the
     broker refuses nulls it does not expect and applies its own defaults)."""
     body: Dict[str, Any] = {"language": language, "code": code, "wait": wait}
     optional = {"session_id": session_id, "conversation_id": conversation_id, "input": input,
                 "collect": collect, "env": env, "stdin": stdin, "packages": packages,
-                "network": network, "priority": priority}
+                "network": network, "priority": priority, "callback_url": callback_url}
     body.update({k: v for k, v in optional.items() if v is not None})
     if files:
         body["files"] = encode_files(files)

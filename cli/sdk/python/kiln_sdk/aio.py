@@ -53,8 +53,8 @@ class AsyncClient:
                   env: Optional[Dict[str, str]] = None, stdin: Optional[str] = None,
                   packages: Optional[List[str]] = None, network: Any = None,
                   limits: Optional[Dict[str, int]] = None, timeout_ms: Optional[int] = None,
-                  priority: Optional[int] = None, on_stdout: TextCallback = None,
-                  on_stderr: TextCallback = None, on_event: EventCallback = None,
+                  priority: Optional[int] = None, callback_url: Optional[str] = None,
+                  on_stdout: TextCallback = None, on_stderr: TextCallback = None, on_event: EventCallback = None,
                   idempotency_key: Optional[str] = None) -> Execution:
         """Runs `code` to its end. A job that fails is an Execution with its
         status, not an exception. With a callback, output is streamed."""
@@ -63,7 +63,8 @@ class AsyncClient:
             code, language, wait=not streaming, session_id=session_id,
             conversation_id=conversation_id, input=input, files=files, collect=collect,
             env=env, stdin=stdin, packages=packages, network=network, limits=limits,
-            timeout_ms=timeout_ms, priority=priority)
+            timeout_ms=timeout_ms, priority=priority,
+            callback_url=callback_url)
         key = idempotency_key or _wire.new_key()
         read_s = _wire.wait_read_timeout(body, self._timeout) if not streaming else None
         answer = await self._submit(body, key, read_s)
@@ -79,12 +80,14 @@ class AsyncClient:
                      env: Optional[Dict[str, str]] = None, stdin: Optional[str] = None,
                      packages: Optional[List[str]] = None, network: Any = None,
                      limits: Optional[Dict[str, int]] = None, timeout_ms: Optional[int] = None,
-                     priority: Optional[int] = None, idempotency_key: Optional[str] = None) -> str:
+                     priority: Optional[int] = None, callback_url: Optional[str] = None,
+                     idempotency_key: Optional[str] = None) -> str:
         """Queues `code` and returns the execution id at once."""
         body = _wire.submit_body(
             code, language, wait=False, session_id=session_id, conversation_id=conversation_id,
             input=input, files=files, collect=collect, env=env, stdin=stdin, packages=packages,
-            network=network, limits=limits, timeout_ms=timeout_ms, priority=priority)
+            network=network, limits=limits, timeout_ms=timeout_ms, priority=priority,
+            callback_url=callback_url)
         answer = await self._submit(body, idempotency_key or _wire.new_key(), None)
         return answer["id"]
 

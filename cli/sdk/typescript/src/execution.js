@@ -105,6 +105,7 @@ export function submitBody(code, opts = {}) {
     stdin: opts.stdin,
     packages: opts.packages,
     network: opts.network,
+    callback_url: opts.callbackUrl,
     limits: Object.keys(limits).length > 0 ? limits : undefined,
   };
   for (const k of Object.keys(body)) if (body[k] === undefined) delete body[k];

@@ -62,6 +62,8 @@ std::string_view CodeName(Code code) {
       return "PAYLOAD_TOO_LARGE";
     case Code::kRequestTimeout:
       return "REQUEST_TIMEOUT";
+    case Code::kToolCallClosed:
+      return "TOOL_CALL_CLOSED";
     case Code::kNotFound:
       return "NOT_FOUND";
     case Code::kUnavailable:
@@ -88,6 +90,7 @@ int HttpStatusFor(Code code) {
       return 404;
     case Code::kSessionLanguageMismatch:
     case Code::kSessionBusyLimit:
+    case Code::kToolCallClosed:
       return 409;
     case Code::kSessionLost:
       return 410;

@@ -47,6 +47,7 @@ enum class Code {
   kMethodNotAllowed,  // the path exists, the method does not (405)
   kPayloadTooLarge,   // a request body or frame above the configured maximum (413)
   kRequestTimeout,    // a request that did not arrive within its deadline (408)
+  kToolCallClosed,    // a tool call answered, timed out, or whose execution ended (409)
   kNotFound,
   kUnavailable,
   kInternal,

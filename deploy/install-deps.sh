@@ -62,6 +62,25 @@ else
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# valijson (JSON Schema, tool declarations): header-only, but its Debian
+# package depends on every JSON library it has an adapter for (Qt 5, Poco,
+# jsoncpp ...: hundreds of MB). Kiln uses only its nlohmann adapter, so the
+# package's headers are unpacked into /usr/local/include instead.
+if [[ -e /usr/include/valijson/validator.hpp || -e /usr/local/include/valijson/validator.hpp ]]; then
+  echo "install-deps: valijson's headers are installed"
+else
+  echo "install-deps: unpacking valijson's headers (libvalijson-dev) into /usr/local/include"
+  stage=$(mktemp -d)
+  chmod 755 "$stage"  # apt's download runs as _apt when root
+  if ! (cd "$stage" && apt-get download -qq libvalijson-dev 2>/dev/null); then
+    $SUDO apt-get update -qq
+    (cd "$stage" && apt-get download -qq libvalijson-dev)
+  fi
+  dpkg-deb -x "$stage"/libvalijson-dev_*.deb "$stage/root"
+  $SUDO cp -r "$stage/root/usr/include/valijson" /usr/local/include/
+  rm -rf "$stage"
+fi
+
 # The javascript package set, into KILN_JS_PACKAGES (default
 # /usr/local/lib/kiln/javascript; the worker's packages.javascript names its
 # node_modules). No package's install script runs (--ignore-scripts): the set

@@ -98,6 +98,8 @@ WorkerLoop::WorkerLoop(const WorkerConfig& config, zmq::context_t* ctx, Executor
       {protocol::MessageType::kCloseSession, &WorkerLoop::OnCloseSession},
       {protocol::MessageType::kDisconnect, &WorkerLoop::OnDisconnect},
       {protocol::MessageType::kResultAck, &WorkerLoop::OnResultAck},
+      {protocol::MessageType::kToolResult, &WorkerLoop::OnToolResult},
+      {protocol::MessageType::kToolCall, &WorkerLoop::OnUnexpected},
       {protocol::MessageType::kRegister, &WorkerLoop::OnUnexpected},
       {protocol::MessageType::kOutputChunk, &WorkerLoop::OnUnexpected},
       {protocol::MessageType::kResult, &WorkerLoop::OnUnexpected},
@@ -240,6 +242,13 @@ void WorkerLoop::OnResultAck(BrokerLink&, protocol::Message& m) {
   outbox_.OnAck(std::get<protocol::ResultAck>(m).job_id);  // from any broker
 }
 
+void WorkerLoop::OnToolResult(BrokerLink&, protocol::Message& m) {
+  // From any broker: the answer reaches the broker the client asked, which
+  // need not be the job's. The job's ToolChannel ignores answers to calls
+  // that are not waiting.
+  executor_->DeliverToolResult(std::move(std::get<protocol::ToolResult>(m)));
+}
+
 void WorkerLoop::OnUnexpected(BrokerLink& link, protocol::Message& m) {
   static common::LogLimiter limit(kHostileLines, kLogWindow);
   kLog.Warn(limit, {}, "broker at {} sent a {} message, which only workers send", link.endpoint(),
@@ -252,8 +261,14 @@ void WorkerLoop::TakeEvents() {
       outbox_.PostChunk(std::move(e.broker), std::move(*chunk));
     } else if (auto* result = std::get_if<protocol::Result>(&e.message)) {
       outbox_.PostResult(std::move(e.broker), std::move(*result));
+    } else if (std::holds_alternative<protocol::ToolCall>(e.message)) {
+      // To the job's broker, else any: every broker can check a call (the
+      // job's tools are in Redis). None registered: the call times out.
+      std::vector<std::string> any = outbox_links_.RegisteredBrokers();
+      const bool own = outbox_links_.Registered(e.broker);
+      if (own || !any.empty()) outbox_links_.Send(own ? e.broker : any.front(), e.message);
     } else {
-      kLog.Error({}, "a job thread posted a {} message; only chunks and results are sent",
+      kLog.Error({}, "a job thread posted a {} message; only chunks, results and calls are sent",
                  protocol::TypeName(protocol::TypeOf(e.message)));
     }
   }

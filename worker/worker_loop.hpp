@@ -75,6 +75,7 @@ class WorkerLoop {
   void OnCloseSession(BrokerLink& link, common::protocol::Message& m);
   void OnDisconnect(BrokerLink& link, common::protocol::Message& m);
   void OnResultAck(BrokerLink& link, common::protocol::Message& m);
+  void OnToolResult(BrokerLink& link, common::protocol::Message& m);
   void OnUnexpected(BrokerLink& link, common::protocol::Message& m);
 
   // Moves what job threads posted into the Outbox.

@@ -102,6 +102,8 @@ void Describe(V& v, Ref<V, Execute> m) {
              kMaxDestinationBytes);
   v.Uint("network_max_bytes", m.network_max_bytes, Need::kOptional);
   v.Uint("network_max_connections", m.network_max_connections, Need::kOptional);
+  v.TextList("tools", m.tools, Need::kOptional, kMaxTools, kMaxToolNameBytes);
+  v.Uint("tool_timeout_ms", m.tool_timeout_ms, Need::kOptional);
 }
 
 template <typename V>
@@ -156,6 +158,24 @@ void Describe(V& v, Ref<V, ResultAck> m) {
 }
 
 template <typename V>
+void Describe(V& v, Ref<V, ToolCall> m) {
+  v.Id("job_id", m.job_id);
+  v.Uint("call", m.call, Need::kRequired);
+  v.Text("name", m.name, Need::kRequired, kMaxToolNameBytes);
+  v.Text("arguments_json", m.arguments_json, Need::kRequired, kMaxToolArgumentBytes);
+}
+
+template <typename V>
+void Describe(V& v, Ref<V, ToolResult> m) {
+  v.Id("job_id", m.job_id);
+  v.Uint("call", m.call, Need::kRequired);
+  v.Bool("ok", m.ok, Need::kOptional);
+  v.Text("result_json", m.result_json, Need::kOptional, kMaxToolResultBytes);
+  v.Text("error_type", m.error_type, Need::kOptional, kMaxIdBytes);
+  v.Text("error_message", m.error_message, Need::kOptional, kMaxToolErrorBytes);
+}
+
+template <typename V>
 void Describe(V& v, Ref<V, Disconnect> m) {
   v.Text("reason", m.reason, Need::kOptional, kMaxStringBytes);
 }
@@ -196,6 +216,10 @@ StatusOr<Message> DecodeFrame(const msgpack::object& frame) {
       return BodyAs<CloseSession>(body, MessageType::kCloseSession);
     case static_cast<uint64_t>(MessageType::kResultAck):
       return BodyAs<ResultAck>(body, MessageType::kResultAck);
+    case static_cast<uint64_t>(MessageType::kToolCall):
+      return BodyAs<ToolCall>(body, MessageType::kToolCall);
+    case static_cast<uint64_t>(MessageType::kToolResult):
+      return BodyAs<ToolResult>(body, MessageType::kToolResult);
     default:
       return InvalidRequest("unknown message type " + std::to_string(type.via.u64));
   }

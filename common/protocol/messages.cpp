@@ -29,6 +29,10 @@ template <>
 constexpr MessageType kTypeOf<CloseSession> = MessageType::kCloseSession;
 template <>
 constexpr MessageType kTypeOf<ResultAck> = MessageType::kResultAck;
+template <>
+constexpr MessageType kTypeOf<ToolCall> = MessageType::kToolCall;
+template <>
+constexpr MessageType kTypeOf<ToolResult> = MessageType::kToolResult;
 
 }  // namespace
 
@@ -64,6 +68,10 @@ const char* TypeName(MessageType t) {
       return "disconnect";
     case MessageType::kResultAck:
       return "result_ack";
+    case MessageType::kToolCall:
+      return "tool_call";
+    case MessageType::kToolResult:
+      return "tool_result";
   }
   return "unknown";
 }

@@ -61,6 +61,15 @@ inline constexpr size_t kMaxStdinBytes = 1u << 20;
 inline constexpr size_t kMaxRichOutputs = 16;
 inline constexpr size_t kMaxRichOutputBytes = 4u << 20;
 inline constexpr size_t kMaxMimeBytes = 127;
+// Tool callbacks (docs/api.md, "Tool callbacks"): declared tool names per
+// job, a call's arguments and an answer's result (compact JSON), an error's
+// text, the longest wait for an answer.
+inline constexpr size_t kMaxTools = 32;
+inline constexpr size_t kMaxToolNameBytes = 64;
+inline constexpr size_t kMaxToolArgumentBytes = 64u << 10;
+inline constexpr size_t kMaxToolResultBytes = 1u << 20;
+inline constexpr size_t kMaxToolErrorBytes = 4096;
+inline constexpr uint64_t kMaxToolTimeoutMs = 300'000;
 
 enum class MessageType : uint8_t {
   kRegister = 1,
@@ -73,6 +82,8 @@ enum class MessageType : uint8_t {
   kDisconnect = 8,
   kCloseSession = 9,
   kResultAck = 10,
+  kToolCall = 11,
+  kToolResult = 12,
 };
 
 struct Limits {
@@ -173,6 +184,11 @@ struct Execute {
   std::vector<std::string> network_allow;
   uint64_t network_max_bytes = 0;
   uint64_t network_max_connections = 0;
+  // Tool callbacks: the names of the tools the job declared (the broker
+  // keeps their schemas and checks every call) and how long one call waits
+  // for its answer. Empty: every call is refused.
+  std::vector<std::string> tools;
+  uint64_t tool_timeout_ms = 0;
   friend bool operator==(const Execute&, const Execute&) = default;
 };
 
@@ -285,8 +301,31 @@ struct ResultAck {
   friend bool operator==(const ResultAck&, const ResultAck&) = default;
 };
 
+// worker -> broker: the job's code called a tool. `call` numbers the job's
+// calls on this worker, from 1; the broker names the call to clients and
+// answers with the same number. Arguments: a JSON object, already through the
+// secrets filter, <= kMaxToolArgumentBytes.
+struct ToolCall {
+  std::string job_id;
+  uint64_t call = 0;
+  std::string name;
+  std::string arguments_json;
+  friend bool operator==(const ToolCall&, const ToolCall&) = default;
+};
+
+// broker -> worker: the answer to a ToolCall, or why there is none.
+struct ToolResult {
+  std::string job_id;
+  uint64_t call = 0;
+  bool ok = false;
+  std::string result_json;    // ok: any JSON value, <= kMaxToolResultBytes
+  std::string error_type;     // !ok: "ToolError" (the client's), "ToolRefused", "ToolUnavailable"
+  std::string error_message;  // !ok, <= kMaxToolErrorBytes
+  friend bool operator==(const ToolResult&, const ToolResult&) = default;
+};
+
 using Message = std::variant<Register, RegisterAck, Heartbeat, Execute, OutputChunk, Result, Cancel,
-                             Disconnect, CloseSession, ResultAck>;
+                             Disconnect, CloseSession, ResultAck, ToolCall, ToolResult>;
 
 MessageType TypeOf(const Message& m);
 const char* TypeName(MessageType t);

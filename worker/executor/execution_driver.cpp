@@ -44,6 +44,11 @@ common::Status ExecutionDriver::Setup() {
   if (!policy.ok()) return policy.status().WithContext("secrets");
   policy_ = *std::move(policy);
   pump_.emplace(job_, options_, policy_);
+  if (options_.tool_answers && options_.on_tool_call && sb_.tool.valid()) {
+    tools_.emplace(job_, *policy_, options_.on_tool_call);
+    tools_open_ = true;
+    options_.tool_answers->Take();  // answers to an earlier execution's calls
+  }
   return common::Status::Ok();
 }
 
@@ -58,13 +63,27 @@ common::Status ExecutionDriver::Run(std::string frame, int cancel_fd) {
     if (action == StopAction::kInterrupt) sb_.process->Interrupt();
     if (action == StopAction::kKill) sb_.process->Kill();
   };
-  enum class Source { kStdin, kStdout, kStderr, kControl, kExit, kCancel, kNetworkLimit };
-  std::array<pollfd, 7> fds;
-  std::array<Source, 7> sources;
+  enum class Source {
+    kStdin,
+    kStdout,
+    kStderr,
+    kControl,
+    kExit,
+    kCancel,
+    kNetworkLimit,
+    kTools,
+    kToolAnswers
+  };
+  std::array<pollfd, 9> fds;
+  std::array<Source, 9> sources;
   while (true) {
     auto now = common::SteadyClock::now();
     apply(machine_->Tick(now, pump_->flooded(), cpu_ms));
     if (machine_->state() == ExecState::kDone) break;
+    if (tools_) {
+      tools_->Tick(now);
+      if (tools_->wants_write()) tools_->Write(sb_.tool.get());
+    }
     size_t nfds = 0;
     auto add = [&](int fd, short events, Source source) {
       fds[nfds] = pollfd{fd, events, 0};
@@ -81,7 +100,18 @@ common::Status ExecutionDriver::Run(std::string frame, int cancel_fd) {
     if (options_.network_limit_fd >= 0 && !network_limit_seen_) {
       add(options_.network_limit_fd, POLLIN, Source::kNetworkLimit);
     }
+    // Calls are read only while the execution runs: a stopping one is
+    // being killed or interrupted, and its answers would find nobody.
+    if (tools_ && machine_->state() == ExecState::kRunning) {
+      const short events =
+          static_cast<short>((tools_open_ ? POLLIN : 0) | (tools_->wants_write() ? POLLOUT : 0));
+      if (events != 0) add(sb_.tool.get(), events, Source::kTools);
+      add(options_.tool_answers->fd(), POLLIN, Source::kToolAnswers);
+    }
     auto until = machine_->WakeBy(now);
+    if (tools_) {
+      if (auto next = tools_->NextDeadline()) until = std::min(until, *next);
+    }
     // Buffered output leaves within kChunkFlushInterval even if the execution goes quiet.
     if (auto flush = pump_->NextFlush()) until = std::min(until, *flush);
     int wait_ms = static_cast<int>(std::max<int64_t>(
@@ -122,6 +152,17 @@ common::Status ExecutionDriver::Run(std::string frame, int cancel_fd) {
         case Source::kNetworkLimit:
           network_limit_seen_ = true;
           apply(machine_->OnNetworkLimit(common::SteadyClock::now()));
+          break;
+        case Source::kTools:
+          if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) &&
+              !tools_->Read(fds[i].fd, common::SteadyClock::now())) {
+            tools_open_ = false;
+          }
+          if (tools_->wants_write()) tools_->Write(fds[i].fd);
+          break;
+        case Source::kToolAnswers:
+          for (auto& answer : options_.tool_answers->Take()) tools_->OnResult(answer);
+          tools_->Write(sb_.tool.get());
           break;
       }
     }
@@ -172,6 +213,10 @@ void ExecutionDriver::OnControl(int fd) {
 void ExecutionDriver::Drain() {
   // One-shot: the job ended when its pipes closed (or their grace ran out).
   if (spec_.machine.drain_grace) result_.duration_ms = common::MsSince(start_);
+  if (tools_) {
+    tools_->Close();
+    tools_->Write(sb_.tool.get());  // what the socket takes now; a session reads it when thawed
+  }
   if (spec_.close_stdin) sb_.stdin_w.Reset();
   auto drain = [&](Pipe pipe, int fd, protocol::Stream stream, std::string* dest) {
     bool open = machine_->open(pipe);

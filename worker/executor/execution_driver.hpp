@@ -7,7 +7,8 @@
 //   driver.machine().stop(); driver.control(); driver.result().stdout_data; ...
 //
 // Run applies the job's limits and files, hands the sandbox the frame, pumps
-// stdout/stderr through the job's OutputPump, reads the control pipe, and
+// stdout/stderr through the job's OutputPump, reads the control pipe, relays
+// the code's tool calls (ToolChannel, when options carry a mailbox), and
 // lets an ExecutionMachine decide when to interrupt, kill, drain and end
 // (execution_machine.hpp); the DriverSpec says what differs between one-shot
 // jobs and sessions. Blocks the calling job thread for the execution's
@@ -25,6 +26,7 @@
 #include "worker/executor/execution_machine.hpp"
 #include "worker/executor/job_runner.hpp"
 #include "worker/executor/output_pump.hpp"
+#include "worker/executor/tool_channel.hpp"
 #include "worker/executor/warm_pool.hpp"
 #include "worker/runtimes/runtime.hpp"
 
@@ -97,6 +99,8 @@ class ExecutionDriver {
   bool network_limit_seen_ = false;
   std::shared_ptr<const common::SecretsPolicy> policy_;
   std::optional<OutputPump> pump_;
+  std::optional<ToolChannel> tools_;
+  bool tools_open_ = false;  // the sandbox's end is still readable
   std::optional<ExecutionMachine> machine_;
   std::string control_;
   std::optional<common::StatusOr<runtimes::Runtime::Outcome>> frame_;

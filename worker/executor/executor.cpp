@@ -51,24 +51,29 @@ common::Status Executor::Start(protocol::Execute job, std::string broker) {
                           "this worker does not offer " + job.language);
   }
   int cancel_fd = -1;
+  std::shared_ptr<ToolMailbox> answers;
   {
     std::lock_guard lock(mu_);
     if (running_.size() >= slots_) return common::Unavailable("all slots are busy");
     if (running_.count(job.job_id) != 0) return common::Unavailable("job already running");
     common::UniqueFd fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
     if (!fd.valid()) return common::ErrnoStatus("eventfd", errno);
+    answers = std::make_shared<ToolMailbox>();
+    if (answers->fd() < 0) return common::ErrnoStatus("eventfd", errno);
     cancel_fd = fd.get();
-    running_.emplace(job.job_id, std::move(fd));
+    running_.emplace(job.job_id, RunningJob{std::move(fd), answers});
     ++threads_;
     if (metrics_) metrics_->SetRunning(running_.size());
   }
-  std::thread([this, job = std::move(job), broker = std::move(broker), cancel_fd]() mutable {
-    RunOne(std::move(job), std::move(broker), cancel_fd);
+  std::thread([this, job = std::move(job), broker = std::move(broker), cancel_fd,
+               answers = std::move(answers)]() mutable {
+    RunOne(std::move(job), std::move(broker), cancel_fd, answers.get());
   }).detach();
   return common::Status::Ok();
 }
 
-void Executor::RunOne(protocol::Execute job, std::string broker, int cancel_fd) {
+void Executor::RunOne(protocol::Execute job, std::string broker, int cancel_fd,
+                      ToolMailbox* tool_answers) {
   auto language = runtimes::ParseLanguage(job.language);
   // Frees the slot and posts the Result in one step: the broker may send the
   // next job as soon as it sees it, and a Register lists running jobs, then
@@ -88,6 +93,10 @@ void Executor::RunOne(protocol::Execute job, std::string broker, int cancel_fd) 
     events_->Post({broker, std::move(result)});
   };
   RunOptions opts = options_;
+  opts.tool_answers = tool_answers;
+  opts.on_tool_call = [this, &broker](protocol::ToolCall c) {
+    events_->Post({broker, std::move(c)});
+  };
   if (job.stream_output) {
     opts.on_chunk = [this, &broker](protocol::OutputChunk c) {
       events_->Post({broker, std::move(c)});
@@ -275,15 +284,21 @@ void Executor::Cancel(const std::string& job_id) {
   auto it = running_.find(job_id);
   if (it == running_.end()) return;
   uint64_t one = 1;
-  ssize_t n = ::write(it->second.get(), &one, sizeof(one));
+  ssize_t n = ::write(it->second.cancel.get(), &one, sizeof(one));
   (void)n;
+}
+
+void Executor::DeliverToolResult(protocol::ToolResult result) {
+  std::lock_guard lock(mu_);
+  auto it = running_.find(result.job_id);
+  if (it != running_.end()) it->second.tool_answers->Post(std::move(result));
 }
 
 void Executor::CancelAll() {
   std::lock_guard lock(mu_);
-  for (auto& [id, fd] : running_) {
+  for (auto& [id, job] : running_) {
     uint64_t one = 1;
-    ssize_t n = ::write(fd.get(), &one, sizeof(one));
+    ssize_t n = ::write(job.cancel.get(), &one, sizeof(one));
     (void)n;
   }
 }
@@ -297,7 +312,7 @@ std::vector<std::string> Executor::RunningJobs() const {
   std::lock_guard lock(mu_);
   std::vector<std::string> ids;
   ids.reserve(running_.size());
-  for (const auto& [id, fd] : running_) ids.push_back(id);
+  for (const auto& [id, job] : running_) ids.push_back(id);
   return ids;
 }
 

@@ -26,6 +26,7 @@
 #include "worker/executor/event_queue.hpp"
 #include "worker/executor/job_runner.hpp"
 #include "worker/executor/session_table.hpp"
+#include "worker/executor/tool_channel.hpp"
 #include "worker/executor/warm_pool.hpp"
 
 namespace kiln::worker {
@@ -49,6 +50,9 @@ class Executor {
   common::Status Start(common::protocol::Execute job, std::string broker);
   // Ends a running job with reason cancelled; unknown ids are ignored.
   void Cancel(const std::string& job_id);
+  // The broker's answer to a running job's tool call (ToolChannel); for a
+  // job not running here it is ignored.
+  void DeliverToolResult(common::protocol::ToolResult result);
   void CancelAll();
   // Sessions: a deleted session's sandbox goes; idle ones expire.
   void CloseSession(const std::string& session_id);
@@ -69,7 +73,8 @@ class Executor {
   bool WaitIdle(std::chrono::milliseconds timeout);
 
  private:
-  void RunOne(common::protocol::Execute job, std::string broker, int cancel_fd);
+  void RunOne(common::protocol::Execute job, std::string broker, int cancel_fd,
+              ToolMailbox* tool_answers);
   // Runs a session execution and hands its Result to `deliver`; then,
   // still holding the session, freezes it until its next execution.
   void RunSession(const common::protocol::Execute& job, const RunOptions& opts, int cancel_fd,
@@ -95,8 +100,12 @@ class Executor {
 
   mutable std::mutex mu_;
   std::condition_variable idle_;
-  std::map<std::string, common::UniqueFd> running_;  // job id -> cancel eventfd
-  uint32_t threads_ = 0;  // job threads alive, including sandbox teardown
+  struct RunningJob {
+    common::UniqueFd cancel;  // eventfd
+    std::shared_ptr<ToolMailbox> tool_answers;
+  };
+  std::map<std::string, RunningJob> running_;  // by job id
+  uint32_t threads_ = 0;                       // job threads alive, including sandbox teardown
 };
 
 // Network on request for one execution in `process`'s sandbox (a one-shot

@@ -22,6 +22,8 @@
 
 namespace kiln::worker {
 
+class ToolMailbox;
+
 struct RunOptions {
   std::string worker_id;
   uint64_t max_memory_mb = 4096;
@@ -38,6 +40,10 @@ struct RunOptions {
   // Network on request: the egress lease's limit fd (EgressLease), readable
   // once the execution broke a network cap: it is stopped (network_limit).
   int network_limit_fd = -1;
+  // Tool callbacks: where the broker's answers arrive, and how a call is
+  // sent; without them the sandbox's fd 6 is not read (its calls wait).
+  ToolMailbox* tool_answers = nullptr;
+  std::function<void(common::protocol::ToolCall)> on_tool_call;
 };
 
 common::protocol::Result RunJob(const common::protocol::Execute& job, WarmSandbox& sandbox,

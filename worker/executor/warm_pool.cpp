@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/socket.h>
 
 #include "common/log/logging.hpp"
 #include "worker/metrics/worker_metrics.hpp"
@@ -18,6 +19,15 @@ struct Pipe {
 common::StatusOr<Pipe> MakePipe() {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return common::ErrnoStatus("pipe2", errno);
+  return Pipe{common::UniqueFd(fds[0]), common::UniqueFd(fds[1])};
+}
+
+// The tool channel: a stream socket pair, the sandbox's end and the worker's.
+common::StatusOr<Pipe> MakeToolChannel() {
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+    return common::ErrnoStatus("socketpair", errno);
+  }
   return Pipe{common::UniqueFd(fds[0]), common::UniqueFd(fds[1])};
 }
 
@@ -71,6 +81,7 @@ common::StatusOr<WarmSandbox> WarmPool::Spawn(runtimes::Language language, bool 
   ASSIGN_OR_RETURN(Pipe out, MakePipe());
   ASSIGN_OR_RETURN(Pipe err, MakePipe());
   ASSIGN_OR_RETURN(Pipe ctl, MakePipe());
+  ASSIGN_OR_RETURN(Pipe tool, MakeToolChannel());  // .read: the sandbox's, .write: ours
   sandbox::SpawnSpec spec;
   spec.argv = std::move(launch.argv);
   spec.env = std::move(launch.env);
@@ -81,6 +92,7 @@ common::StatusOr<WarmSandbox> WarmPool::Spawn(runtimes::Language language, bool 
   spec.stdout_fd = std::move(out.write);
   spec.stderr_fd = std::move(err.write);
   spec.control_fd = std::move(ctl.write);
+  spec.tool_fd = std::move(tool.read);
   spec.freezable = session;  // frozen between executions (session_runner.cpp)
   auto start = common::SteadyClock::now();
   ASSIGN_OR_RETURN(auto process, sandbox_->Spawn(std::move(spec)));
@@ -91,7 +103,9 @@ common::StatusOr<WarmSandbox> WarmPool::Spawn(runtimes::Language language, bool 
   sb.stdout_r = std::move(out.read);
   sb.stderr_r = std::move(err.read);
   sb.control_r = std::move(ctl.read);
-  for (int fd : {sb.stdin_w.get(), sb.stdout_r.get(), sb.stderr_r.get(), sb.control_r.get()}) {
+  sb.tool = std::move(tool.write);
+  for (int fd : {sb.stdin_w.get(), sb.stdout_r.get(), sb.stderr_r.get(), sb.control_r.get(),
+                 sb.tool.get()}) {
     SetNonBlocking(fd);
   }
   sb.spawned_at = common::SteadyClock::now();

@@ -41,6 +41,8 @@ struct WarmSandbox {
   std::unique_ptr<sandbox::SandboxProcess> process;
   // Worker ends of the pipes, non-blocking and close-on-exec.
   common::UniqueFd stdin_w, stdout_r, stderr_r, control_r;
+  // The worker's end of the sandbox's tool channel (its fd 6), non-blocking.
+  common::UniqueFd tool;
   common::SteadyClock::time_point spawned_at;
   double spawn_ms = 0;  // how long Spawn took
 };

@@ -33,7 +33,8 @@
 // worker's into the sandbox): fd 5 is a connection to the worker's Unix
 // socket SOCKET; over it the worker sends the job's stdin, stdout, stderr
 // and control channel (SCM_RIGHTS, 3 or 4 descriptors), installed as fds
-// 0-3 before the program exists. (runsc's own stdio would do for 0-2, but
+// 0-3, and the tool channel (a 5th), installed as fd 6, before the program
+// exists. (runsc's own stdio would do for 0-2, but
 // gVisor holds those until the whole sandbox ends, so the worker would see
 // their EOF only then.) Then:
 //   - a SIGINT from outside the sandbox (the worker's interrupt reaches
@@ -82,11 +83,12 @@ void Report(char tag, int value) {
 }
 
 // The job's descriptors from the worker (one message on kStatusFd), as fds
-// 0-3; fd 3 stays closed when the worker sent only three.
+// 0-3 and 6 (the tool channel); fd 3 stays closed when the worker sent only
+// three, fd 6 when it sent fewer than five.
 bool ReceiveStdio() {
   char byte;
   iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))];
+  alignas(cmsghdr) char control[CMSG_SPACE(5 * sizeof(int))];
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
@@ -101,22 +103,23 @@ bool ReceiveStdio() {
     return false;
   }
   const int count = static_cast<int>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-  if (count < 3 || count > 4) return false;
-  int got[4];
+  if (count < 3 || count > 5) return false;
+  int got[5];
   memcpy(got, CMSG_DATA(c), count * sizeof(int));
-  // Above 3 first: a received descriptor may itself be 0-3.
+  // Above 6 first: a received descriptor may itself be one of the targets.
   for (int i = 0; i < count; ++i) {
     int moved = fcntl(got[i], F_DUPFD_CLOEXEC, 16);
     if (moved < 0) return false;
     close(got[i]);
     got[i] = moved;
   }
-  for (int i = 0; i < 4; ++i) {
+  constexpr int kTargets[5] = {0, 1, 2, 3, 6};
+  for (int i = 0; i < 5; ++i) {
     if (i < count) {
-      if (dup2(got[i], i) != i) return false;
+      if (dup2(got[i], kTargets[i]) != kTargets[i]) return false;
       close(got[i]);
     } else {
-      close(i);
+      close(kTargets[i]);
     }
   }
   return true;

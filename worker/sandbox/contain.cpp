@@ -37,9 +37,10 @@ int CloseInherited(ChildPlan& p, const char**) {
     if (n == kMaxKeptFds) return EMFILE;
     keep[n++] = p.cgroup_fds[i];
   }
-  if (n + 2 > kMaxKeptFds) return EMFILE;
+  if (n + 3 > kMaxKeptFds) return EMFILE;
   keep[n++] = p.notify_sock;
   keep[n++] = p.status_fd;
+  keep[n++] = p.tool_fd;
   return CloseAllFdsExcept(keep, n);
 }
 
@@ -79,7 +80,8 @@ int TimeNs(ChildPlan& p, const char**) { return p.time_ns ? EnterTimeNamespaceFr
 int Rlimits(ChildPlan& p, const char**) { return ApplyRlimits(p.rlimits); }
 
 // fds 0-3 from the plan, the listener socket (close-on-exec) as fd 4,
-// kiln-init's status pipe as fd 5 (kept across exec), and nothing else.
+// kiln-init's status pipe as fd 5 and the tool channel as fd 6 (both kept
+// across exec), and nothing else.
 int Descriptors(ChildPlan& p, const char** detail) {
   int tmp[4];
   for (int i = 0; i < 4; ++i) {
@@ -88,7 +90,11 @@ int Descriptors(ChildPlan& p, const char** detail) {
     tmp[i] = ::fcntl(p.fds[i], F_DUPFD_CLOEXEC, 16);
     if (tmp[i] < 0) return errno;
   }
-  int notify = -1, status = -1;
+  int notify = -1, status = -1, tool = -1;
+  if (p.tool_fd >= 0) {
+    tool = ::fcntl(p.tool_fd, F_DUPFD_CLOEXEC, 16);
+    if (tool < 0) return errno;
+  }
   if (p.notify_sock >= 0) {
     notify = ::fcntl(p.notify_sock, F_DUPFD_CLOEXEC, 16);
     if (notify < 0) return errno;
@@ -134,7 +140,14 @@ int Descriptors(ChildPlan& p, const char** detail) {
   } else {
     ::close(5);
   }
-  return ::syscall(SYS_close_range, 6, ~0u, 0) == 0 ? 0 : errno;
+  if (tool >= 0) {
+    *detail = "tool channel";
+    if (::dup2(tool, 6) < 0) return errno;  // no O_CLOEXEC: the program's, and its children's
+    p.tool_fd = 6;
+  } else {
+    ::close(6);
+  }
+  return ::syscall(SYS_close_range, 7, ~0u, 0) == 0 ? 0 : errno;
 }
 
 int Credentials(ChildPlan& p, const char**) { return DropToUser(p.uid, p.gid); }

@@ -47,6 +47,7 @@ struct ChildPlan {
   const char* hostname = "kiln";
   RlimitSet rlimits{};
   int fds[4] = {-1, -1, -1, -1};  // become 0, 1, 2, 3; -1: /dev/null (0-2) or closed (3)
+  int tool_fd = -1;               // becomes fd 6 (kept across exec); -1: closed
   uid_t uid = 0;
   gid_t gid = 0;
   int landlock_abi = 0;

@@ -215,6 +215,8 @@ class GvisorProcess final : public SandboxProcess {
     for (int fd : fds) {
       if (::fchmod(fd, 0666) != 0) return common::ErrnoStatus("fchmod the job's pipes", errno);
     }
+    // kiln-init installs a fifth as fd 6, after the control channel.
+    if (spec.control_fd.valid() && spec.tool_fd.valid()) fds.push_back(spec.tool_fd.get());
     RETURN_IF_ERROR(SendWithFds(conn.get(), "F", fds)
                         .WithContext("passing the job's descriptors into the gVisor sandbox"));
     status_ = std::move(conn);

@@ -98,6 +98,7 @@ Status LinuxSandboxProcess::Start(SpawnSpec& spec) {
   plan.fds[1] = spec.stdout_fd.get();
   plan.fds[2] = spec.stderr_fd.get();
   plan.fds[3] = spec.control_fd.get();
+  plan.tool_fd = spec.tool_fd.get();
   plan.uid = uid_;
   plan.gid = uid_;
   plan.landlock_abi = shared_->landlock_abi;

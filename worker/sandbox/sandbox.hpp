@@ -102,6 +102,9 @@ struct SpawnSpec {
   // Child ends installed as fds 0, 1, 2 and 3 (control channel); all other
   // descriptors are closed. control_fd may be invalid (then fd 3 is closed).
   common::UniqueFd stdin_fd, stdout_fd, stderr_fd, control_fd;
+  // The tool channel (docs/api.md, "Tool callbacks"): installed as fd 6,
+  // inherited by everything the program starts; invalid: fd 6 is closed.
+  common::UniqueFd tool_fd;
   // The sandbox will be frozen between uses (a session): on cgroup v1 it
   // also joins the freezer hierarchy.
   bool freezable = false;

@@ -20,7 +20,8 @@ constexpr uint32_t kJoinCgroups = 1 << 0, kCgroupNs = 1 << 1, kFilesystem = 1 <<
                    kNetNs = 1 << 4, kTimeNs = 1 << 5, kLandlock = 1 << 6, kSeccomp = 1 << 7,
                    kLoopback = 1 << 8;
 // Which of the fixed descriptors are present: bits 0-3 fds[0..3], then these.
-constexpr uint32_t kNotifyBit = 1 << 4, kStatusBit = 1 << 5;
+constexpr uint32_t kNotifyBit = 1 << 4, kStatusBit = 1 << 5, kToolBit = 1 << 6;
+constexpr uint32_t kPresentBits = 7;
 
 class Writer {
  public:
@@ -92,6 +93,7 @@ std::vector<int> ZygoteFds(const ChildPlan& plan) {
   }
   if (plan.notify_sock >= 0) fds.push_back(plan.notify_sock);
   if (plan.status_fd >= 0) fds.push_back(plan.status_fd);
+  if (plan.tool_fd >= 0) fds.push_back(plan.tool_fd);
   for (int i = 0; i < plan.cgroup_fd_count; ++i) fds.push_back(plan.cgroup_fds[i]);
   return fds;
 }
@@ -153,6 +155,7 @@ std::string EncodeZygotePlan(const ChildPlan& p, unsigned long clone_flags,
   }
   if (p.notify_sock >= 0) present |= kNotifyBit;
   if (p.status_fd >= 0) present |= kStatusBit;
+  if (p.tool_fd >= 0) present |= kToolBit;
   w.Put<uint32_t>(present);
   w.Put<uint32_t>(static_cast<uint32_t>(p.cgroup_fd_count));
   return std::move(w.out());
@@ -247,12 +250,15 @@ std::unique_ptr<DecodedZygotePlan> DecodeZygotePlan(const char* data, size_t siz
   }
   if (!r.done()) return bad("trailing bytes");
   int expected = static_cast<int>(cgroup_count);
-  for (uint32_t b = 0; b < 6; ++b) expected += (present >> b) & 1;
-  if (present >> 6 != 0 || fd_count != expected) return bad("descriptors do not match the plan");
+  for (uint32_t b = 0; b < kPresentBits; ++b) expected += (present >> b) & 1;
+  if (present >> kPresentBits != 0 || fd_count != expected) {
+    return bad("descriptors do not match the plan");
+  }
   int at = 0;
   for (int i = 0; i < 4; ++i) p.fds[i] = (present & (1u << i)) ? fds[at++] : -1;
   p.notify_sock = (present & kNotifyBit) ? fds[at++] : -1;
   p.status_fd = (present & kStatusBit) ? fds[at++] : -1;
+  p.tool_fd = (present & kToolBit) ? fds[at++] : -1;
   d->cgroup_fds.assign(fds + at, fds + at + cgroup_count);
   p.cgroup_fds = d->cgroup_fds.data();
   p.cgroup_fd_count = static_cast<int>(cgroup_count);

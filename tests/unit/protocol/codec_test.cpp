@@ -260,8 +260,8 @@ std::string Join(const std::vector<std::string>& path) {
 TEST(MessagesTest, TypeOfAndNames) {
   const std::vector<Message> full = FullMessages();
   const std::vector<std::string> names = {
-      "register", "register_ack", "heartbeat",  "execute",       "output_chunk",
-      "result",   "cancel",       "disconnect", "close_session", "result_ack"};
+      "register", "register_ack", "heartbeat",     "execute",    "output_chunk", "result",
+      "cancel",   "disconnect",   "close_session", "result_ack", "tool_call",    "tool_result"};
   ASSERT_EQ(full.size(), names.size());
   for (size_t i = 0; i < full.size(); ++i) {
     EXPECT_EQ(static_cast<size_t>(TypeOf(full[i])), i + 1);
@@ -293,7 +293,7 @@ TEST(CodecRoundTripTest, EveryTypeWithEveryField) {
     ASSERT_TRUE(IsOk(back));
     EXPECT_EQ(*back, m);
   }
-  EXPECT_EQ(seen.size(), 10u);
+  EXPECT_EQ(seen.size(), 12u);
 }
 
 TEST(CodecRoundTripTest, EveryTypeWithOnlyRequiredFields) {
@@ -305,7 +305,7 @@ TEST(CodecRoundTripTest, EveryTypeWithOnlyRequiredFields) {
     ASSERT_TRUE(IsOk(back));
     EXPECT_EQ(*back, m);
   }
-  EXPECT_EQ(seen.size(), 10u);
+  EXPECT_EQ(seen.size(), 12u);
 }
 
 TEST(CodecRoundTripTest, ExtremeNumbers) {
@@ -533,7 +533,7 @@ TEST(CodecEnvelopeTest, WrongVersion) {
 }
 
 TEST(CodecEnvelopeTest, UnknownType) {
-  for (uint64_t t : {0ull, 11ull, 255ull, 1ull << 40}) {
+  for (uint64_t t : {0ull, 13ull, 255ull, 1ull << 40}) {
     Value frame = FrameOf(Full(MessageType::kCancel));
     frame.items[1] = U(t);
     EXPECT_TRUE(IsInvalid(DecodeValue(frame), "unknown message type " + std::to_string(t)));
@@ -966,6 +966,17 @@ TEST(CodecLimitsTest, EveryFieldSizeLimit) {
        "execute.network_allow[1]"},
       {MessageType::kResult, {"network_json"}, kMaxNetworkUsageBytes, "result.network_json"},
       {MessageType::kResult, {"outputs", "0", "mime"}, kMaxMimeBytes, "result.outputs[0].mime"},
+      {MessageType::kExecute, {"tools", "1"}, kMaxToolNameBytes, "execute.tools[1]"},
+      {MessageType::kToolCall, {"name"}, kMaxToolNameBytes, "tool_call.name"},
+      {MessageType::kToolCall,
+       {"arguments_json"},
+       kMaxToolArgumentBytes,
+       "tool_call.arguments_json"},
+      {MessageType::kToolResult, {"result_json"}, kMaxToolResultBytes, "tool_result.result_json"},
+      {MessageType::kToolResult,
+       {"error_message"},
+       kMaxToolErrorBytes,
+       "tool_result.error_message"},
   };
   for (const SizeCase& c : cases) {
     SCOPED_TRACE(c.name);

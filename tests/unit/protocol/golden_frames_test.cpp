@@ -74,25 +74,25 @@ TEST(GoldenFramesTest, WorkerFrames) {
                          .env = {{"B", "2"}, {"A", "1"}},
                          .collect = {"x"},
                          .limits = samples::FullLimits()})),
-      "930204de0014a66a6f625f6964a16aa674656e616e74a174a86c616e6775616765a6707974686f6ea4636f6465c4"
+      "930204de0016a66a6f625f6964a16aa674656e616e74a174a86c616e6775616765a6707974686f6ea4636f6465c4"
       "0131aa73657373696f6e5f6964a0ad73657373696f6e5f65706f636800ae73657373696f6e5f74746c5f6d7300aa"
       "696e7075745f6a736f6ea0a3656e7682a141a131a142a132a566696c657390a7636f6c6c65637491a178a66c696d"
       "69747385aa74696d656f75745f6d73cd7530a96d656d6f72795f6d62cd0100a66370755f6d73cd4e20b06d61785f"
       "6f75747075745f6279746573ce00100000a86d61785f7069647340ad73747265616d5f6f7574707574c2a7736563"
       "7265747390a969736f6c6174696f6ea0aa737464696e5f64617461c400a87061636b6167657390ad6e6574776f72"
       "6b5f616c6c6f7790b16e6574776f726b5f6d61785f627974657300b76e6574776f726b5f6d61785f636f6e6e6563"
-      "74696f6e7300");
+      "74696f6e7300a5746f6f6c7390af746f6f6c5f74696d656f75745f6d7300");
 }
 
 // Every field of every worker message, and the minimal forms.
 TEST(GoldenFramesTest, WorkerSampleDigests) {
   Sha256 full;
   for (const Message& m : samples::FullMessages()) full.Update(Encode(m));
-  EXPECT_EQ(full.FinishHex(), "81a63cddf85e2d1ecea85d2f7d0d6472cd8fb2ed7717f680a1194e6ce76feac7");
+  EXPECT_EQ(full.FinishHex(), "e10b3f0d049bb5117b853c5a47d5150dab17fe01cc9a1d34cdf18f1b58f18577");
   Sha256 minimal;
   for (const Message& m : samples::MinimalMessages()) minimal.Update(Encode(m));
   EXPECT_EQ(minimal.FinishHex(),
-            "035d9ef31d03a49399455900619a98c1abd58ecfa711be0bec9d3485a13e0eb4");
+            "fcccaa6e2873e1784413bc37dfce0efb10c820ef19e5523d5574189177f4b716");
 }
 
 TEST(GoldenFramesTest, ClientFrames) {

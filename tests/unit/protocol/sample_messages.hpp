@@ -66,7 +66,9 @@ inline std::vector<Message> FullMessages() {
               .packages = {"tabulate==0.9.0", "@types/node@20.1.0"},
               .network_allow = {"api.github.com:443", "*.wikipedia.org:*"},
               .network_max_bytes = 1ull << 26,
-              .network_max_connections = 64},
+              .network_max_connections = 64,
+              .tools = {"search", "fetch_page"},
+              .tool_timeout_ms = 30000},
       OutputChunk{.job_id = "ex_0123456789",
                   .stream = Stream::kStderr,
                   .seq = 1ull << 40,
@@ -101,6 +103,16 @@ inline std::vector<Message> FullMessages() {
       Disconnect{.reason = "shutting down"},
       CloseSession{.session_id = "ses_42"},
       ResultAck{.job_id = "ex_0123456789"},
+      ToolCall{.job_id = "ex_0123456789",
+               .call = 3,
+               .name = "search",
+               .arguments_json = R"({"q":"kiln"})"},
+      ToolResult{.job_id = "ex_0123456789",
+                 .call = 3,
+                 .ok = false,
+                 .result_json = "[1,2]",
+                 .error_type = "ToolError",
+                 .error_message = "not found"},
   };
 }
 
@@ -118,6 +130,8 @@ inline std::vector<Message> MinimalMessages() {
       Disconnect{},
       CloseSession{.session_id = "s"},
       ResultAck{.job_id = "j"},
+      ToolCall{.job_id = "j"},
+      ToolResult{.job_id = "j"},
   };
 }
 

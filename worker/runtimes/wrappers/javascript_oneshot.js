@@ -4,6 +4,10 @@
 //       ("stdin", when given, becomes fd 0 for the code: a file in /tmp, unlinked once open)
 // fd 3: control pipe; at exit it gets one JSON object
 //       {"exit_code": n, "result": <json>?, "error": {"type","message","traceback"}?}
+// fd 6: the tool channel, when the execution has one: a unix stream socket to
+//       the worker for the global `kiln`'s calls (javascript_tools.js). Node
+//       marks every fd it inherits close-on-exec: a child gets fd 6 only
+//       through spawn's stdio (index 6).
 (() => {
   'use strict';
   // Keep our own references: input keys and user code may overwrite globals.
@@ -43,6 +47,7 @@
   };
 
   // kiln-include: javascript_packages.js
+  // kiln-include: javascript_tools.js
 
   // Reopen the control pipe close-on-exec so child processes never inherit it.
   let ctl = 3;
@@ -140,6 +145,7 @@
   usePackages();
   for (const k of Object.keys(job.env)) proc.env[k] = job.env[k];
   useProxy();
+  globalThis.kiln = kiln;  // an input named kiln replaces it
   for (const k of Object.keys(job.input)) globalThis[k] = job.input[k];
   if (typeof job.stdin === 'string' && job.stdin.length > 0) {
     try {

@@ -8,6 +8,10 @@
 //       once open; /dev/null again after the execution)
 // fd 3: one control frame per execution, written once its output is written:
 //       <N> "\n" <N bytes of {"exit_code": n, "result": <json>?, "error": {...}?}>
+// fd 6: the tool channel, when the session has one: a unix stream socket to
+//       the worker for the global `kiln`'s calls (javascript_tools.js). Node
+//       marks every fd it inherits close-on-exec: a child gets fd 6 only
+//       through spawn's stdio (index 6).
 (() => {
   'use strict';
   // Keep our own references: input keys and user code may overwrite globals.
@@ -15,6 +19,9 @@
   // kiln-include: javascript_packages.js
   const proc = process, realExit = process.exit.bind(process), Buf = Buffer;
   const stdout = proc.stdout, stderr = proc.stderr;
+  // kiln-include: javascript_tools.js
+  // Bound once: the code (or an input named kiln) may rebind it.
+  globalThis.kiln = kiln;
   const readResult = () => {
     try {  // sees `globalThis.result` and a top-level `let/const result` alike
       return vm.runInThisContext('typeof result === "undefined" ? undefined : result');

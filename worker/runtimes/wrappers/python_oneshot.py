@@ -7,7 +7,13 @@
 # fd 3: control pipe; at exit it gets one JSON object
 #       {"exit_code": n, "result": <json>?, "error": {"type","message","traceback"}?,
 #        "outputs": [{"mime", "text" | "base64"}]?, "outputs_truncated": true?}
+# fd 6: the tool channel, when the execution has one: a unix stream socket to
+#       the worker for the `kiln` module's calls (python_tools.py); left
+#       inheritable, unlike fd 3: os.system() and the like pass it on,
+#       subprocess only with pass_fds=(6,).
 import atexit, binascii, builtins, io, json, os, sys, linecache, traceback
+
+# kiln-include: python_tools.py
 
 _KILN_MAX_OUTPUTS, _KILN_MAX_OUTPUT_BYTES = 16, 4 << 20  # protocol::kMaxRichOutputs, ...Bytes
 
@@ -120,6 +126,9 @@ def _kiln_set_stdin(text):
 # A process's first compile() sets the compiler up (~1 ms, most of a trivial
 # job's time): do it now, while the sandbox (or the zygote) is warm.
 compile("", "<warm>", "exec")
+# `import kiln` and the global `kiln`: built now, shared by the zygote's
+# children (each starts with fresh calls: the module resets after a fork).
+_kiln_tools = sys.modules["kiln"] = _kiln_tools_module()
 
 
 def _kiln_main():
@@ -159,6 +168,7 @@ def _kiln_main():
     sys.modules["__main__"] = main
     sys.path.insert(0, os.getcwd())
     glb = main.__dict__
+    glb["kiln"] = _kiln_tools  # an input named kiln replaces it
     glb.update(job["input"])
     text = code.decode("utf-8", "replace")
     linecache.cache["<code>"] = (len(text), None, text.splitlines(True), "<code>")

@@ -8,8 +8,14 @@
 # fd 3: one control frame per execution, written once its output is flushed:
 #       <N> "\n" <N bytes of {"exit_code": n, "result": <json>?, "error": {...}?,
 #                              "outputs": [{"mime", "text" | "base64"}]?, "outputs_truncated": true?}>
+# fd 6: the tool channel, when the session has one: a unix stream socket to
+#       the worker for the `kiln` module's calls (python_tools.py); left
+#       inheritable, unlike fds 0 and 3: os.system() and the like pass it on,
+#       subprocess only with pass_fds=(6,).
 # A final expression statement is echoed as a notebook does (docs/runtimes.md).
 import ast, binascii, builtins, fcntl, importlib, io, json, linecache, os, signal, sys, traceback
+
+# kiln-include: python_tools.py
 
 _KILN_MAX_OUTPUTS, _KILN_MAX_OUTPUT_BYTES = 16, 4 << 20  # protocol::kMaxRichOutputs, ...Bytes
 _KILN_MAX_ECHO_RESULT = 1 << 20  # an echoed value bigger than this as JSON is no `result`
@@ -176,6 +182,9 @@ def _kiln_session():
     sys.modules["__main__"] = main
     sys.path.insert(0, os.getcwd())
     glb = main.__dict__
+    # Bound once: the code (or an input named kiln) may rebind the name;
+    # `import kiln` still gives the module.
+    sys.modules["kiln"] = glb["kiln"] = _kiln_tools_module()
 
     # SIGINT (the worker's timeout, sent to the whole process group) raises
     # KeyboardInterrupt only while an execution runs, and only once: when the

@@ -8,6 +8,11 @@
 #       /tmp, removed once open).
 # fd 3: control pipe; at the end it gets "<exit status>\n", then "r<bytes of $result>"
 #       when `result` is set. `exit` in the user's code ends the shell: no frame.
+# fd 6: the tool channel, when the execution has one: a unix stream socket to
+#       the worker for `kiln-tool` (shell_tools.sh, defined below and exported;
+#       it counts its calls in __kiln_tool_calls); left open for the code and
+#       its children, unlike fd 3.
+# kiln-include: shell_tools.sh
 # Read everything in one go: `$(<file)` reads in blocks, `read -d ''` byte by byte.
 if [[ -e /dev/stdin ]]; then __kiln=$(</dev/stdin); else IFS= read -r -d '' __kiln; fi
 # stdin closed without a job: the warm sandbox is being retired.

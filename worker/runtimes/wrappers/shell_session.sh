@@ -8,6 +8,10 @@
 #       the execution's stdin: a file in /tmp, removed once open, on the code's
 #       fd 0 (/dev/null again afterwards).
 # fd 3: one control frame per execution:  <N> "\n" <N bytes of "<status>\n" ["r" <$result>]>
+# fd 6: the tool channel, when the session has one: a unix stream socket to
+#       the worker for `kiln-tool` (shell_tools.sh, defined here once and
+#       exported; the code may redefine it); left open for the code and its
+#       children, unlike fds 0 and 3.
 # The driver's names start with __kiln; it owns the INT trap.
 #
 # SIGINT (the worker's timeout, sent to the whole process group) is ignored
@@ -15,6 +19,7 @@
 # outermost loop, i.e. this driver's: the rest of the code is abandoned (a
 # foreground child got the SIGINT too) and the top of the loop reports 130.
 trap '' INT
+# kiln-include: shell_tools.sh
 # Frames and the control pipe move to fds of their own (numbers in
 # __kiln_in/__kiln_ctl), closed around the user's code, whose stdin is
 # /dev/null and which has no fd 3.

@@ -22,8 +22,10 @@
 #include "broker/store/redis_probe.hpp"
 #include "broker/store/schedule_store.hpp"
 #include "broker/store/session_store.hpp"
+#include "broker/store/tool_store.hpp"
 #include "broker/stream/output_follower.hpp"
 #include "broker/stream/unread_budget.hpp"
+#include "broker/tools/tool_relay.hpp"
 #include "broker/webhook/webhook_sender.hpp"
 #include "common/allocator_tuning.hpp"
 #include "common/curve/curve_keys.hpp"
@@ -106,6 +108,7 @@ int main(int argc, char** argv) {
   broker::ScheduleStore schedule(pool->get(), settings);
   broker::SessionStore sessions(pool->get(), settings.session_ttl_ms);
   broker::DispatcherStores stores{&store, &schedule, &sessions};
+  broker::ToolStore tool_calls(pool->get(), cfg->job_ttl_s);
 
   auto policy = broker::PolicyEngine::Create(cfg->policy);
   if (!policy.ok()) return Fail(policy.status().WithContext(config_file));
@@ -150,14 +153,19 @@ int main(int argc, char** argv) {
   }
   metrics.SetLimits(sc.global_slots, tenant_limits);
   dopts.metrics = &metrics;
-  broker::AuditWriter audit_writer(&audit, &store, &metrics);
+  broker::AuditWriter audit_writer(&audit, &store, &metrics, {}, &tool_calls);
   broker::WebhookStore webhook_outbox(pool->get());
   broker::WebhookSender webhook_sender(*cfg, &webhook_outbox, &store, &metrics);
   dopts.audit = &audit_writer;
+  broker::ToolRelay tool_relay(&store, &tool_calls, &metrics);
+  dopts.on_tool_call = [&tool_relay](const std::string& worker, common::protocol::ToolCall c) {
+    tool_relay.Post(worker, std::move(c));
+  };
   // Every socket is bound before Redis is asked anything: a port in use stops
   // the broker at once, not after Redis has loaded.
   auto dispatcher = broker::Dispatcher::Create(dopts, &zmq_ctx, stores, &waiters);
   if (!dispatcher.ok()) return Fail(dispatcher.status());
+  tool_relay.Attach(dispatcher->get());
   // One set of submit rate buckets for both front ends: the rate is per broker.
   broker::SubmitRateLimiter submit_rates(*cfg);
   const broker::Governance governance{&*policy, &audit, &audit_writer, &submit_rates};
@@ -166,8 +174,8 @@ int main(int argc, char** argv) {
   broker::UnreadBudget unread;  // outlives both front ends and the follower's readers
   broker::ExecutionService service(*cfg, stores, dispatcher->get(), &waiters, &unread, &metrics,
                                    governance);
-  broker::HttpApiDeps http_deps{&service, dispatcher->get(), &waiters, &follower, &unread,
-                                &probe,   &metrics};
+  broker::HttpApiDeps http_deps{&service, dispatcher->get(), &waiters,   &follower, &unread,
+                                &probe,   &metrics,          &tool_relay};
   auto api = broker::HttpApi::Create(*cfg, http_deps);
   if (!api.ok()) return Fail(api.status());
   std::unique_ptr<broker::NativeApi> native;  // the native client protocol, unless off
@@ -215,6 +223,7 @@ int main(int argc, char** argv) {
   std::jthread events([&](std::stop_token st) { bus.Run(st); });
   std::jthread auditing([&](std::stop_token st) { audit_writer.Run(st); });
   std::jthread webhooks([&](std::stop_token st) { webhook_sender.Run(st); });
+  std::jthread tools([&](std::stop_token st) { tool_relay.Run(st); });
   std::jthread following([&](std::stop_token st) { follower.Run(st); });
 
   sigwait(&stop_signals, &sig);

@@ -1,5 +1,7 @@
 #include "broker/api/event_stream.hpp"
 
+#include "common/json/bounded_json.hpp"
+
 namespace kiln::broker {
 
 using nlohmann::json;
@@ -66,9 +68,26 @@ void EventStream::Send(std::string text) {
   exchange_->Send(std::move(text));
 }
 
+// tool_call / tool_result (docs/api.md, "Tool callbacks"): the arguments
+// were checked when the call was opened; stored text that no longer parses
+// is shown as null rather than passed on unparsed.
+std::string EventStream::ToolEvent(const JobStore::StoredChunk& c) {
+  const JobStore::StoredTool& t = *c.tool;
+  if (t.answer) return SseEvent("tool_result", c.event_id, {{"call_id", t.call_id}, {"ok", t.ok}});
+  auto args = common::ParseJson(t.arguments_json, {.max_depth = 64, .max_values = 1u << 16});
+  return SseEvent("tool_call", c.event_id,
+                  {{"call_id", t.call_id},
+                   {"name", t.name},
+                   {"arguments", args.ok() ? *std::move(args) : nlohmann::json()}});
+}
+
 void EventStream::OnChunks(std::vector<JobStore::StoredChunk>& chunks) {
   std::string out;
   for (const auto& c : chunks) {
+    if (c.tool) {
+      out += ToolEvent(c);
+      continue;
+    }
     out += SseEvent(
         "output_chunk", c.event_id,
         {{"stream", c.chunk.stream == common::protocol::Stream::kStdout ? "stdout" : "stderr"},

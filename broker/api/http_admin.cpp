@@ -10,6 +10,7 @@
 #include "broker/metrics/broker_metrics.hpp"
 #include "broker/scheduler/runtime_catalog.hpp"
 #include "broker/store/usage_days.hpp"
+#include "broker/tools/tool_spec.hpp"
 #include "common/clock.hpp"
 #include "common/json/bounded_json.hpp"
 
@@ -155,7 +156,17 @@ void HttpApi::Capabilities(Call& call) {
                      {"max", LimitsJson(config_.max_limits)},
                      {"max_code_bytes", config_.max_code_bytes},
                      {"max_input_bytes", config_.max_input_bytes},
-                     {"max_files_bytes", config_.max_files_bytes}}},
+                     {"max_files_bytes", config_.max_files_bytes},
+                     {"tools",
+                      {{"max_tools", kMaxTools},
+                       {"max_calls", kMaxToolCalls},
+                       {"max_in_flight", kMaxToolsInFlight},
+                       {"max_argument_bytes", kMaxToolArgumentBytes},
+                       {"max_result_bytes", kMaxToolResultBytes},
+                       {"max_error_bytes", kMaxToolErrorBytes},
+                       {"max_schema_bytes", kMaxToolSchemaBytes},
+                       {"default_timeout_ms", kDefaultToolTimeoutMs},
+                       {"max_timeout_ms", kMaxToolTimeoutMs}}}}},
                    {"session_ttl_s", config_.scheduling.session_ttl_s}});
 }
 

@@ -8,6 +8,7 @@
 #include "broker/api/sse_events.hpp"
 #include "broker/metrics/broker_metrics.hpp"
 #include "broker/service/submit_request.hpp"
+#include "broker/tools/tool_relay.hpp"
 #include "common/log/logging.hpp"
 #include "common/protocol/session_key.hpp"
 
@@ -121,6 +122,8 @@ std::vector<std::pair<RouteSpec, HttpApi::Handler>> HttpApi::Table() {
       {{"GET", "/v1/executions/{id}", "get", Access::kToken, true}, &HttpApi::Get},
       {{"GET", "/v1/executions/{id}/events", "events", Access::kToken, true}, &HttpApi::Events},
       {{"POST", "/v1/executions/{id}/cancel", "cancel", Access::kToken, true}, &HttpApi::Cancel},
+      {{"POST", "/v1/executions/{id}/tool-results", "tool_result", Access::kToken, true},
+       &HttpApi::ToolResults},
       {{"POST", "/v1/executions/{id}/approve", "approval", Access::kAdmin, true},
        &HttpApi::Approve},
       {{"POST", "/v1/executions/{id}/deny", "approval", Access::kAdmin, true}, &HttpApi::Deny},
@@ -415,6 +418,13 @@ void HttpApi::Cancel(Call& call) {
   if (!handle) return ReplyRecord(call, out->record);
   AwaitEnd(call.ex, id, SteadyClock::now() + kCancelWait, std::move(handle), std::move(hold),
            /*cancel=*/true);
+}
+
+void HttpApi::ToolResults(Call& call) {
+  if (!deps_.tools) return call.Fail(common::Unavailable("this broker relays no tool calls"));
+  auto out = deps_.tools->Answer(call.caller, call.params.at(0), call.ex->TakeBody());
+  if (!out.ok()) return call.Fail(out.status());
+  call.Reply(200, *std::move(out));
 }
 
 void HttpApi::SubmitBatch(Call& call) {

@@ -43,6 +43,7 @@
 namespace kiln::broker {
 
 class BrokerMetrics;
+class ToolRelay;
 
 struct HttpApiDeps {
   ExecutionService* service = nullptr;  // every rule about executions and sessions
@@ -52,6 +53,7 @@ struct HttpApiDeps {
   UnreadBudget* unread = nullptr;
   RedisProbe* probe = nullptr;
   BrokerMetrics* metrics = nullptr;  // optional
+  ToolRelay* tools = nullptr;        // tool answers (without it: 503)
 };
 
 class HttpApi {
@@ -102,6 +104,7 @@ class HttpApi {
   void ReplyRecord(Call& call, const JobRecord& record);
   void Events(Call& call);
   void Cancel(Call& call);
+  void ToolResults(Call& call);
   void Approve(Call& call);
   void Deny(Call& call);
   void ListApprovals(Call& call);

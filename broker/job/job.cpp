@@ -178,6 +178,10 @@ json JobSpec::ToJson() const {
                     {"max_connections", network_max_connections}};
   }
   if (!callback_url.empty()) j["callback_url"] = callback_url;
+  if (!tools.empty()) {
+    j["tools"] = ToolDeclsToJson(tools);
+    j["tool_timeout_ms"] = tool_timeout_ms;
+  }
   if (excerpt_of) {
     j["excerpt_of"] = {{"code_bytes", excerpt_of->code_bytes},
                        {"code_sha256", excerpt_of->code_sha256},
@@ -206,6 +210,10 @@ common::StatusOr<JobSpec> JobSpec::FromJson(const json& j) {
     s.stdin_data = j.value("stdin", "");  // absent in specs stored before stdin existed
     s.packages = j.value("packages", std::vector<std::string>{});
     s.callback_url = j.value("callback_url", "");
+    if (auto t = j.find("tools"); t != j.end() && !t->is_null()) {
+      ASSIGN_OR_RETURN(s.tools, ToolDeclsFromJson(*t));
+      s.tool_timeout_ms = j.value("tool_timeout_ms", uint64_t{0});
+    }
     if (auto n = j.find("network"); n != j.end() && !n->is_null()) {
       s.network = true;
       s.network_allow = n->at("allow").get<std::vector<std::string>>();
@@ -249,7 +257,15 @@ protocol::Execute JobSpec::ToExecute() const {
     e.network_max_connections = network_max_connections;
   }
   e.limits = limits;
+  for (const ToolDecl& t : tools) e.tools.push_back(t.name);
+  if (!tools.empty()) e.tool_timeout_ms = ToolTimeoutMs();
   return e;
+}
+
+uint64_t JobSpec::ToolTimeoutMs() const {
+  if (tool_timeout_ms != 0) return tool_timeout_ms;
+  return limits.timeout_ms ? std::min<uint64_t>(kDefaultToolTimeoutMs, limits.timeout_ms)
+                           : kDefaultToolTimeoutMs;
 }
 
 std::string SessionEpoch::ToString() const {

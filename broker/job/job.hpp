@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "broker/job/isolation.hpp"
+#include "broker/tools/tool_spec.hpp"
 #include "common/network_policy.hpp"
 #include "common/protocol/messages.hpp"
 #include "common/status.hpp"
@@ -84,6 +85,12 @@ struct JobSpec {
   // Where its record is POSTed when it ends (docs/api.md, "Webhooks"); empty:
   // nowhere. Checked against the tenant's webhooks.allow at submit.
   std::string callback_url;
+  // Tool callbacks (docs/api.md, "Tool callbacks"): what the code may call,
+  // and how long one call waits for its answer (0: the default,
+  // min(kDefaultToolTimeoutMs, limits.timeout_ms)).
+  std::vector<ToolDecl> tools;
+  uint64_t tool_timeout_ms = 0;
+  uint64_t ToolTimeoutMs() const;
   // Set on an excerpt (below): the digests and size of what was submitted.
   std::optional<SubmittedDigest> excerpt_of;
 

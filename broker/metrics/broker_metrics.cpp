@@ -58,6 +58,12 @@ BrokerMetrics::BrokerMetrics() : registry_(std::make_shared<prometheus::Registry
                        "Webhook tries per tenant: delivered, failed (tried again later), "
                        "given_up")
                    .Register(r);
+  tool_calls_ = &prometheus::BuildCounter()
+                     .Name("kiln_tool_calls_total")
+                     .Help(
+                         "Tool calls relayed per tenant: forwarded, refused, answered, error "
+                         "(docs/api.md, Tool callbacks)")
+                     .Register(r);
   network_bytes_ = &prometheus::BuildCounter()
                         .Name("kiln_network_bytes_total")
                         .Help(
@@ -293,6 +299,10 @@ void BrokerMetrics::Finished(const JobRecord& record) {
 
 void BrokerMetrics::WebhookDelivery(const std::string& tenant, const std::string& outcome) {
   webhooks_->Add({{"tenant", tenant}, {"outcome", outcome}}).Increment();
+}
+
+void BrokerMetrics::ToolCall(const std::string& tenant, const std::string& outcome) {
+  tool_calls_->Add({{"tenant", tenant}, {"outcome", outcome}}).Increment();
 }
 
 void BrokerMetrics::SetSchedule(const TickOutcome& tick) {

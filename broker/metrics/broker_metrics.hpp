@@ -47,6 +47,10 @@ class BrokerMetrics {
   void Finished(const JobRecord& record);
   // A webhook try: outcome delivered, failed (tried again later) or given_up.
   void WebhookDelivery(const std::string& tenant, const std::string& outcome);
+  // A tool call relayed by this broker (docs/api.md, "Tool callbacks"):
+  // outcome forwarded (to the client), refused (undeclared, invalid
+  // arguments, over a limit), answered or error (the client's answer, taken here).
+  void ToolCall(const std::string& tenant, const std::string& outcome);
   // Cluster-wide scheduling gauges from Redis (every broker reports the
   // same values: dashboards take max over brokers).
   void SetSchedule(const TickOutcome& tick);
@@ -116,6 +120,7 @@ class BrokerMetrics {
   prometheus::Family<prometheus::Counter>* output_bytes_;
   prometheus::Family<prometheus::Counter>* cpu_seconds_;
   prometheus::Family<prometheus::Counter>* webhooks_;
+  prometheus::Family<prometheus::Counter>* tool_calls_;
   prometheus::Family<prometheus::Counter>* network_bytes_;
   prometheus::Family<prometheus::Counter>* network_connections_;
   prometheus::Family<prometheus::Counter>* http_requests_;

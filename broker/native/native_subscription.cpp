@@ -99,8 +99,9 @@ void NativeSubscription::Queue(std::string frame, bool last, UnreadBudget::Charg
 
 void NativeSubscription::OnChunks(std::vector<JobStore::StoredChunk>& chunks) {
   for (auto& c : chunks) {
-    // A resume skips what the client already has.
-    if (c.chunk.seq < from_seq_) continue;
+    // A resume skips what the client already has. Tool calls are not on
+    // the native protocol yet (docs/protocol.md): answered over HTTP.
+    if (c.tool || c.chunk.seq < from_seq_) continue;
     Queue(client::Encode(client::Output{request_id_, job_id_, c.chunk.stream, c.chunk.seq,
                                         std::move(c.chunk.data)}),
           false);

@@ -88,6 +88,24 @@ bool AuditWriter::Write(Pending& p, bool swept) {
     p.spec = std::move(*spec);
   }
   common::AuditEntry entry = MakeAuditEntry(*p.spec, p.record, p.approval);
+  if (tools_ && !p.spec->tools.empty()) {
+    auto calls = tools_->Calls(p.record.id);
+    if (!calls.ok()) {
+      kLog.Warn({.job = p.record.id, .tenant = p.record.tenant}, "audit: tool calls unread: {}",
+                calls.status().ToString());
+      return false;  // left pending: a later sweep writes the whole entry
+    }
+    entry.tools = nlohmann::json::array();
+    for (const auto& c : *calls) {
+      entry.tools->push_back(nlohmann::json{
+          {"call_id", c.call_id},
+          {"name", c.name},
+          {"state", c.state},
+          {"arguments_sha256", c.arguments_sha256},
+          {"answer_sha256",
+           c.answer_sha256.empty() ? nlohmann::json() : nlohmann::json(c.answer_sha256)}});
+    }
+  }
   // Redis may be restarting: retry a few times before leaving the entry to
   // a later sweep (the job stays pending in Redis).
   for (int attempt = 0; attempt < 5; ++attempt) {

@@ -26,6 +26,7 @@
 #include "broker/job/job.hpp"
 #include "broker/store/audit_store.hpp"
 #include "broker/store/job_store.hpp"
+#include "broker/store/tool_store.hpp"
 
 namespace kiln::broker {
 
@@ -40,8 +41,10 @@ struct AuditSweep {
 
 class AuditWriter {
  public:
-  AuditWriter(AuditStore* store, JobStore* jobs, BrokerMetrics* metrics, AuditSweep sweep = {})
-      : store_(store), jobs_(jobs), metrics_(metrics), sweep_(sweep) {}
+  // `tools` (optional) gives the tool calls of jobs that declared tools.
+  AuditWriter(AuditStore* store, JobStore* jobs, BrokerMetrics* metrics, AuditSweep sweep = {},
+              ToolStore* tools = nullptr)
+      : store_(store), jobs_(jobs), metrics_(metrics), sweep_(sweep), tools_(tools) {}
 
   // `spec` may be null: it is read from Redis then.
   void Add(const JobRecord& record, const JobSpec* spec, std::string approval);
@@ -63,6 +66,7 @@ class AuditWriter {
   JobStore* jobs_;
   BrokerMetrics* metrics_;
   const AuditSweep sweep_;
+  ToolStore* tools_;
   std::mutex mu_;
   std::condition_variable_any cv_;
   std::deque<Pending> queue_;

@@ -49,6 +49,7 @@ common::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Create(DispatcherOptio
   g.metrics = options.metrics;
   g.curve_secret_key = options.curve_secret_key;
   g.keyring = options.keyring;
+  g.on_tool_call = options.on_tool_call;
   auto d = std::unique_ptr<Dispatcher>(
       new Dispatcher(std::move(options), std::move(wake), stores, waiters));
   Dispatcher* self = d.get();

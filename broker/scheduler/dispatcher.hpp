@@ -31,6 +31,7 @@
 
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -89,6 +90,8 @@ struct DispatcherOptions {
   // CURVE on the worker endpoint (GatewayOptions): both or neither.
   std::string curve_secret_key;
   WorkerKeyring* keyring = nullptr;  // outlives the Dispatcher
+  // Workers' tool calls (GatewayOptions::on_tool_call).
+  std::function<void(const std::string& worker, common::protocol::ToolCall)> on_tool_call;
 };
 
 struct DispatcherStores {
@@ -141,6 +144,11 @@ class Dispatcher {
   // Cancels a job this broker has in flight (its worker is told; the
   // worker's Result ends it). Unknown or finished jobs are ignored.
   void Cancel(const std::string& job_id);
+  // Queues a message for a worker (sent on the gateway's thread; dropped if
+  // the worker is not connected here). Any thread.
+  void SendToWorker(const std::string& worker, common::protocol::Message m) {
+    Send(worker, std::move(m));
+  }
   // A deleted session: its worker destroys the session's sandbox.
   void CloseSession(const std::string& worker, const std::string& session_id);
   // Carries out a lifecycle transition's JobAction::kStoreEnd for a job that

@@ -93,6 +93,8 @@ WorkerGateway::WorkerGateway(GatewayOptions options, std::unique_ptr<ZapHandler>
       {protocol::MessageType::kHeartbeat, &WorkerGateway::OnHeartbeat},
       {protocol::MessageType::kOutputChunk, &WorkerGateway::OnOutputChunk},
       {protocol::MessageType::kResult, &WorkerGateway::OnResult},
+      {protocol::MessageType::kToolCall, &WorkerGateway::OnToolCall},
+      {protocol::MessageType::kToolResult, &WorkerGateway::OnUnexpected},
       {protocol::MessageType::kDisconnect, &WorkerGateway::OnDisconnect},
       {protocol::MessageType::kRegisterAck, &WorkerGateway::OnUnexpected},
       {protocol::MessageType::kExecute, &WorkerGateway::OnUnexpected},
@@ -400,6 +402,15 @@ void WorkerGateway::OnResult(const std::string& worker, protocol::Message& m) {
   auto& res = std::get<protocol::Result>(m);
   const size_t bytes = Weight(res);
   Post(WorkerResult{worker, std::move(res)}, bytes);
+}
+
+void WorkerGateway::OnToolCall(const std::string& worker, protocol::Message& m) {
+  auto& call = std::get<protocol::ToolCall>(m);
+  if (options_.on_tool_call) return options_.on_tool_call(worker, std::move(call));
+  SendNow(worker, protocol::ToolResult{.job_id = call.job_id,
+                                       .call = call.call,
+                                       .error_type = "ToolUnavailable",
+                                       .error_message = "this broker relays no tool calls"});
 }
 
 void WorkerGateway::OnDisconnect(const std::string& worker, protocol::Message& m) {

@@ -60,6 +60,9 @@ struct GatewayOptions {
   // register (loopback development only: broker/main.cpp refuses otherwise).
   std::string curve_secret_key;
   WorkerKeyring* keyring = nullptr;  // outlives the gateway
+  // A registered worker's tool call (ToolRelay::Post: must not block);
+  // unset: every call is answered ToolUnavailable.
+  std::function<void(const std::string& worker, common::protocol::ToolCall)> on_tool_call;
 };
 
 // What the gateway tells the dispatcher, in the order it happened.
@@ -134,6 +137,7 @@ class WorkerGateway {
   void OnHeartbeat(const std::string& worker, common::protocol::Message& m);
   void OnOutputChunk(const std::string& worker, common::protocol::Message& m);
   void OnResult(const std::string& worker, common::protocol::Message& m);
+  void OnToolCall(const std::string& worker, common::protocol::Message& m);
   void OnDisconnect(const std::string& worker, common::protocol::Message& m);
   void OnUnexpected(const std::string& worker, common::protocol::Message& m);
 

@@ -23,10 +23,10 @@ using common::Status;
 using nlohmann::json;
 
 const std::set<std::string> kLanguages = {"python", "javascript", "shell"};
-const std::set<std::string> kFields = {"language", "code",    "session_id",  "conversation_id",
-                                       "input",    "files",   "collect",     "env",
-                                       "limits",   "wait",    "priority",    "stdin",
-                                       "packages", "network", "callback_url"};
+const std::set<std::string> kFields = {
+    "language",     "code",   "session_id",     "conversation_id", "input", "files",    "collect",
+    "env",          "limits", "wait",           "priority",        "stdin", "packages", "network",
+    "callback_url", "tools",  "tool_timeout_ms"};
 
 const std::set<std::string> kLimitFields = {"timeout_ms", "memory_mb", "cpu_ms", "max_output_bytes",
                                             "max_pids"};
@@ -259,6 +259,20 @@ common::StatusOr<JobSpec> ParseSubmitRequest(std::string_view body, const std::s
     if (!c->is_string()) return InvalidRequest("callback_url: expected a string");
     RETURN_IF_ERROR(ParseCallbackUrl(c->get_ref<const std::string&>()).status());
     spec.callback_url = c->get<std::string>();
+  }
+  if (auto t = j.find("tools"); t != j.end() && !t->is_null()) {
+    ASSIGN_OR_RETURN(spec.tools, ParseToolDecls(*t));
+  }
+  if (auto t = j.find("tool_timeout_ms"); t != j.end() && !t->is_null()) {
+    if (!t->is_number_integer() || t->get<int64_t>() < 1) {
+      return InvalidRequest("tool_timeout_ms: expected a positive integer");
+    }
+    if (t->get<uint64_t>() > kMaxToolTimeoutMs) {
+      return Status(Code::kLimitExceeded,
+                    "tool_timeout_ms: above the maximum of " + std::to_string(kMaxToolTimeoutMs));
+    }
+    if (spec.tools.empty()) return InvalidRequest("tool_timeout_ms: only with tools");
+    spec.tool_timeout_ms = t->get<uint64_t>();
   }
   if (auto n = j.find("network"); n != j.end() && !n->is_null()) {
     if (n->is_boolean()) {

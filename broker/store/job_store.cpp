@@ -294,6 +294,7 @@ common::StatusOr<JobStore::OutputSoFar> JobStore::ReadOutputSoFar(const std::str
     ASSIGN_OR_RETURN(auto chunks, ReadChunks(conn, id, after, -1));
     if (chunks.empty()) return out;
     for (auto& sc : chunks) {
+      if (sc.tool) continue;
       const size_t room = max_bytes - out.stdout_data.size() - out.stderr_data.size();
       std::string& to =
           sc.chunk.stream == common::protocol::Stream::kStderr ? out.stderr_data : out.stdout_data;
@@ -320,6 +321,20 @@ std::vector<JobStore::StoredChunk> JobStore::ParseEntries(const std::string& id,
     sc.event_id = e.elements[0].str;
     sc.chunk.job_id = id;
     const auto& f = e.elements[1].elements;
+    if (f.size() >= 2 && f[0].str == "stream" &&
+        (f[1].str == "tool_call" || f[1].str == "tool_result")) {
+      StoredTool t;
+      t.answer = f[1].str == "tool_result";
+      for (size_t i = 2; i + 1 < f.size(); i += 2) {
+        if (f[i].str == "call") t.call_id = f[i + 1].str;
+        if (f[i].str == "name") t.name = f[i + 1].str;
+        if (f[i].str == "arguments") t.arguments_json = f[i + 1].str;
+        if (f[i].str == "ok") t.ok = f[i + 1].str == "1";
+      }
+      sc.tool = std::move(t);
+      out.push_back(std::move(sc));
+      continue;
+    }
     for (size_t i = 0; i + 1 < f.size(); i += 2) {
       if (f[i].str == "stream") {
         sc.chunk.stream = f[i + 1].str == "stderr" ? common::protocol::Stream::kStderr

@@ -132,9 +132,19 @@ class JobStore {
   common::StatusOr<std::vector<DayUsage>> Usage(const std::string& tenant, int64_t first_day,
                                                 int64_t last_day);
 
+  // A tool call, or its answer, on the same stream (ToolStore puts them
+  // there): shown to the job's followers between its chunks.
+  struct StoredTool {
+    bool answer = false;         // a tool_result entry; else a tool_call
+    std::string call_id;         // "c<n>"
+    std::string name;            // tool_call
+    std::string arguments_json;  // tool_call
+    bool ok = false;             // tool_result
+  };
   struct StoredChunk {
     std::string event_id;  // the stream entry id: SSE ids and Last-Event-ID
     common::protocol::OutputChunk chunk;
+    std::optional<StoredTool> tool;  // set: a tool entry, `chunk` is empty
   };
   static constexpr size_t kMaxChunksKept = 10000;
   static std::string OutputKey(const std::string& id) { return keys::Output(id); }

@@ -32,6 +32,7 @@ inline constexpr const char* kInFlightPrefix = "{kiln}:inflight:";          // +
 inline constexpr const char* kIdempotencyPrefix = "{kiln}:idem:";   // + tenant:key: string (job id)
 inline constexpr const char* kTenantJobsPrefix = "{kiln}:jobs:t:";  // + tenant: stream
 inline constexpr const char* kUsagePrefix = "{kiln}:usage:";        // + tenant:YYYY-MM-DD: hash
+inline constexpr const char* kToolsPrefix = "{kiln}:tools:";        // + job id: hash (tool calls)
 
 // Whole keys.
 inline constexpr const char* kGlobalLeases = "{kiln}:lease:global";   // zset
@@ -49,7 +50,7 @@ inline constexpr const char* kAuditAnchor = "{kiln}:audit:anchor";    // string
 inline constexpr const char* kAuditPending = "{kiln}:audit:pending";  // zset
 inline constexpr const char* kWebhooks = "{kiln}:webhooks";  // zset: job id -> next try (ms)
 inline constexpr const char* kWebhookAttempts = "{kiln}:webhooks:attempts";  // hash: job id -> n
-inline constexpr const char* kWebhooksDead = "{kiln}:webhooks:dead";  // list: given up
+inline constexpr const char* kWebhooksDead = "{kiln}:webhooks:dead";         // list: given up
 
 // The Lua name of each, for LuaKeyTable().
 inline constexpr std::pair<const char*, const char*> kLuaNames[] = {
@@ -66,6 +67,7 @@ inline constexpr std::pair<const char*, const char*> kLuaNames[] = {
     {"idem", kIdempotencyPrefix},
     {"jobs_t", kTenantJobsPrefix},
     {"usage", kUsagePrefix},
+    {"tools", kToolsPrefix},
     {"lease_global", kGlobalLeases},
     {"brokers", kBrokers},
     {"approvals", kApprovals},
@@ -86,6 +88,7 @@ inline constexpr std::pair<const char*, const char*> kLuaNames[] = {
 
 inline std::string Job(std::string_view id) { return std::string(kJobPrefix).append(id); }
 inline std::string Output(std::string_view id) { return std::string(kOutputPrefix).append(id); }
+inline std::string Tools(std::string_view id) { return std::string(kToolsPrefix).append(id); }
 inline std::string TenantJobs(std::string_view tenant) {
   return std::string(kTenantJobsPrefix).append(tenant);
 }

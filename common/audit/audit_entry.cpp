@@ -90,6 +90,7 @@ Json AuditEntry::ToJson() const {
   j["worker"] = worker;
   j["warnings"] = warnings;
   if (network) j["network"] = *network;
+  if (tools) j["tools"] = *tools;
   return j;
 }
 
@@ -120,6 +121,10 @@ StatusOr<AuditEntry> AuditEntry::FromJson(const Json& j) {
   if (auto n = j.find("network"); n != j.end()) {
     if (!n->is_object()) return InvalidRequest("audit entry: network: expected an object");
     e.network = *n;
+  }
+  if (auto t = j.find("tools"); t != j.end()) {
+    if (!t->is_array()) return InvalidRequest("audit entry: tools: expected an array");
+    e.tools = *t;
   }
   if (!r.status().ok()) return r.status();
   if (version != kVersion) {

@@ -52,6 +52,11 @@ struct AuditEntry {
   // egress gateway's account, every destination allowed and refused
   // (common::NetworkUsage::ToJson: integers, strings and booleans only).
   std::optional<nlohmann::json> network;
+  // Jobs that declared tools only (written only when set): each call in
+  // order, {call_id, name, state, arguments_sha256, answer_sha256 (null
+  // when unanswered)}; state answered, error or unanswered. Digests, not
+  // contents: arguments and answers may be large, and the client has them.
+  std::optional<nlohmann::json> tools;
 
   nlohmann::json ToJson() const;
   // Strict: every field present with its type, "v" equal to kVersion.

@@ -144,6 +144,24 @@ def check_answers():
     call("GET", E + "/{id}", f"{E}/ex_nope", expect=404)
     call("POST", E + "/{id}/cancel", f"{E}/{running}/cancel")
     call("POST", E + "/{id}/cancel", f"{E}/{ended}/cancel", expect=200)
+    # A tool call, answered once (its id is c1: the job's first call).
+    _, acc = call("POST", E, body={"language": "python", "wait": False,
+                                   "tools": [{"name": "add", "parameters": {"type": "object"}}],
+                                   "code": "print(kiln.tool('add', {'a': 1}))"}, expect=202)
+    T = E + "/{id}/tool-results"
+    for _ in range(100):  # until the call is open
+        status, _ = call("POST", T, f"{E}/{acc['id']}/tool-results",
+                         body={"call_id": "c1", "result": 2})
+        if status != 404:
+            break
+        time.sleep(0.1)
+    if status != 200:
+        fail(f"answering a tool call: {status}")
+    call("POST", T, f"{E}/{acc['id']}/tool-results", body={"call_id": "c1", "result": 3},
+         expect=409)
+    call("POST", T, f"{E}/ex_nope/tool-results", body={"call_id": "c1", "error": "x"},
+         expect=404)
+    call("POST", T, f"{E}/{ended}/tool-results", body={"call_id": "c1"}, expect=400)
     call("POST", E + "/batch", body={"executions": [{"language": "shell", "code": "true"},
                                                     {"language": "ruby", "code": "1"}]},
          expect=200)

@@ -343,5 +343,30 @@ TEST_F(ToolCallsTest, HostileAnswersGetTheApisErrors) {
             std::string::npos);
 }
 
+// The gVisor isolation level: kiln-init installs the tool channel inside
+// gVisor's kernel with the stdio, so calls work there too.
+TEST(GvisorToolCallsTest, CallsWorkInsideGvisor) {
+  std::string why;
+  if (!GvisorUsable(&why)) GTEST_SKIP() << "isolation level gvisor: " << why;
+  ClusterOptions o;
+  o.workers = 1;
+  o.extra_sandbox_yaml = "  isolation: gvisor\n";
+  o.tenant_a_fields = ", isolation: gvisor";
+  auto cluster = TestCluster::Start(o);
+  auto r = cluster->Request("POST", "/v1/executions",
+                            json{{"language", "python"},
+                                 {"wait", false},
+                                 {"tools", {kAddTool}},
+                                 {"code", "print(kiln.tool('add', {'a': 40, 'b': 2}))\n"}}
+                                .dump());
+  ASSERT_EQ(r.status, 202) << r.raw;
+  const std::string id = r.body["id"];
+  auto events = Follow(*cluster, id, 0, Add);
+  auto rec = cluster->Request("GET", "/v1/executions/" + id).body;
+  EXPECT_EQ(rec["isolation"], "gvisor") << rec.dump();
+  EXPECT_EQ(rec["stdout"], "42\n") << rec.dump() << cluster->DumpLogs();
+  EXPECT_EQ(CountEvents(events, "tool_call"), 1u);
+}
+
 }  // namespace
 }  // namespace kiln::testing

@@ -31,6 +31,40 @@ export interface Limits {
   timeout_ms?: number; memory_mb?: number; cpu_ms?: number; max_output_bytes?: number; max_pids?: number;
 }
 
+/**
+ * A tool the code may call (`kiln.tool(name, args)` in the sandbox): docs/sdk.md, "Tool callbacks".
+ * `name` matches `^[A-Za-z_][A-Za-z0-9_-]{0,63}$`; `parameters` is a JSON Schema (draft 7) of the
+ * arguments object, checked before the call reaches you.
+ */
+export interface ToolDeclaration {
+  name: string;
+  description?: string;
+  parameters?: Record<string, unknown>;
+}
+
+/**
+ * Answers one tool call: gets the call's arguments, returns (or resolves with) the result,
+ * any JSON value (`undefined` is sent as null). What it throws is sent as the error (its
+ * `message`), which the sandbox sees as a ToolError.
+ */
+export type ToolHandler = (args: Record<string, any>) => unknown;
+
+/** The answer to a tool call: exactly one of `result` and `error`. */
+export type ToolAnswer = { result: unknown; error?: never } | { error: string; result?: never };
+
+/** The data of a `tool_call` event. */
+export interface ToolCallEvent {
+  call_id: string;
+  name: string;
+  arguments: Record<string, any>;
+}
+
+/** The data of a `tool_result` event: an answer to `call_id` was accepted. */
+export interface ToolResultEvent {
+  call_id: string;
+  ok: boolean;
+}
+
 export interface SubmitOptions {
   language?: Language;
   sessionId?: string;
@@ -48,6 +82,10 @@ export interface SubmitOptions {
   network?: boolean | string[];
   /** Where the record is POSTed, signed, when the job ends (docs/api.md, "Webhooks"). */
   callbackUrl?: string;
+  /** The tools the code may call (1-32). */
+  tools?: ToolDeclaration[];
+  /** How long one tool call waits for its answer, 1-300000 ms (default min(30000, the job's timeout)). */
+  toolTimeoutMs?: number;
   limits?: Limits;
   /** The job's time limit (`limits.timeout_ms`). */
   timeoutMs?: number;
@@ -59,8 +97,13 @@ export interface SubmitOptions {
 export interface FollowOptions {
   onStdout?: (text: string) => void;
   onStderr?: (text: string) => void;
-  /** Every event: execution_start, output_chunk, execution_end, execution_error. */
+  /** Every event: execution_start, output_chunk, tool_call, tool_result, execution_end, execution_error. */
   onEvent?: (name: string, data: any) => void;
+  /**
+   * Answers the job's tool calls: tool name -> handler. Handlers run concurrently while the
+   * stream is read; a call to a tool without one is answered "no handler for tool NAME".
+   */
+  toolHandlers?: Record<string, ToolHandler>;
   /** Aborts the wait (run: and cancels the job it submitted). */
   signal?: AbortSignal;
 }
@@ -208,6 +251,8 @@ export class KilnClient {
   get(id: string, opts?: Signalable): Promise<Execution>;
   cancel(id: string, opts?: Signalable): Promise<Execution>;
   wait(id: string, opts?: FollowOptions): Promise<Execution>;
+  /** Answers tool call `callId` of running job `id`; ToolCallClosedError when it takes no answer any more. */
+  submitToolResult(id: string, callId: string, answer: ToolAnswer, opts?: Signalable): Promise<{ callId: string; accepted: boolean }>;
   session(opts?: SessionOptions): Session;
   withSession<T>(opts: SessionOptions | undefined, fn: (session: Session) => Promise<T>): Promise<T>;
   listExecutions(opts?: ListExecutionsOptions): AsyncIterableIterator<ExecutionSummary>;
@@ -236,6 +281,11 @@ export interface Capabilities {
     max_code_bytes: number;
     max_input_bytes: number;
     max_files_bytes: number;
+    /** Tool callbacks' fixed limits (brokers with code mode). */
+    tools?: {
+      max_tools: number; max_calls: number; max_in_flight: number; max_argument_bytes: number;
+      max_result_bytes: number; max_error_bytes: number; max_schema_bytes: number;
+    };
   };
   session_ttl_s: number;
 }
@@ -304,6 +354,8 @@ export class ForbiddenError extends KilnError {}
 export class CodeExecutionDisabledError extends ForbiddenError {}
 export class NotFoundError extends KilnError {}
 export class SessionNotFoundError extends NotFoundError {}
+/** 409 TOOL_CALL_CLOSED: the tool call was answered already, timed out, or its job is no longer running. */
+export class ToolCallClosedError extends KilnError {}
 export class RateLimitedError extends KilnError {}
 export class QueueFullError extends KilnError {}
 export class UnavailableError extends KilnError {}

@@ -7,5 +7,5 @@ export { verifyWebhook, signWebhook, WebhookVerificationError } from './src/webh
 export {
   KilnError, InvalidRequestError, LimitExceededError, SecurityBlockedError, UnauthorizedError,
   ForbiddenError, CodeExecutionDisabledError, NotFoundError, SessionNotFoundError,
-  RateLimitedError, QueueFullError, UnavailableError, RuntimeUnavailableError,
+  ToolCallClosedError, RateLimitedError, QueueFullError, UnavailableError, RuntimeUnavailableError,
 } from './src/errors.js';

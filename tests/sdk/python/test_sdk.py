@@ -5,9 +5,9 @@
 
 tests/sdk/python/run.sh installs the package into a fresh venv first; this
 file imports only the installed package, never cli/sdk/python. The retry,
-stream-resume, SSE parser and webhook tests need no cluster: they talk to a
-scripted http.server on 127.0.0.1, or to nothing. Every cluster test uses its own session ids, so
-runs do not collide. Exits non-zero on any failure.
+stream-resume, tool-handler, SSE parser and webhook tests need no cluster: they
+talk to a scripted http.server on 127.0.0.1, or to nothing. Every cluster test
+uses its own session ids, so runs do not collide. Exits non-zero on any failure.
 """
 
 import asyncio
@@ -39,6 +39,29 @@ STREAMING_CODE = (
     "    print(i, flush=True)\n"
     "    time.sleep(0.3)\n"
     "print('careful', file=sys.stderr, flush=True)\n")
+
+
+# A tool declared with a JSON Schema: the worker refuses calls whose
+# arguments do not match (ToolRefused in the sandbox) before they reach us.
+ADD_TOOL = {"name": "add", "description": "Adds two integers.",
+            "parameters": {"type": "object",
+                           "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                           "required": ["a", "b"], "additionalProperties": False}}
+
+# Calls the tool five times and prints the sum of the answers: 1 + 2 + ... + 5.
+TOOL_LOOP_CODE = (
+    "total = 0\n"
+    "for i in range(5):\n"
+    "    total += kiln.tool('add', {'a': i, 'b': 1})\n"
+    "print(total)\n")
+
+# Two calls that fail: the handler raises; no handler for the tool.
+TOOL_ERROR_CODE = (
+    "for name in ('search', 'lookup'):\n"
+    "    try:\n"
+    "        kiln.tool(name, {'q': 'kiln'})\n"
+    "    except kiln.ToolError as e:\n"
+    "        print(f'caught {type(e).__name__}: {e}')\n")
 
 
 def unique(name: str) -> str:
@@ -200,6 +223,297 @@ class StreamResumeTest(unittest.TestCase):
         self.assertEqual(chunks, ["a\n", "b\n"])
         self.assertEqual(ex.stdout, "a\nb\n")
         self.assertEqual([r[2].get("Last-Event-ID") for r in srv.requests], [None, "1-0"])
+
+
+def sse(name, event_id, data):
+    return f"event: {name}\nid: {event_id}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+class ToolBroker:
+    """A scripted broker for tool handlers: the events stream of ex_t sends
+    `calls` as tool_call events (ids 1-0, 2-0, ...) and keepalives until each
+    call has an answer that is not a 503, then a tool_result per accepted
+    answer and execution_end. POST tool-results is answered by
+    `reply(n, body)` -> (status, body), n counting from 1; default 200.
+    With drop_after_calls the first connection ends after the calls (the
+    client must resume after the last one)."""
+
+    RECORD = {"id": "ex_t", "status": "succeeded", "stdout": "", "exit_code": 0}
+
+    def __init__(self, calls, reply=None, drop_after_calls=False, replay=False):
+        self.posts = []  # (call_id, body) in arrival order
+        self.settled = {}  # call_id -> status of its last answer
+        self.done = threading.Event()
+        lock = threading.Lock()
+        ids = {c["call_id"] for c in calls}
+
+        def handle(h, body):
+            if h.command == "POST":
+                self.assert_path(h.path)
+                data = json.loads(body)
+                with lock:
+                    self.posts.append((data.get("call_id"), data))
+                    n = len(self.posts)
+                status, answer_body = reply(n, data) if reply else (200, None)
+                if status == 200 and answer_body is None:
+                    answer_body = {"call_id": data["call_id"], "accepted": True}
+                with lock:
+                    if status != 503:
+                        self.settled[data["call_id"]] = (status, data)
+                    if ids <= set(self.settled):
+                        self.done.set()
+                answer(h, status, answer_body, {"Retry-After": "0"} if status == 503 else None)
+                return
+            h.send_response(200)
+            h.send_header("Content-Type", "text/event-stream")
+            h.end_headers()
+            if h.headers.get("Last-Event-ID") is None:
+                out = sse("execution_start", "start", {"id": "ex_t", "status": "running"})
+                for i, call in enumerate(calls, 1):
+                    out += sse("tool_call", f"{i}-0", call)
+                    if replay:  # an ended job: each call answered already
+                        out += sse("tool_result", f"{i}-1",
+                                   {"call_id": call["call_id"], "ok": True})
+                if replay:
+                    h.wfile.write(out + sse("execution_end", "end", self.RECORD))
+                    return
+                h.wfile.write(out)
+                if drop_after_calls:
+                    return
+            deadline = time.monotonic() + 10
+            while not self.done.wait(0.05) and time.monotonic() < deadline:
+                h.wfile.write(b": keepalive\n\n")
+            out = b""
+            for i, (call_id, (status, data)) in enumerate(sorted(self.settled.items()), 1):
+                if status == 200:
+                    out += sse("tool_result", f"{100 + i}-0", {"call_id": call_id,
+                                                               "ok": "result" in data})
+            h.wfile.write(out + sse("execution_end", "end", self.RECORD))
+
+        self.server = ScriptedServer(handle)
+        self.url = self.server.url
+
+    @staticmethod
+    def assert_path(path):
+        if path != "/v1/executions/ex_t/tool-results":
+            raise AssertionError(f"POST to {path}")
+
+    def answers(self):
+        """call_id -> the body of its last answer."""
+        return {call_id: body for call_id, body in self.posts}
+
+    def close(self):
+        self.server.close()
+
+
+def call(call_id, name, **arguments):
+    return {"call_id": call_id, "name": name, "arguments": arguments}
+
+
+class ToolHandlersTest(unittest.TestCase):
+    """tool_handlers and submit_tool_result against a scripted broker."""
+
+    def test_handlers_answer_each_call_and_see_the_events(self):
+        calls = [call("c1", "add", a=2, b=3), call("c2", "search", q="x"), call("c3", "nope"),
+                 call("c4", "nothing"), call("c5", "unjson"), call("c6", "empty")]
+        broker = ToolBroker(calls)
+        events, seen = [], []
+
+        def search(args):
+            raise RuntimeError(f"the index is down ({args['q']})")
+
+        def empty(args):
+            raise KeyError()  # no text: its class name is sent
+
+        handlers = {"add": lambda args: seen.append(args) or args["a"] + args["b"],
+                    "search": search, "nothing": lambda args: None, "unjson": lambda args: {1, 2},
+                    "empty": empty}
+        try:
+            with kiln_sdk.Client(broker.url, "t") as client:
+                ex = client.wait("ex_t", tool_handlers=handlers,
+                                 on_event=lambda name, data: events.append((name, data)))
+        finally:
+            broker.close()
+        self.assertEqual(ex.status, "succeeded")
+        self.assertEqual(seen, [{"a": 2, "b": 3}])
+        answers = broker.answers()
+        self.assertEqual(answers["c1"], {"call_id": "c1", "result": 5})
+        self.assertEqual(answers["c2"], {"call_id": "c2", "error": "the index is down (x)"})
+        self.assertEqual(answers["c3"], {"call_id": "c3", "error": "no handler for tool nope"})
+        self.assertEqual(answers["c4"], {"call_id": "c4", "result": None})
+        self.assertRegex(answers["c5"]["error"], "^the handler of tool unjson returned a value "
+                                                 "that is not JSON")
+        self.assertEqual(answers["c6"], {"call_id": "c6", "error": "KeyError"})
+        self.assertEqual(len(broker.posts), 6)
+        # The user's on_event sees the tool events too.
+        self.assertEqual([d for n, d in events if n == "tool_call"], calls)
+        self.assertEqual(sorted(d["call_id"] for n, d in events if n == "tool_result"),
+                         [f"c{i}" for i in range(1, 7)])
+
+    def test_handlers_run_concurrently(self):
+        barrier = threading.Barrier(2, timeout=5)  # both calls must be in their handlers at once
+
+        def add(args):
+            barrier.wait()
+            return args["a"] + args["b"]
+
+        broker = ToolBroker([call("c1", "add", a=1, b=1), call("c2", "add", a=2, b=2)])
+        try:
+            with kiln_sdk.Client(broker.url, "t") as client:
+                client.wait("ex_t", tool_handlers={"add": add})
+        finally:
+            broker.close()
+        self.assertEqual({k: v["result"] for k, v in broker.answers().items()}, {"c1": 2, "c2": 4})
+
+    def test_503_is_retried_and_409_after_it_counts_as_answered(self):
+        # The first try was accepted but its answer lost (here: a 503), the
+        # retry finds the call closed: done, not a failure.
+        replies = {1: (503, {"error": {"code": "UNAVAILABLE", "message": "worker not here",
+                                       "retryable": True}}),
+                   2: (409, {"error": {"code": "TOOL_CALL_CLOSED", "message": "answered",
+                                       "retryable": False}})}
+        broker = ToolBroker([call("c1", "add", a=1, b=2)], reply=lambda n, body: replies[n])
+        try:
+            with kiln_sdk.Client(broker.url, "t") as client:
+                ex = client.wait("ex_t", tool_handlers={"add": lambda a: a["a"] + a["b"]})
+        finally:
+            broker.close()
+        self.assertEqual(ex.status, "succeeded")
+        self.assertEqual([body for _, body in broker.posts], [{"call_id": "c1", "result": 3}] * 2)
+
+    def test_a_refused_result_is_replaced_by_an_error(self):
+        too_big = (400, {"error": {"code": "LIMIT_EXCEEDED", "retryable": False,
+                                   "message": "result: over 1048576 bytes"}})
+        broker = ToolBroker([call("c1", "big")],
+                            reply=lambda n, body: too_big if "result" in body else (200, None))
+        try:
+            with kiln_sdk.Client(broker.url, "t") as client:
+                client.wait("ex_t", tool_handlers={"big": lambda a: "x"})
+        finally:
+            broker.close()
+        self.assertEqual(len(broker.posts), 2)
+        self.assertEqual(broker.posts[1][1], {"call_id": "c1", "error": (
+            "the result of tool big was refused: LIMIT_EXCEEDED: result: over 1048576 bytes")})
+
+    def test_an_answer_that_cannot_be_sent_ends_the_wait(self):
+        forbidden = (403, {"error": {"code": "FORBIDDEN", "message": "admin", "retryable": False}})
+        broker = ToolBroker([call("c1", "add", a=1, b=2)], reply=lambda n, body: forbidden)
+        try:
+            with kiln_sdk.Client(broker.url, "t") as client:
+                with self.assertRaises(kiln_sdk.Forbidden) as ctx:
+                    client.wait("ex_t", tool_handlers={"add": lambda a: 3})
+        finally:
+            broker.close()
+        self.assertEqual(ctx.exception.execution_id, "ex_t")
+
+    def test_a_resumed_stream_does_not_call_a_handler_twice(self):
+        seen = []
+        broker = ToolBroker([call("c1", "add", a=1, b=2)], drop_after_calls=True)
+        try:
+            with kiln_sdk.Client(broker.url, "t") as client:
+                client.wait("ex_t", tool_handlers={"add": lambda a: seen.append(a) or 3})
+        finally:
+            broker.close()
+        self.assertEqual(seen, [{"a": 1, "b": 2}])
+        gets = [r[2].get("Last-Event-ID") for r in broker.server.requests if r[0] == "GET"]
+        self.assertEqual(gets, [None, "1-0"])
+
+    def test_a_replayed_call_answered_already_is_not_handled(self):
+        seen = []
+        broker = ToolBroker([call("c1", "add", a=1, b=2)], replay=True)
+        try:
+            with kiln_sdk.Client(broker.url, "t") as client:
+                ex = client.wait("ex_t", tool_handlers={"add": lambda a: seen.append(a) or 3})
+        finally:
+            broker.close()
+        self.assertEqual((ex.status, seen, broker.posts), ("succeeded", [], []))
+
+    def test_submit_tool_result(self):
+        closed = {"error": {"code": "TOOL_CALL_CLOSED", "message": "timed out", "retryable": False}}
+        broker = ToolBroker([], reply=lambda n, body: (409, closed) if n == 3 else (200, None))
+        try:
+            with kiln_sdk.Client(broker.url, "t") as client:
+                self.assertEqual(client.submit_tool_result("ex_t", "c1", result=None),
+                                 {"call_id": "c1", "accepted": True})
+                client.submit_tool_result("ex_t", "c2", error="no such user")
+                with self.assertRaises(kiln_sdk.ToolCallClosed) as ctx:
+                    client.submit_tool_result("ex_t", "c3", result={"rows": [1, 2]})
+                for bad in ({}, {"result": 1, "error": "x"}, {"error": 42}):
+                    with self.assertRaises(TypeError):
+                        client.submit_tool_result("ex_t", "c4", **bad)
+        finally:
+            broker.close()
+        self.assertEqual([body for _, body in broker.posts], [
+            {"call_id": "c1", "result": None}, {"call_id": "c2", "error": "no such user"},
+            {"call_id": "c3", "result": {"rows": [1, 2]}}])
+        err = ctx.exception
+        self.assertEqual((err.code, err.status, err.retryable), ("TOOL_CALL_CLOSED", 409, False))
+        self.assertIsInstance(err, kiln_sdk.KilnError)
+        self.assertIs(kiln_sdk.ERRORS_BY_CODE["TOOL_CALL_CLOSED"], kiln_sdk.ToolCallClosed)
+
+    def test_handlers_are_checked_before_anything_is_sent(self):
+        srv = ScriptedServer(lambda h, body: answer(h, 500, {}))
+        try:
+            with kiln_sdk.Client(srv.url, "t") as client:
+                with self.assertRaises(ValueError):  # handlers for tools never declared
+                    client.run("1", tool_handlers={"add": lambda a: 1})
+                with self.assertRaises(TypeError):
+                    client.run("1", tools=[{"name": "add"}], tool_handlers={"add": 1})
+
+                async def add(args):
+                    return 1
+                with self.assertRaises(TypeError):  # the sync client cannot await it
+                    client.run("1", tools=[{"name": "add"}], tool_handlers={"add": add})
+        finally:
+            srv.close()
+        self.assertEqual(srv.requests, [])
+
+
+class AsyncToolHandlersTest(unittest.IsolatedAsyncioTestCase):
+    async def test_async_and_plain_handlers_concurrently(self):
+        broker = ToolBroker([call("c1", "add", a=1, b=2), call("c2", "add", a=3, b=4),
+                             call("c3", "neg", x=5), call("c4", "fail")])
+        started, both = [], asyncio.Event()
+
+        async def add(args):  # both calls are in here at once, or this never returns
+            started.append(args)
+            if len(started) == 2:
+                both.set()
+            await asyncio.wait_for(both.wait(), 5)
+            return args["a"] + args["b"]
+
+        async def fail(args):
+            raise ValueError("refused by policy")
+
+        events = []
+        try:
+            async with kiln_sdk.AsyncClient(broker.url, "t") as client:
+                ex = await client.wait("ex_t", tool_handlers={
+                    "add": add, "neg": lambda args: -args["x"], "fail": fail},
+                    on_event=lambda name, data: events.append(name))
+        finally:
+            await asyncio.to_thread(broker.close)
+        self.assertEqual(ex.status, "succeeded")
+        self.assertEqual(broker.answers(), {
+            "c1": {"call_id": "c1", "result": 3}, "c2": {"call_id": "c2", "result": 7},
+            "c3": {"call_id": "c3", "result": -5},
+            "c4": {"call_id": "c4", "error": "refused by policy"}})
+        self.assertEqual((events.count("tool_call"), events.count("tool_result")), (4, 4))
+
+    async def test_submit_tool_result_and_409(self):
+        closed = {"error": {"code": "TOOL_CALL_CLOSED", "message": "x", "retryable": False}}
+        broker = ToolBroker([], reply=lambda n, body: (409, closed) if n == 2 else (200, None))
+        try:
+            async with kiln_sdk.AsyncClient(broker.url, "t") as client:
+                accepted = await client.submit_tool_result("ex_t", "c1", result=0)
+                self.assertEqual(accepted, {"call_id": "c1", "accepted": True})
+                with self.assertRaises(kiln_sdk.ToolCallClosed):
+                    await client.submit_tool_result("ex_t", "c1", error="again")
+                with self.assertRaises(TypeError):
+                    await client.submit_tool_result("ex_t", "c1")
+        finally:
+            await asyncio.to_thread(broker.close)
+        self.assertEqual(len(broker.posts), 2)
 
 
 # The known answer, shared with tests/sdk/typescript/test_sdk.mjs: both SDKs
@@ -513,6 +827,121 @@ class ClusterTest(unittest.TestCase):
         self.assertIn("python", [r["language"] for r in runtimes["runtimes"]])
         self.assertEqual(self.client.health()["status"], "ok")
 
+    # --- tool callbacks (code mode) ---------------------------------------
+
+    def test_tool_calls_are_answered_by_the_handler(self):
+        calls, events = [], []
+
+        def add(args):
+            calls.append(args)
+            return args["a"] + args["b"]
+
+        ex = self.client.run(TOOL_LOOP_CODE, tools=[ADD_TOOL], tool_handlers={"add": add},
+                             on_event=lambda name, data: events.append((name, data)))
+        self.assertTrue(ex.ok, ex)
+        self.assertEqual(ex.stdout, "15\n")
+        self.assertEqual(calls, [{"a": i, "b": 1} for i in range(5)])
+        # Each call, then its answer, on the events stream; the user's on_event sees both.
+        tool_events = [(name, data) for name, data in events if name.startswith("tool_")]
+        self.assertEqual([name for name, _ in tool_events], ["tool_call", "tool_result"] * 5)
+        self.assertEqual([(d["call_id"], d["name"], d["arguments"]) for n, d in tool_events
+                          if n == "tool_call"],
+                         [(f"c{i + 1}", "add", {"a": i, "b": 1}) for i in range(5)])
+        self.assertEqual([(d["call_id"], d["ok"]) for n, d in tool_events if n == "tool_result"],
+                         [(f"c{i}", True) for i in range(1, 6)])
+        # Following the ended job again replays its calls: handled again or
+        # not, their answers are refused (409), which is no failure.
+        again = self.client.wait(ex.id, tool_handlers={"add": add})
+        self.assertEqual((again.id, again.stdout), (ex.id, "15\n"))
+
+    def test_tool_handler_errors_reach_the_sandbox_as_tool_error(self):
+        def search(args):
+            raise RuntimeError(f"the index is down ({args['q']})")
+
+        ex = self.client.run(TOOL_ERROR_CODE,
+                             tools=[{"name": "search"}, {"name": "lookup", "description": "x"}],
+                             tool_handlers={"search": search})
+        self.assertTrue(ex.ok, ex)
+        self.assertEqual(ex.stdout.splitlines(), ["caught ToolError: the index is down (kiln)",
+                                                  "caught ToolError: no handler for tool lookup"])
+
+    def test_tool_arguments_that_break_the_schema_are_refused_in_the_sandbox(self):
+        calls, events = [], []
+        code = ("for name, args in (('add', {'a': 'one', 'b': 1}), ('add', {'a': 1}),\n"
+                "                   ('undeclared', {})):\n"
+                "    try:\n"
+                "        kiln.tool(name, args)\n"
+                "    except kiln.ToolRefused:\n"
+                "        print('refused', name)\n")
+        ex = self.client.run(code, tools=[ADD_TOOL], tool_handlers={"add": calls.append},
+                             on_event=lambda name, data: events.append(name))
+        self.assertTrue(ex.ok, ex)
+        self.assertEqual(ex.stdout, "refused add\nrefused add\nrefused undeclared\n")
+        self.assertEqual(calls, [])  # the handler was never called
+        self.assertNotIn("tool_call", events)
+
+    def test_tool_calls_answered_by_hand(self):
+        code = "print(repr(kiln.tool('add', {'a': 1, 'b': 2})))\n"
+        job = self.client.submit(code, tools=[ADD_TOOL])
+        answers = []
+
+        def on_event(name, data):
+            if name == "tool_call":
+                answers.append(self.client.submit_tool_result(job, data["call_id"], result=None))
+                with self.assertRaises(kiln_sdk.ToolCallClosed):  # answered already
+                    self.client.submit_tool_result(job, data["call_id"], result=3)
+
+        ex = self.client.wait(job, on_event=on_event)
+        self.assertTrue(ex.ok, ex)
+        self.assertEqual(ex.stdout, "None\n")  # result=None is an answer: JSON null
+        self.assertEqual(answers, [{"call_id": "c1", "accepted": True}])
+
+    def test_submit_tool_result_after_the_end_is_tool_call_closed(self):
+        code = ("try:\n"
+                "    kiln.tool('add', {'a': 1, 'b': 2})\n"
+                "except kiln.ToolTimeout:\n"
+                "    print('timed out')\n")
+        job = self.client.submit(code, tools=[ADD_TOOL], tool_timeout_ms=1000)
+        events = []
+        ex = self.client.wait(job, on_event=lambda name, data: events.append((name, data)))
+        self.assertEqual((ex.status, ex.stdout), ("succeeded", "timed out\n"))
+        call_ids = [data["call_id"] for name, data in events if name == "tool_call"]
+        self.assertEqual(call_ids, ["c1"])
+        for answer in ({"result": 3}, {"error": "too late"}):
+            with self.assertRaises(kiln_sdk.ToolCallClosed) as ctx:
+                self.client.submit_tool_result(job, "c1", **answer)
+            self.assertEqual((ctx.exception.code, ctx.exception.status), ("TOOL_CALL_CLOSED", 409))
+        with self.assertRaises(TypeError):
+            self.client.submit_tool_result(job, "c1")
+
+    def test_tools_from_shell(self):
+        def search(args):
+            raise RuntimeError("the index is down")
+
+        code = ("kiln-tool add '{\"a\": 2, \"b\": 3}'\n"
+                "kiln-tool search '{\"q\": \"x\"}'; echo \"exit $?\"\n"
+                "kiln-tool add '{\"a\": \"two\", \"b\": 3}'; echo \"exit $?\"\n")
+        ex = self.client.run(code, "shell", tools=[ADD_TOOL, {"name": "search"}],
+                             tool_handlers={"add": lambda a: a["a"] + a["b"], "search": search})
+        self.assertTrue(ex.ok, ex)
+        self.assertEqual(ex.stdout, "5\nexit 1\nexit 2\n")
+        self.assertIn("kiln-tool: ToolError: the index is down", ex.stderr)
+        self.assertIn("kiln-tool: ToolRefused: ", ex.stderr)
+
+    def test_tools_in_a_session(self):
+        with self.client.session(session_id=unique("tools")) as s:
+            s.run("seen = []")
+            ex = s.run("seen.append(kiln.tool('add', {'a': 20, 'b': 22}))\nprint(seen)",
+                       tools=[ADD_TOOL], tool_handlers={"add": lambda a: a["a"] + a["b"]})
+        self.assertEqual((ex.status, ex.stdout), ("succeeded", "[42]\n"))
+
+    def test_tool_declarations_are_checked_at_submit(self):
+        with self.assertRaises(kiln_sdk.InvalidRequest) as ctx:
+            self.client.run("pass", tools=[{"name": "not a name"}])
+        self.assertIn("tools[0].name", ctx.exception.message)
+        with self.assertRaises(kiln_sdk.LimitExceeded):
+            self.client.run("pass", tools=[{"name": f"t{i}"} for i in range(33)])
+
     def test_usage_with_the_admin_token(self):
         tenant = self.client.capabilities()["tenant"]
         self.client.run("print('counted')")
@@ -566,6 +995,41 @@ class AsyncClusterTest(unittest.IsolatedAsyncioTestCase):
         listed = [x["id"] async for x in self.client.list_executions(session_id=s.id, page_size=2)]
         self.assertEqual(len(listed), 3)
         self.assertEqual(listed[0], ex.id)
+
+    async def test_tool_handlers_may_be_coroutines(self):
+        active, peak = [0], [0]
+
+        async def add(args):
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+            await asyncio.sleep(0.3)
+            active[0] -= 1
+            return args["a"] + args["b"]
+
+        # asyncio.gather in the sandbox: five calls in flight at once.
+        code = ("import asyncio\n"
+                "async def main():\n"
+                "    return await asyncio.gather(*(kiln.tool_async('add', {'a': i, 'b': 1})\n"
+                "                                  for i in range(5)))\n"
+                "answers = asyncio.run(main())\n"
+                "print(answers, sum(answers))\n"
+                "print(kiln.tool('neg', {'x': 7}))\n")
+        ex = await self.client.run(code, tools=[ADD_TOOL, {"name": "neg"}],
+                                   tool_handlers={"add": add, "neg": lambda a: -a["x"]})
+        self.assertTrue(ex.ok, ex)
+        self.assertEqual(ex.stdout, "[1, 2, 3, 4, 5] 15\n-7\n")
+        self.assertGreater(peak[0], 1, "the handlers did not run concurrently")
+
+    async def test_tool_error_and_closed_call(self):
+        async def search(args):
+            raise RuntimeError(f"the index is down ({args['q']})")
+
+        ex = await self.client.run(TOOL_ERROR_CODE, tools=[{"name": "search"}, {"name": "lookup"}],
+                                   tool_handlers={"search": search})
+        self.assertEqual(ex.stdout.splitlines(), ["caught ToolError: the index is down (kiln)",
+                                                  "caught ToolError: no handler for tool lookup"])
+        with self.assertRaises(kiln_sdk.ToolCallClosed):
+            await self.client.submit_tool_result(ex.id, "c1", result="late")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 // End-to-end test of @kiln/sdk against a running cluster (KILN_URL,
 // KILN_TOKEN, KILN_ADMIN_TOKEN), plus what needs no cluster: the SSE parser
-// fed in pieces, the retry behaviour against a local stub server and the
-// webhook signatures (a local receiver).
+// fed in pieces, the retry behaviour and the tool handlers against a local
+// stub server and the webhook signatures (a local receiver).
 // Run by run.sh from a project where the package is installed.
 
 import { test } from 'node:test';
@@ -9,8 +9,9 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import { createHmac, randomUUID } from 'node:crypto';
 import {
-  KilnClient, KilnError, SseParser, InvalidRequestError, UnauthorizedError, NotFoundError,
-  ForbiddenError, UnavailableError, Execution, verifyWebhook, signWebhook, WebhookVerificationError,
+  KilnClient, KilnError, SseParser, InvalidRequestError, LimitExceededError, UnauthorizedError,
+  NotFoundError, ForbiddenError, UnavailableError, ToolCallClosedError, Execution, verifyWebhook,
+  signWebhook, WebhookVerificationError,
 } from '@kiln/sdk';
 
 const url = process.env.KILN_URL;
@@ -255,6 +256,171 @@ test('usage with the admin token', async () => {
   await assert.rejects(kiln.usage({ tenant }), (e) => e instanceof ForbiddenError);
 });
 
+// --- tool callbacks (code mode) against the cluster --------------------------
+
+// A tool declared with a JSON Schema: calls whose arguments do not match are
+// refused in the sandbox (ToolRefused) and never reach the handler.
+const addTool = {
+  name: 'add',
+  description: 'Adds two integers.',
+  parameters: {
+    type: 'object',
+    properties: { a: { type: 'integer' }, b: { type: 'integer' } },
+    required: ['a', 'b'],
+    additionalProperties: false,
+  },
+};
+
+test('tools: python code calls a tool five times, the handler answers', async () => {
+  const calls = [];
+  const events = [];
+  const ex = await kiln.run(
+    'total = 0\n'
+    + 'for i in range(5):\n'
+    + "    total += kiln.tool('add', {'a': i, 'b': 1})\n"
+    + 'print(total)\n',
+    {
+      tools: [addTool],
+      toolHandlers: { add: ({ a, b }) => { calls.push({ a, b }); return a + b; } },
+      onEvent: (name, data) => { if (name.startsWith('tool_')) events.push([name, data]); },
+    },
+  );
+  assert.equal(ex.status, 'succeeded', ex.stderr);
+  assert.equal(ex.stdout, '15\n');
+  assert.deepEqual(calls, [0, 1, 2, 3, 4].map((i) => ({ a: i, b: 1 })));
+  // Each call, then its answer; onEvent sees both.
+  assert.deepEqual(events.map(([name]) => name), Array(5).fill(['tool_call', 'tool_result']).flat());
+  assert.deepEqual(events.filter(([n]) => n === 'tool_call').map(([, d]) => [d.call_id, d.name, d.arguments]),
+    [0, 1, 2, 3, 4].map((i) => [`c${i + 1}`, 'add', { a: i, b: 1 }]));
+  assert.deepEqual(events.filter(([n]) => n === 'tool_result').map(([, d]) => [d.call_id, d.ok]),
+    [1, 2, 3, 4, 5].map((i) => [`c${i}`, true]));
+});
+
+test('tools: javascript in the sandbox awaits kiln.tool, one by one and all at once', async () => {
+  let active = 0;
+  let peak = 0;
+  const ex = await kiln.run(
+    'let total = 0;\n'
+    + 'for (let i = 0; i < 5; i++) total += await kiln.tool("add", { a: i, b: 1 });\n'
+    + 'console.log(total);\n'
+    + 'const all = await Promise.all([1, 2, 3].map((x) => kiln.tool("slow", { x })));\n'
+    + 'console.log(JSON.stringify(all));\n',
+    {
+      language: 'javascript',
+      tools: [addTool, { name: 'slow', description: 'Doubles x, slowly.' }],
+      toolHandlers: {
+        add: ({ a, b }) => a + b,
+        slow: async ({ x }) => {
+          active += 1;
+          peak = Math.max(peak, active);
+          await new Promise((r) => setTimeout(r, 300));
+          active -= 1;
+          return { doubled: 2 * x };
+        },
+      },
+    },
+  );
+  assert.equal(ex.status, 'succeeded', ex.stderr);
+  assert.equal(ex.stdout, '15\n[{"doubled":2},{"doubled":4},{"doubled":6}]\n');
+  assert.ok(peak > 1, `the handlers ran one at a time (peak ${peak})`);
+});
+
+test('tools: a handler that throws is a ToolError in the sandbox, as is a tool without a handler', async () => {
+  const ex = await kiln.run(
+    'for (const name of ["search", "lookup"]) {\n'
+    + '  try {\n'
+    + '    await kiln.tool(name, { q: "kiln" });\n'
+    + '  } catch (e) {\n'
+    + '    console.log(`caught ${e.name}: ${e.message}`);\n'
+    + '  }\n'
+    + '}\n',
+    {
+      language: 'javascript',
+      tools: [{ name: 'search' }, { name: 'lookup' }],
+      toolHandlers: { search: async ({ q }) => { throw new Error(`the index is down (${q})`); } },
+    },
+  );
+  assert.equal(ex.status, 'succeeded', ex.stderr);
+  assert.equal(ex.stdout, 'caught ToolError: the index is down (kiln)\ncaught ToolError: no handler for tool lookup\n');
+
+  // The same from python.
+  const py = await kiln.run(
+    "try:\n    kiln.tool('search', {'q': 'py'})\nexcept kiln.ToolError as e:\n    print(f'caught {type(e).__name__}: {e}')\n",
+    { tools: [{ name: 'search' }], toolHandlers: { search: ({ q }) => { throw new Error(`the index is down (${q})`); } } },
+  );
+  assert.equal(py.stdout, 'caught ToolError: the index is down (py)\n');
+});
+
+test('tools: arguments that break the schema are refused in the sandbox; the handler is not called', async () => {
+  const calls = [];
+  const events = [];
+  const ex = await kiln.run(
+    'for (const [name, args] of [["add", { a: "one", b: 1 }], ["add", { a: 1 }], ["undeclared", {}]]) {\n'
+    + '  try {\n'
+    + '    await kiln.tool(name, args);\n'
+    + '  } catch (e) {\n'
+    + '    console.log(e.name, name);\n'
+    + '  }\n'
+    + '}\n',
+    {
+      language: 'javascript',
+      tools: [addTool],
+      toolHandlers: { add: (args) => { calls.push(args); return 0; } },
+      onEvent: (name) => events.push(name),
+    },
+  );
+  assert.equal(ex.status, 'succeeded', ex.stderr);
+  assert.equal(ex.stdout, 'ToolRefused add\nToolRefused add\nToolRefused undeclared\n');
+  assert.deepEqual(calls, []);
+  assert.ok(!events.includes('tool_call'), events.join(','));
+});
+
+test('tools: answered by hand with submitToolResult; after the end it is ToolCallClosedError', async () => {
+  // Answered from onEvent: the first answer is accepted, a second one is refused.
+  const id = await kiln.submit('console.log(JSON.stringify(await kiln.tool("add", { a: 1, b: 2 })))',
+    { language: 'javascript', tools: [addTool] });
+  const accepted = [];
+  const ex = await kiln.wait(id, {
+    onEvent: (name, data) => {
+      if (name !== 'tool_call') return;
+      accepted.push(kiln.submitToolResult(id, data.call_id, { result: { sum: 3 } })
+        .then(async (r) => {
+          await assert.rejects(kiln.submitToolResult(id, data.call_id, { result: 4 }), ToolCallClosedError);
+          return r;
+        }));
+    },
+  });
+  assert.equal(ex.stdout, '{"sum":3}\n');
+  assert.deepEqual(await Promise.all(accepted), [{ callId: 'c1', accepted: true }]);
+
+  // Nobody answers: the call times out in the sandbox, and its job ends.
+  const late = await kiln.submit(
+    'try {\n  await kiln.tool("add", { a: 1, b: 2 });\n} catch (e) {\n  console.log(e.name);\n}\n',
+    { language: 'javascript', tools: [addTool], toolTimeoutMs: 1000 },
+  );
+  const callIds = [];
+  const done = await kiln.wait(late, { onEvent: (name, data) => { if (name === 'tool_call') callIds.push(data.call_id); } });
+  assert.equal(done.status, 'succeeded', done.stderr);
+  assert.equal(done.stdout, 'ToolTimeout\n');
+  assert.deepEqual(callIds, ['c1']);
+  for (const answer of [{ result: 3 }, { error: 'too late' }]) {
+    await assert.rejects(kiln.submitToolResult(late, 'c1', answer), (e) => {
+      assert.ok(e instanceof ToolCallClosedError && e instanceof KilnError);
+      assert.equal(e.code, 'TOOL_CALL_CLOSED');
+      assert.equal(e.status, 409);
+      return true;
+    });
+  }
+  await assert.rejects(kiln.submitToolResult(late, 'c1', {}), TypeError);
+});
+
+test('tools: bad declarations are refused at submit', async () => {
+  await assert.rejects(kiln.run('pass', { tools: [{ name: 'not a name' }] }),
+    (e) => e instanceof InvalidRequestError && /tools\[0\]\.name/.test(e.message));
+  await assert.rejects(kiln.run('pass', { tools: Array.from({ length: 33 }, (_, i) => ({ name: `t${i}` })) }),
+    LimitExceededError);
+});
+
 // A stub broker on 127.0.0.1. `answer(req, n)` (n: 1 for the first request)
 // writes the answer itself or returns [status, body] to send as JSON.
 async function stubServer(answer) {
@@ -352,6 +518,238 @@ test('wait: a dropped event stream resumes after the last event seen', async () 
     assert.deepEqual(parts, ['a', 'b']);
     assert.deepEqual(stub.requests.map((r) => r.headers['last-event-id']), [undefined, '1-0']);
     assert.equal(stub.requests[0].url, '/v1/executions/ex_s/events');
+  } finally {
+    stub.close();
+  }
+});
+
+// --- tool handlers against a stub broker ----------------------------------
+
+const sseEvent = (event, id, data) => `event: ${event}\nid: ${id}\ndata: ${JSON.stringify(data)}\n\n`;
+const toolCall = (callId, name, args = {}) => ({ call_id: callId, name, arguments: args });
+
+// The events stream of ex_t sends `calls` as tool_call events (ids 1-0, 2-0,
+// ...) and keepalives until each call has an answer that is not a 503, then a
+// tool_result per accepted answer and execution_end. POST tool-results is
+// answered by reply(n, body) -> [status, body] (n from 1; default 200).
+// dropAfterCalls: the first connection breaks after the calls. replay: an
+// ended job, each call followed by its tool_result at once.
+async function toolBroker(calls, { reply, dropAfterCalls = false, replay = false } = {}) {
+  const record = { id: 'ex_t', status: 'succeeded', stdout: '', exit_code: 0 };
+  const posts = [];
+  const settled = new Map();
+  let onSettled = null;
+  const allSettled = () => calls.every((c) => settled.has(c.call_id));
+  const stub = await stubServer((req, n, res) => {
+    if (req.method === 'POST') {
+      assert.equal(req.url, '/v1/executions/ex_t/tool-results');
+      posts.push(req.body);
+      const [status, body] = reply?.(posts.length, req.body) ?? [200, null];
+      if (status !== 503) settled.set(req.body.call_id, [status, req.body]);
+      res.writeHead(status, { 'Content-Type': 'application/json', ...(status === 503 ? { 'Retry-After': '0' } : {}) });
+      res.end(JSON.stringify(body ?? { call_id: req.body.call_id, accepted: true }));
+      if (allSettled()) onSettled?.();
+      return null;
+    }
+    res.writeHead(200, { 'Content-Type': 'text/event-stream' });
+    if (req.headers['last-event-id'] === undefined) {
+      let out = sseEvent('execution_start', 'start', { id: 'ex_t', status: 'running' });
+      calls.forEach((c, i) => {
+        out += sseEvent('tool_call', `${i + 1}-0`, c);
+        if (replay) out += sseEvent('tool_result', `${i + 1}-1`, { call_id: c.call_id, ok: true });
+      });
+      if (replay) {
+        res.end(out + sseEvent('execution_end', 'end', record));
+        return null;
+      }
+      res.write(out);
+      if (dropAfterCalls) {
+        setTimeout(() => res.destroy(), 50);
+        return null;
+      }
+    }
+    const keepalive = setInterval(() => res.write(': keepalive\n\n'), 50);
+    const giveUp = setTimeout(() => onSettled?.(), 10000);
+    onSettled = () => {
+      onSettled = null;
+      clearInterval(keepalive);
+      clearTimeout(giveUp);
+      let out = '';
+      [...settled].sort(([a], [b]) => a.localeCompare(b)).forEach(([callId, [status, body]], i) => {
+        if (status === 200) out += sseEvent('tool_result', `${100 + i}-0`, { call_id: callId, ok: 'result' in body });
+      });
+      res.end(out + sseEvent('execution_end', 'end', record));
+    };
+    if (allSettled()) onSettled();
+    return null;
+  });
+  // call_id -> the body of its last answer
+  const answers = () => Object.fromEntries(posts.map((b) => [b.call_id, b]));
+  return { ...stub, posts, answers };
+}
+
+test('toolHandlers: each call answered by its handler; onEvent sees the tool events', async () => {
+  const calls = [
+    toolCall('c1', 'add', { a: 2, b: 3 }), toolCall('c2', 'search', { q: 'x' }), toolCall('c3', 'nope'),
+    toolCall('c4', 'nothing'), toolCall('c5', 'big'), toolCall('c6', 'thrown'), toolCall('c7', 'later', { x: 1 }),
+  ];
+  const broker = await toolBroker(calls);
+  const events = [];
+  try {
+    const client = new KilnClient({ url: broker.url, token: 't' });
+    const ex = await client.wait('ex_t', {
+      toolHandlers: {
+        add: ({ a, b }) => a + b,
+        search: ({ q }) => { throw new Error(`the index is down (${q})`); },
+        nothing: () => undefined,
+        big: () => 10n, // a BigInt is not JSON
+        thrown: () => { throw 'plain string'; }, // eslint-disable-line no-throw-literal
+        later: async ({ x }) => { await new Promise((r) => setTimeout(r, 20)); return [x]; },
+      },
+      onEvent: (name, data) => events.push([name, data]),
+    });
+    assert.equal(ex.status, 'succeeded');
+  } finally {
+    broker.close();
+  }
+  const answers = broker.answers();
+  assert.deepEqual(answers.c1, { call_id: 'c1', result: 5 });
+  assert.deepEqual(answers.c2, { call_id: 'c2', error: 'the index is down (x)' });
+  assert.deepEqual(answers.c3, { call_id: 'c3', error: 'no handler for tool nope' });
+  assert.deepEqual(answers.c4, { call_id: 'c4', result: null });
+  assert.match(answers.c5.error, /^the handler of tool big returned a value that is not JSON/);
+  assert.deepEqual(answers.c6, { call_id: 'c6', error: 'plain string' });
+  assert.deepEqual(answers.c7, { call_id: 'c7', result: [1] });
+  assert.equal(broker.posts.length, 7);
+  assert.deepEqual(events.filter(([n]) => n === 'tool_call').map(([, d]) => d), calls);
+  assert.deepEqual(events.filter(([n]) => n === 'tool_result').map(([, d]) => d.call_id).sort(),
+    ['c1', 'c2', 'c3', 'c4', 'c5', 'c6', 'c7']);
+});
+
+test('toolHandlers: calls are handled concurrently', async () => {
+  let release;
+  const bothIn = new Promise((r) => { release = r; });
+  let started = 0;
+  const broker = await toolBroker([toolCall('c1', 'add', { a: 1, b: 1 }), toolCall('c2', 'add', { a: 2, b: 2 })]);
+  try {
+    const client = new KilnClient({ url: broker.url, token: 't' });
+    await client.wait('ex_t', {
+      toolHandlers: {
+        add: async ({ a, b }) => { // both calls are in here at once, or this never returns
+          if (++started === 2) release();
+          await bothIn;
+          return a + b;
+        },
+      },
+    });
+  } finally {
+    broker.close();
+  }
+  assert.deepEqual(broker.answers(), { c1: { call_id: 'c1', result: 2 }, c2: { call_id: 'c2', result: 4 } });
+});
+
+test('toolHandlers: a 503 is retried, and a 409 after it counts as answered', async () => {
+  const replies = {
+    1: [503, { error: { code: 'UNAVAILABLE', message: 'worker not here', retryable: true } }],
+    2: [409, { error: { code: 'TOOL_CALL_CLOSED', message: 'answered', retryable: false } }],
+  };
+  const broker = await toolBroker([toolCall('c1', 'add', { a: 1, b: 2 })], { reply: (n) => replies[n] });
+  try {
+    const client = new KilnClient({ url: broker.url, token: 't' });
+    const ex = await client.wait('ex_t', { toolHandlers: { add: ({ a, b }) => a + b } });
+    assert.equal(ex.status, 'succeeded');
+  } finally {
+    broker.close();
+  }
+  assert.deepEqual(broker.posts, [{ call_id: 'c1', result: 3 }, { call_id: 'c1', result: 3 }]);
+});
+
+test('toolHandlers: a result the broker refuses is replaced by an error', async () => {
+  const tooBig = [400, { error: { code: 'LIMIT_EXCEEDED', message: 'result: over 1048576 bytes', retryable: false } }];
+  const broker = await toolBroker([toolCall('c1', 'big')], { reply: (n, body) => ('result' in body ? tooBig : null) });
+  try {
+    const client = new KilnClient({ url: broker.url, token: 't' });
+    await client.wait('ex_t', { toolHandlers: { big: () => 'x' } });
+  } finally {
+    broker.close();
+  }
+  assert.equal(broker.posts.length, 2);
+  assert.deepEqual(broker.posts[1], {
+    call_id: 'c1', error: 'the result of tool big was refused: LIMIT_EXCEEDED: result: over 1048576 bytes',
+  });
+});
+
+test('toolHandlers: an answer that cannot be sent rejects the wait', async () => {
+  const forbidden = [403, { error: { code: 'FORBIDDEN', message: 'admin', retryable: false } }];
+  const broker = await toolBroker([toolCall('c1', 'add', { a: 1, b: 2 })], { reply: () => forbidden });
+  try {
+    const client = new KilnClient({ url: broker.url, token: 't' });
+    await assert.rejects(client.wait('ex_t', { toolHandlers: { add: () => 3 } }),
+      (e) => e instanceof ForbiddenError && e.executionId === 'ex_t');
+  } finally {
+    broker.close();
+  }
+});
+
+test('toolHandlers: a resumed stream does not hand a call out twice', async () => {
+  const seen = [];
+  const broker = await toolBroker([toolCall('c1', 'add', { a: 1, b: 2 })], { dropAfterCalls: true });
+  try {
+    const client = new KilnClient({ url: broker.url, token: 't' });
+    await client.wait('ex_t', { toolHandlers: { add: (args) => { seen.push(args); return 3; } } });
+  } finally {
+    broker.close();
+  }
+  assert.deepEqual(seen, [{ a: 1, b: 2 }]);
+  assert.deepEqual(broker.requests.filter((r) => r.method === 'GET').map((r) => r.headers['last-event-id']),
+    [undefined, '1-0']);
+});
+
+test('toolHandlers: a replayed call that was answered already is not handled', async () => {
+  const seen = [];
+  const broker = await toolBroker([toolCall('c1', 'add', { a: 1, b: 2 })], { replay: true });
+  try {
+    const client = new KilnClient({ url: broker.url, token: 't' });
+    const ex = await client.wait('ex_t', { toolHandlers: { add: (args) => { seen.push(args); return 3; } } });
+    assert.equal(ex.status, 'succeeded');
+  } finally {
+    broker.close();
+  }
+  assert.deepEqual([seen, broker.posts], [[], []]);
+});
+
+test('submitToolResult: one of result and error; 409 is ToolCallClosedError', async () => {
+  const closed = [409, { error: { code: 'TOOL_CALL_CLOSED', message: 'timed out', retryable: false } }];
+  const broker = await toolBroker([], { reply: (n) => (n === 4 ? closed : null) });
+  try {
+    const client = new KilnClient({ url: broker.url, token: 't' });
+    assert.deepEqual(await client.submitToolResult('ex_t', 'c1', { result: null }), { callId: 'c1', accepted: true });
+    await client.submitToolResult('ex_t', 'c2', { result: undefined }); // JSON has no undefined: null
+    await client.submitToolResult('ex_t', 'c3', { error: 'no such user' });
+    await assert.rejects(client.submitToolResult('ex_t', 'c4', { result: { rows: [1, 2] } }), (e) => {
+      assert.ok(e instanceof ToolCallClosedError && e instanceof KilnError);
+      assert.deepEqual([e.code, e.status, e.retryable], ['TOOL_CALL_CLOSED', 409, false]);
+      return true;
+    });
+    for (const bad of [{}, { result: 1, error: 'x' }, { error: 42 }, null]) {
+      await assert.rejects(client.submitToolResult('ex_t', 'c5', bad), TypeError);
+    }
+  } finally {
+    broker.close();
+  }
+  assert.deepEqual(broker.posts, [
+    { call_id: 'c1', result: null }, { call_id: 'c2', result: null }, { call_id: 'c3', error: 'no such user' },
+    { call_id: 'c4', result: { rows: [1, 2] } },
+  ]);
+});
+
+test('run: tool handlers are checked before anything is sent', async () => {
+  const stub = await stubServer(inTurn([[500, {}]]));
+  try {
+    const client = new KilnClient({ url: stub.url, token: 't' });
+    await assert.rejects(client.run('1', { toolHandlers: { add: () => 1 } }), TypeError); // no tools declared
+    await assert.rejects(client.run('1', { tools: [{ name: 'add' }], toolHandlers: { add: 1 } }), TypeError);
+    assert.equal(stub.requests.length, 0);
   } finally {
     stub.close();
   }

@@ -6,6 +6,8 @@
 
 `Client` is synchronous, `AsyncClient` (kiln_sdk.aio) the asyncio twin.
 `verify_webhook` checks the signature of a job's webhook (kiln_sdk.webhooks).
+Tool callbacks (code mode): `run(code, tools=[...], tool_handlers={...})`,
+`submit_tool_result` (docs/sdk.md, "Tool callbacks").
 """
 
 __version__ = "0.1.0"
@@ -16,7 +18,7 @@ from .errors import (ERRORS_BY_CODE, CodeExecutionDisabled, Forbidden, Internal,
                      InvalidRequest, KilnError, LimitExceeded, NetworkNotAllowed, NotFound,
                      PayloadTooLarge, QueueFull, RateLimited, RuntimeUnavailable,
                      SecurityBlocked, SessionBusyLimit, SessionLanguageMismatch, SessionLost,
-                     SessionNotFound, Unauthorized, Unavailable)
+                     SessionNotFound, ToolCallClosed, Unauthorized, Unavailable)
 from .models import TERMINAL_STATUSES, Execution
 from .webhooks import WebhookVerificationError, sign_webhook, verify_webhook
 
@@ -26,5 +28,6 @@ __all__ = [
     "Unauthorized", "Forbidden", "CodeExecutionDisabled", "NetworkNotAllowed", "NotFound",
     "SessionNotFound", "SessionLanguageMismatch", "SessionBusyLimit", "SessionLost",
     "PayloadTooLarge", "RateLimited", "QueueFull", "Internal", "Unavailable",
-    "RuntimeUnavailable", "verify_webhook", "sign_webhook", "WebhookVerificationError",
+    "RuntimeUnavailable", "ToolCallClosed", "verify_webhook", "sign_webhook",
+    "WebhookVerificationError",
 ]

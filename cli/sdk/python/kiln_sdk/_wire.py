@@ -9,7 +9,7 @@ import json
 import os
 import random
 import uuid
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import errors
 
@@ -43,14 +43,19 @@ def submit_body(code: str, language: str, *, wait: bool, session_id: Optional[st
                 packages: Optional[List[str]] = None, network: Any = None,
                 limits: Optional[Dict[str, int]] = None, timeout_ms: Optional[int] = None,
                 priority: Optional[int] = None,
-                callback_url: Optional[str] = None) -> Dict[str, Any]:
+                callback_url: Optional[str] = None,
+                tools: Optional[Sequence[Mapping[str, Any]]] = None,
+                tool_timeout_ms: Optional[int] = None) -> Dict[str, Any]:
     """The POST /v1/executions body; fields left None are not sent (the
     broker refuses nulls it does not expect and applies its own defaults)."""
     body: Dict[str, Any] = {"language": language, "code": code, "wait": wait}
     optional = {"session_id": session_id, "conversation_id": conversation_id, "input": input,
                 "collect": collect, "env": env, "stdin": stdin, "packages": packages,
-                "network": network, "priority": priority, "callback_url": callback_url}
+                "network": network, "priority": priority, "callback_url": callback_url,
+                "tool_timeout_ms": tool_timeout_ms}
     body.update({k: v for k, v in optional.items() if v is not None})
+    if tools is not None:
+        body["tools"] = list(tools)
     if files:
         body["files"] = encode_files(files)
     if limits is not None or timeout_ms is not None:

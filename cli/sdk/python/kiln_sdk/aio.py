@@ -7,21 +7,24 @@ retries), each call a coroutine.
             ...
 
 Wraps one httpx.AsyncClient; use it from one event loop. Callbacks may be
-plain functions or coroutine functions (awaited in order).
+plain functions or coroutine functions (awaited in order). Tool handlers
+(code mode) may be either too; each call is answered by a task of its own.
 """
 
 import asyncio
 import inspect
-from typing import Any, AsyncIterator, Callable, Dict, List, Optional
+from typing import Any, AsyncIterator, Callable, Dict, List, Mapping, Optional, Sequence, Set
 
 import httpx
 
-from . import _wire, errors
+from . import _tools, _wire, errors
 from ._sse import SSEParser
 from .models import TERMINAL_STATUSES, Execution
 
 TextCallback = Optional[Callable[[str], Any]]
 EventCallback = Optional[Callable[[str, Any], Any]]
+ToolHandlers = Optional[Mapping[str, Callable[[Dict[str, Any]], Any]]]
+Tools = Optional[Sequence[Mapping[str, Any]]]
 
 
 class AsyncClient:
@@ -54,24 +57,33 @@ class AsyncClient:
                   packages: Optional[List[str]] = None, network: Any = None,
                   limits: Optional[Dict[str, int]] = None, timeout_ms: Optional[int] = None,
                   priority: Optional[int] = None, callback_url: Optional[str] = None,
+                  tools: Tools = None, tool_timeout_ms: Optional[int] = None,
+                  tool_handlers: ToolHandlers = None,
                   on_stdout: TextCallback = None, on_stderr: TextCallback = None, on_event: EventCallback = None,
                   idempotency_key: Optional[str] = None) -> Execution:
         """Runs `code` to its end. A job that fails is an Execution with its
-        status, not an exception. With a callback, output is streamed."""
-        streaming = bool(on_stdout or on_stderr or on_event)
+        status, not an exception. With a callback, output is streamed.
+
+        `tools` declares the tools the code may call; with `tool_handlers`
+        ({name: fn(arguments) -> result}, plain or async functions) each
+        call is answered with its handler's return value (or its
+        exception's text)."""
+        handlers = _tools.check_handlers(tool_handlers, allow_async=True)
+        _tools.check_declared(handlers, tools)
+        streaming = bool(on_stdout or on_stderr or on_event or handlers is not None)
         body = _wire.submit_body(
             code, language, wait=not streaming, session_id=session_id,
             conversation_id=conversation_id, input=input, files=files, collect=collect,
             env=env, stdin=stdin, packages=packages, network=network, limits=limits,
             timeout_ms=timeout_ms, priority=priority,
-            callback_url=callback_url)
+            callback_url=callback_url, tools=tools, tool_timeout_ms=tool_timeout_ms)
         key = idempotency_key or _wire.new_key()
         read_s = _wire.wait_read_timeout(body, self._timeout) if not streaming else None
         answer = await self._submit(body, key, read_s)
         if streaming or answer.get("status") not in TERMINAL_STATUSES:
             # Streaming, or the broker's wait ended first (queued too long).
             return await self.wait(answer["id"], on_stdout=on_stdout, on_stderr=on_stderr,
-                                   on_event=on_event)
+                                   on_event=on_event, tool_handlers=handlers)
         return Execution.from_json(answer)
 
     async def submit(self, code: str, language: str = "python", *, session_id: Optional[str] = None,
@@ -81,13 +93,15 @@ class AsyncClient:
                      packages: Optional[List[str]] = None, network: Any = None,
                      limits: Optional[Dict[str, int]] = None, timeout_ms: Optional[int] = None,
                      priority: Optional[int] = None, callback_url: Optional[str] = None,
+                     tools: Tools = None, tool_timeout_ms: Optional[int] = None,
                      idempotency_key: Optional[str] = None) -> str:
-        """Queues `code` and returns the execution id at once."""
+        """Queues `code` and returns the execution id at once (answer its
+        tool calls with wait(id, tool_handlers=...) or submit_tool_result)."""
         body = _wire.submit_body(
             code, language, wait=False, session_id=session_id, conversation_id=conversation_id,
             input=input, files=files, collect=collect, env=env, stdin=stdin, packages=packages,
             network=network, limits=limits, timeout_ms=timeout_ms, priority=priority,
-            callback_url=callback_url)
+            callback_url=callback_url, tools=tools, tool_timeout_ms=tool_timeout_ms)
         answer = await self._submit(body, idempotency_key or _wire.new_key(), None)
         return answer["id"]
 
@@ -101,12 +115,33 @@ class AsyncClient:
         return Execution.from_json(await self._request("POST", path))
 
     async def wait(self, execution_id: str, *, on_stdout: TextCallback = None,
-                   on_stderr: TextCallback = None, on_event: EventCallback = None) -> Execution:
+                   on_stderr: TextCallback = None, on_event: EventCallback = None,
+                   tool_handlers: ToolHandlers = None) -> Execution:
         """Follows the job's events to its end and returns the final record;
-        a dropped stream is resumed with Last-Event-ID."""
+        a dropped stream is resumed with Last-Event-ID.
+
+        With `tool_handlers`, each `tool_call` event is answered by the
+        handler of its tool in a task of its own, and wait returns once the
+        job ended and every handler it started returned."""
+        handlers = _tools.check_handlers(tool_handlers, allow_async=True)
+        runner = _AsyncToolRunner(self, execution_id, handlers) if handlers is not None else None
+        try:
+            ex = await self._follow(execution_id, (on_stdout, on_stderr, on_event), runner)
+            if runner is not None:
+                await runner.finish()
+        except _tools.AnswerFailed as e:
+            runner.abandon()  # type: ignore[union-attr]
+            raise e.error from None
+        except BaseException:
+            if runner is not None:
+                runner.abandon()
+            raise
+        return ex
+
+    async def _follow(self, execution_id: str, callbacks: tuple,
+                      runner: Optional["_AsyncToolRunner"]) -> Execution:
         path = f"/v1/executions/{execution_id}/events"
         stream_timeout = httpx.Timeout(self._timeout, read=_wire.STREAM_READ_TIMEOUT_S)
-        callbacks = (on_stdout, on_stderr, on_event)
         follow = _wire.Follow()
         while True:
             try:
@@ -118,7 +153,7 @@ class AsyncClient:
                         await r.aread()
                         raise _wire.answer_error(r.status_code, _wire.json_or_none(r.content),
                                                  r.headers.get("Retry-After"))
-                    record = await self._read_events(r, follow, callbacks)
+                    record = await self._read_events(r, follow, callbacks, runner)
                 if record is not None:
                     return Execution.from_json(record)
                 err: errors.KilnError = errors.Unavailable(
@@ -136,15 +171,19 @@ class AsyncClient:
             follow.failures += 1
 
     @staticmethod
-    async def _read_events(r: httpx.Response, follow: _wire.Follow,
-                           callbacks: tuple) -> Optional[Dict[str, Any]]:
+    async def _read_events(r: httpx.Response, follow: _wire.Follow, callbacks: tuple,
+                           runner: Optional["_AsyncToolRunner"]) -> Optional[Dict[str, Any]]:
         """One connection's events: the final record, or None when the
         connection ended first (or with an error object): resume then."""
         parser = SSEParser()
-        async for chunk in r.aiter_bytes():
+        async for chunk in r.aiter_bytes():  # keepalives come every 15 s
+            if runner is not None:
+                runner.check()
             for ev in parser.feed(chunk):
                 data, ended, record = follow.take(ev.name, ev.id, ev.data)
                 await _dispatch(ev.name, data, *callbacks)
+                if runner is not None:
+                    runner.event(ev.name, data)
                 if ended:
                     return record
         return None
@@ -171,6 +210,32 @@ class AsyncClient:
         answer = await self._request("POST", "/v1/executions/batch", json={"executions": items},
                                      headers={"Idempotency-Key": key})
         return answer["results"]
+
+    # --- tool callbacks (code mode) --------------------------------------
+
+    async def submit_tool_result(self, execution_id: str, call_id: str, *,
+                                 result: Any = _tools.UNSET,
+                                 error: Any = _tools.UNSET) -> Dict[str, Any]:
+        """Answers tool call `call_id` of a running job: `result=` any JSON
+        value (None is JSON null) or `error=` a message, exactly one
+        (Client.submit_tool_result). Raises ToolCallClosed (409) when the
+        call takes no answer any more."""
+        body = _tools.answer_body(call_id, result, error)
+        return await self._request("POST", f"/v1/executions/{execution_id}/tool-results",
+                                   json=body)
+
+    async def _answer_call(self, execution_id: str, call: _tools.ToolCall,
+                           answer: Dict[str, Any]) -> None:
+        """A handler's answer sent; a call that takes none any more is done."""
+        try:
+            await self._request("POST", f"/v1/executions/{execution_id}/tool-results",
+                                json={"call_id": call.call_id, **answer})
+        except errors.ToolCallClosed:
+            pass  # answered (a retry after our accepted answer), timed out, or the job ended
+        except (errors.InvalidRequest, errors.LimitExceeded, errors.PayloadTooLarge) as e:
+            if "result" not in answer:
+                raise
+            await self._answer_call(execution_id, call, _tools.refused_answer(call.name, e))
 
     # --- sessions --------------------------------------------------------
 
@@ -241,6 +306,70 @@ async def _dispatch(name: str, data: Any, on_stdout: TextCallback, on_stderr: Te
             await _call(cb, data.get("data", ""))
     if on_event:
         await _call(on_event, name, data)
+
+
+class _AsyncToolRunner:
+    """Answers one execution's tool calls with the caller's handlers, each
+    call in a task of its own, so the stream is read on while handlers run.
+    Plain handlers run on the event loop (wrap blocking work in
+    asyncio.to_thread); coroutine functions are awaited."""
+
+    def __init__(self, client: AsyncClient, execution_id: str,
+                 handlers: Dict[str, Callable[[Dict[str, Any]], Any]]) -> None:
+        self._client = client
+        self._id = execution_id
+        self._handlers = handlers
+        self._calls = _tools.CallTracker()
+        self._tasks: Set["asyncio.Task[None]"] = set()
+
+    def event(self, name: str, data: Any) -> None:
+        call = self._calls.take(name, data)
+        if call is None:
+            return
+        # Started on the loop's next turn: the rest of this chunk's events
+        # (a replay's tool_result for it) are seen first.
+        task = asyncio.get_running_loop().create_task(self._answer(call))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _answer(self, call: _tools.ToolCall) -> None:
+        try:
+            if call.call_id in self._calls.answered:
+                return  # a replayed call the stream showed answered already
+            fn = self._handlers.get(call.name)
+            if fn is None:
+                answer = _tools.no_handler_answer(call.name)
+            else:
+                try:
+                    value = fn(call.arguments)
+                    if inspect.isawaitable(value):
+                        value = await value
+                    answer = _tools.result_answer(call.name, value)
+                except Exception as e:  # the handler's failure is the sandbox's ToolError
+                    answer = _tools.exception_answer(e)
+            await self._client._answer_call(self._id, call, answer)
+        except Exception as e:  # not CancelledError: abandon() cancels
+            if isinstance(e, errors.KilnError) and e.execution_id is None:
+                e.execution_id = self._id
+            self._calls.fail(e)
+
+    def check(self) -> None:
+        """Raises AnswerFailed once an answer could not be sent."""
+        if self._calls.failure is not None:
+            raise _tools.AnswerFailed(self._calls.failure)
+
+    async def finish(self) -> None:
+        """At the job's end: waits for the handlers still running (their late
+        answers are refused as closed), then raises a failure to send one."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks))
+        if self._calls.failure is not None:
+            raise self._calls.failure
+
+    def abandon(self) -> None:
+        """The wait failed or was cancelled: running handlers are cancelled."""
+        for task in list(self._tasks):
+            task.cancel()
 
 
 class AsyncSession:

@@ -6,19 +6,24 @@
 Wraps one httpx.Client (a connection pool; usable from several threads, as
 httpx's is). Retryable failures are retried with backoff; every submit
 carries an Idempotency-Key, so a retried submit never runs a job twice.
+Tool handlers (code mode) run on threads of their own while the events
+stream is read on.
 """
 
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
 import httpx
 
-from . import _wire, errors
+from . import _tools, _wire, errors
 from ._sse import SSEParser
 from .models import TERMINAL_STATUSES, Execution
 
 TextCallback = Optional[Callable[[str], Any]]
 EventCallback = Optional[Callable[[str, Any], Any]]
+ToolHandlers = Optional[Mapping[str, Callable[[Dict[str, Any]], Any]]]
+Tools = Optional[Sequence[Mapping[str, Any]]]
 
 
 class Client:
@@ -51,25 +56,34 @@ class Client:
             packages: Optional[List[str]] = None, network: Any = None,
             limits: Optional[Dict[str, int]] = None, timeout_ms: Optional[int] = None,
             priority: Optional[int] = None, callback_url: Optional[str] = None,
+            tools: Tools = None, tool_timeout_ms: Optional[int] = None,
+            tool_handlers: ToolHandlers = None,
             on_stdout: TextCallback = None, on_stderr: TextCallback = None,
             on_event: EventCallback = None,
             idempotency_key: Optional[str] = None) -> Execution:
         """Runs `code` to its end. A job that fails is an Execution with its
-        status, not an exception. With a callback, output is streamed."""
-        streaming = bool(on_stdout or on_stderr or on_event)
+        status, not an exception. With a callback, output is streamed.
+
+        `tools` declares the tools the code may call (`kiln.tool(name, args)`
+        in the sandbox); with `tool_handlers` ({name: fn(arguments) ->
+        result}) the job is followed over its events stream and each call is
+        answered with its handler's return value (or its exception's text)."""
+        handlers = _tools.check_handlers(tool_handlers, allow_async=False)
+        _tools.check_declared(handlers, tools)
+        streaming = bool(on_stdout or on_stderr or on_event or handlers is not None)
         body = _wire.submit_body(
             code, language, wait=not streaming, session_id=session_id,
             conversation_id=conversation_id, input=input, files=files, collect=collect,
             env=env, stdin=stdin, packages=packages, network=network, limits=limits,
             timeout_ms=timeout_ms, priority=priority,
-            callback_url=callback_url)
+            callback_url=callback_url, tools=tools, tool_timeout_ms=tool_timeout_ms)
         key = idempotency_key or _wire.new_key()
         read_s = _wire.wait_read_timeout(body, self._timeout) if not streaming else None
         answer = self._submit(body, key, read_s)
         if streaming or answer.get("status") not in TERMINAL_STATUSES:
             # Streaming, or the broker's wait ended first (queued too long).
             return self.wait(answer["id"], on_stdout=on_stdout, on_stderr=on_stderr,
-                             on_event=on_event)
+                             on_event=on_event, tool_handlers=handlers)
         return Execution.from_json(answer)
 
     def submit(self, code: str, language: str = "python", *, session_id: Optional[str] = None,
@@ -79,13 +93,15 @@ class Client:
                packages: Optional[List[str]] = None, network: Any = None,
                limits: Optional[Dict[str, int]] = None, timeout_ms: Optional[int] = None,
                priority: Optional[int] = None, callback_url: Optional[str] = None,
+               tools: Tools = None, tool_timeout_ms: Optional[int] = None,
                idempotency_key: Optional[str] = None) -> str:
-        """Queues `code` and returns the execution id at once."""
+        """Queues `code` and returns the execution id at once (answer its
+        tool calls with wait(id, tool_handlers=...) or submit_tool_result)."""
         body = _wire.submit_body(
             code, language, wait=False, session_id=session_id, conversation_id=conversation_id,
             input=input, files=files, collect=collect, env=env, stdin=stdin, packages=packages,
             network=network, limits=limits, timeout_ms=timeout_ms, priority=priority,
-            callback_url=callback_url)
+            callback_url=callback_url, tools=tools, tool_timeout_ms=tool_timeout_ms)
         answer = self._submit(body, idempotency_key or _wire.new_key(), None)
         return answer["id"]
 
@@ -99,12 +115,33 @@ class Client:
         return Execution.from_json(self._request("POST", path))
 
     def wait(self, execution_id: str, *, on_stdout: TextCallback = None,
-             on_stderr: TextCallback = None, on_event: EventCallback = None) -> Execution:
+             on_stderr: TextCallback = None, on_event: EventCallback = None,
+             tool_handlers: ToolHandlers = None) -> Execution:
         """Follows the job's events to its end and returns the final record;
-        a dropped stream is resumed with Last-Event-ID."""
+        a dropped stream is resumed with Last-Event-ID.
+
+        With `tool_handlers`, each `tool_call` event is answered by the
+        handler of its tool, on a thread of its own (at most 8 at once), and
+        wait returns once the job ended and every handler it started returned."""
+        handlers = _tools.check_handlers(tool_handlers, allow_async=False)
+        runner = _ToolRunner(self, execution_id, handlers) if handlers is not None else None
+        try:
+            ex = self._follow(execution_id, (on_stdout, on_stderr, on_event), runner)
+            if runner is not None:
+                runner.finish()
+        except _tools.AnswerFailed as e:
+            runner.abandon()  # type: ignore[union-attr]
+            raise e.error from None
+        except BaseException:
+            if runner is not None:
+                runner.abandon()
+            raise
+        return ex
+
+    def _follow(self, execution_id: str, callbacks: tuple,
+                runner: Optional["_ToolRunner"]) -> Execution:
         path = f"/v1/executions/{execution_id}/events"
         stream_timeout = httpx.Timeout(self._timeout, read=_wire.STREAM_READ_TIMEOUT_S)
-        callbacks = (on_stdout, on_stderr, on_event)
         follow = _wire.Follow()
         while True:
             try:
@@ -116,7 +153,7 @@ class Client:
                         r.read()
                         raise _wire.answer_error(r.status_code, _wire.json_or_none(r.content),
                                                  r.headers.get("Retry-After"))
-                    record = self._read_events(r, follow, callbacks)
+                    record = self._read_events(r, follow, callbacks, runner)
                 if record is not None:
                     return Execution.from_json(record)
                 err: errors.KilnError = errors.Unavailable(
@@ -134,17 +171,23 @@ class Client:
             follow.failures += 1
 
     @staticmethod
-    def _read_events(r: httpx.Response, follow: _wire.Follow,
-                     callbacks: tuple) -> Optional[Dict[str, Any]]:
+    def _read_events(r: httpx.Response, follow: _wire.Follow, callbacks: tuple,
+                     runner: Optional["_ToolRunner"]) -> Optional[Dict[str, Any]]:
         """One connection's events: the final record, or None when the
         connection ended first (or with an error object): resume then."""
         parser = SSEParser()
-        for chunk in r.iter_bytes():
+        for chunk in r.iter_bytes():  # keepalives come every 15 s
+            if runner is not None:
+                runner.check()
             for ev in parser.feed(chunk):
                 data, ended, record = follow.take(ev.name, ev.id, ev.data)
                 _dispatch(ev.name, data, *callbacks)
+                if runner is not None:
+                    runner.event(ev.name, data)
                 if ended:
                     return record
+            if runner is not None:
+                runner.start_calls()
         return None
 
     def list_executions(self, status: Any = None, session_id: Optional[str] = None,
@@ -168,6 +211,34 @@ class Client:
         answer = self._request("POST", "/v1/executions/batch", json={"executions": items},
                                headers={"Idempotency-Key": key})
         return answer["results"]
+
+    # --- tool callbacks (code mode) --------------------------------------
+
+    def submit_tool_result(self, execution_id: str, call_id: str, *,
+                           result: Any = _tools.UNSET, error: Any = _tools.UNSET) -> Dict[str, Any]:
+        """Answers tool call `call_id` (a `tool_call` event's) of a running
+        job: `result=` any JSON value (None is JSON null) or `error=` a
+        message, exactly one. Returns {"call_id", "accepted": True}.
+
+        A 503 (the job's worker not connected to this broker) is retried.
+        Raises ToolCallClosed (409) when the call takes no answer any more:
+        answered already (also by an earlier try of this request), timed
+        out, or the job is no longer running."""
+        body = _tools.answer_body(call_id, result, error)
+        return self._request("POST", f"/v1/executions/{execution_id}/tool-results", json=body)
+
+    def _answer_call(self, execution_id: str, call: _tools.ToolCall,
+                     answer: Dict[str, Any]) -> None:
+        """A handler's answer sent; a call that takes none any more is done."""
+        try:
+            self._request("POST", f"/v1/executions/{execution_id}/tool-results",
+                          json={"call_id": call.call_id, **answer})
+        except errors.ToolCallClosed:
+            pass  # answered (a retry after our accepted answer), timed out, or the job ended
+        except (errors.InvalidRequest, errors.LimitExceeded, errors.PayloadTooLarge) as e:
+            if "result" not in answer:
+                raise
+            self._answer_call(execution_id, call, _tools.refused_answer(call.name, e))
 
     # --- sessions --------------------------------------------------------
 
@@ -235,6 +306,74 @@ def _dispatch(name: str, data: Any, on_stdout: TextCallback, on_stderr: TextCall
             cb(data.get("data", ""))
     if on_event:
         on_event(name, data)
+
+
+class _ToolRunner:
+    """Answers one execution's tool calls with the caller's handlers. Each
+    call runs on a pool thread (8: the broker's max_in_flight), so the
+    stream is read on, and output callbacks keep coming, while handlers run."""
+
+    def __init__(self, client: Client, execution_id: str,
+                 handlers: Dict[str, Callable[[Dict[str, Any]], Any]]) -> None:
+        self._client = client
+        self._id = execution_id
+        self._handlers = handlers
+        self._calls = _tools.CallTracker()
+        self._queued: List[_tools.ToolCall] = []
+        self._pool: Optional[ThreadPoolExecutor] = None
+
+    def event(self, name: str, data: Any) -> None:
+        call = self._calls.take(name, data)
+        if call is not None:
+            self._queued.append(call)
+
+    def start_calls(self) -> None:
+        """Hands the calls of the chunk just read to the pool. Started only
+        after the whole chunk, so a replay's tool_result for a call is seen
+        first and the call is skipped."""
+        for call in self._queued:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(_tools.MAX_IN_FLIGHT,
+                                                thread_name_prefix="kiln-tool")
+            self._pool.submit(self._answer, call)
+        self._queued.clear()
+
+    def _answer(self, call: _tools.ToolCall) -> None:
+        try:
+            if call.call_id in self._calls.answered:
+                return  # a replayed call the stream showed answered already
+            fn = self._handlers.get(call.name)
+            if fn is None:
+                answer = _tools.no_handler_answer(call.name)
+            else:
+                try:
+                    answer = _tools.result_answer(call.name, fn(call.arguments))
+                except Exception as e:  # the handler's failure is the sandbox's ToolError
+                    answer = _tools.exception_answer(e)
+            self._client._answer_call(self._id, call, answer)
+        except BaseException as e:
+            if isinstance(e, errors.KilnError) and e.execution_id is None:
+                e.execution_id = self._id
+            self._calls.fail(e)
+
+    def check(self) -> None:
+        """Raises AnswerFailed once an answer could not be sent."""
+        if self._calls.failure is not None:
+            raise _tools.AnswerFailed(self._calls.failure)
+
+    def finish(self) -> None:
+        """At the job's end: waits for the handlers still running (their late
+        answers are refused as closed), then raises a failure to send one."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        if self._calls.failure is not None:
+            raise self._calls.failure
+
+    def abandon(self) -> None:
+        """The wait failed: calls not started are dropped, running ones end
+        on their own."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 class Session:

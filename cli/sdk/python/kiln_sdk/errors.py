@@ -45,6 +45,9 @@ class SessionNotFound(NotFound): pass
 class SessionLanguageMismatch(KilnError): pass
 class SessionBusyLimit(KilnError): pass
 class SessionLost(KilnError): pass
+class ToolCallClosed(KilnError):
+    """409: the tool call no longer takes an answer (answered already,
+    timed out, or its execution is no longer running)."""
 class PayloadTooLarge(KilnError): pass
 class RateLimited(KilnError): pass
 class QueueFull(KilnError): pass
@@ -66,6 +69,7 @@ ERRORS_BY_CODE: Dict[str, Type[KilnError]] = {
     "SESSION_LANGUAGE_MISMATCH": SessionLanguageMismatch,
     "SESSION_BUSY_LIMIT": SessionBusyLimit,
     "SESSION_LOST": SessionLost,
+    "TOOL_CALL_CLOSED": ToolCallClosed,
     "PAYLOAD_TOO_LARGE": PayloadTooLarge,
     "RATE_LIMITED": RateLimited,
     "QUEUE_FULL": QueueFull,

@@ -13,6 +13,9 @@ import { errorFromObject, SessionNotFoundError } from './errors.js';
 import { Transport } from './http.js';
 import { followEvents } from './follow.js';
 import {
+  answerBody, checkDeclared, checkHandlers, toolResultsPath, ToolRunner,
+} from './tools.js';
+import {
   Execution, executionSummary, isTerminal, sessionInfo, submitBody,
 } from './execution.js';
 
@@ -27,14 +30,18 @@ export class KilnClient {
   }
 
   /**
-   * Runs code and resolves with its record once it ended. Without callbacks
-   * or a signal it is one `wait: true` request; with them the job is
-   * submitted and its events followed, and an abort cancels it.
+   * Runs code and resolves with its record once it ended. Without callbacks,
+   * tool handlers or a signal it is one `wait: true` request; with them the
+   * job is submitted and its events followed, and an abort cancels it.
+   * `toolHandlers` ({name: (args) => result}) answer the calls the code makes
+   * to the tools declared in `tools`.
    */
   async run(code, opts = {}) {
     const body = submitBody(code, opts);
     const key = opts.idempotencyKey ?? randomUUID();
-    if (opts.onStdout || opts.onStderr || opts.onEvent || opts.signal) {
+    const handlers = checkHandlers(opts.toolHandlers);
+    checkDeclared(handlers, opts.tools);
+    if (opts.onStdout || opts.onStderr || opts.onEvent || opts.signal || handlers) {
       const id = await this._submit(body, key, opts.signal);
       try {
         return await this.wait(id, opts);
@@ -88,14 +95,35 @@ export class KilnClient {
     return this.get(id, { signal });
   }
 
-  /** Follows job `id` until it ends, handing output to the callbacks; resolves with its record. */
-  async wait(id, { onStdout, onStderr, onEvent, signal } = {}) {
+  /**
+   * Follows job `id` until it ends, handing output to the callbacks; resolves
+   * with its record. With `toolHandlers`, each `tool_call` event is answered
+   * by the handler of its tool (concurrently), and wait resolves once the job
+   * ended and every handler it started has settled.
+   */
+  async wait(id, { onStdout, onStderr, onEvent, toolHandlers, signal } = {}) {
+    const handlers = checkHandlers(toolHandlers);
+    const tools = handlers ? new ToolRunner(this._t, id, handlers, signal) : null;
     const raw = await followEvents(this._t, id, {
-      onStdout, onStderr, onEvent, signal,
+      onStdout, onStderr, onEvent, signal, tools,
       reconnects: Math.max(3, this.maxRetries),
       getRecord: async () => (await this._t.request('GET', `/v1/executions/${encodeURIComponent(id)}`, { signal })).body,
     });
+    if (tools) await tools.finish();
     return new Execution(raw);
+  }
+
+  /**
+   * Answers tool call `callId` (a `tool_call` event's `call_id`) of running job
+   * `id` with `{ result }` (any JSON value) or `{ error }` (a message), exactly
+   * one. Resolves with {callId, accepted}. A 503 (the job's worker is not
+   * connected to this broker) is retried; ToolCallClosedError (409) when the
+   * call takes no answer any more: answered already (also by an earlier try
+   * of this request), timed out, or the job is no longer running.
+   */
+  async submitToolResult(id, callId, answer, { signal } = {}) {
+    const res = await this._t.request('POST', toolResultsPath(id), { body: answerBody(callId, answer), signal });
+    return { callId: res.body?.call_id ?? callId, accepted: res.body?.accepted === true };
   }
 
   /** A handle on a session; nothing is created until its first run. */

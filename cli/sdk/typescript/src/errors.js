@@ -28,6 +28,8 @@ export class ForbiddenError extends KilnError {}
 export class CodeExecutionDisabledError extends ForbiddenError {}
 export class NotFoundError extends KilnError {}
 export class SessionNotFoundError extends NotFoundError {}
+/** 409 TOOL_CALL_CLOSED: the tool call takes no answer any more (answered, timed out, or its job ended). */
+export class ToolCallClosedError extends KilnError {}
 export class RateLimitedError extends KilnError {}
 export class QueueFullError extends KilnError {}
 export class UnavailableError extends KilnError {}
@@ -45,6 +47,7 @@ const kClassByCode = {
   CODE_EXECUTION_DISABLED: CodeExecutionDisabledError,
   NOT_FOUND: NotFoundError,
   SESSION_NOT_FOUND: SessionNotFoundError,
+  TOOL_CALL_CLOSED: ToolCallClosedError,
   RATE_LIMITED: RateLimitedError,
   QUEUE_FULL: QueueFullError,
   UNAVAILABLE: UnavailableError,

@@ -106,6 +106,8 @@ export function submitBody(code, opts = {}) {
     packages: opts.packages,
     network: opts.network,
     callback_url: opts.callbackUrl,
+    tools: opts.tools,
+    tool_timeout_ms: opts.toolTimeoutMs,
     limits: Object.keys(limits).length > 0 ? limits : undefined,
   };
   for (const k of Object.keys(body)) if (body[k] === undefined) delete body[k];

@@ -2,7 +2,8 @@
 // hands output chunks to the caller's callbacks and resolves with the final
 // record. A stream that drops or goes silent (the broker sends a keepalive
 // every 15 s) is reopened with Last-Event-ID, so no chunk is seen twice or
-// missed. Used by KilnClient.wait.
+// missed. Every event also goes to the ToolRunner (opts.tools) when the
+// caller gave tool handlers. Used by KilnClient.wait.
 
 import { errorFromObject, UnavailableError } from './errors.js';
 import { abortReason, backoffMs, sleep } from './http.js';
@@ -14,13 +15,15 @@ const kIdleMs = 45000; // three missed keepalives
 /**
  * Resolves with the raw final record of job `id`.
  * opts: onStdout, onStderr, onEvent, signal, reconnects (drops in a row
- * without an event before giving up), getRecord (() => raw record).
+ * without an event before giving up), getRecord (() => raw record), tools (a
+ * ToolRunner, or null: a failure to answer a call rejects with its error).
  */
 export async function followEvents(transport, id, opts) {
   const path = `/v1/executions/${encodeURIComponent(id)}/events`;
   let lastId = '';
   let failures = 0;
   for (;;) {
+    if (opts.tools?.failure) throw opts.tools.failure;
     const headers = { Accept: 'text/event-stream' };
     if (lastId) headers['Last-Event-ID'] = lastId;
     const open = await transport.request('GET', path, { stream: true, headers, signal: opts.signal });
@@ -30,6 +33,7 @@ export async function followEvents(transport, id, opts) {
     }
     const r = await readStream(open, opts, (eventId) => { lastId = eventId; });
     if (r.record) return r.record;
+    if (opts.tools?.failure) throw opts.tools.failure;
     failures = r.progressed ? 1 : failures + 1;
     if (failures > opts.reconnects) {
       const raw = await opts.getRecord();
@@ -54,6 +58,8 @@ async function readStream(open, opts, onEventId) {
     clearTimeout(idle);
     idle = setTimeout(() => open.close(), kIdleMs);
   };
+  // An answer that could not be sent ends this connection; the caller throws.
+  if (opts.tools) opts.tools.onFailure = () => open.close();
   try {
     for (;;) {
       resetIdle();
@@ -76,6 +82,7 @@ async function readStream(open, opts, onEventId) {
     }
   } finally {
     clearTimeout(idle);
+    if (opts.tools) opts.tools.onFailure = null;
     open.close();
   }
 }
@@ -93,6 +100,7 @@ function dispatch(ev, opts) {
     else opts.onStdout?.(data.data);
   }
   opts.onEvent?.(ev.event, data);
+  opts.tools?.event(ev.event, data); // tool_call: answered by a handler; tool_result: noted
   if (ev.event !== 'execution_end' && ev.event !== 'execution_error') return null;
   if (data && typeof data === 'object' && typeof data.status === 'string') return { record: data };
   // execution_error carrying an error object: the broker lost Redis.

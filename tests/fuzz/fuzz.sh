@@ -17,7 +17,7 @@ build=$(realpath -m "${1:-$root/build-fuzz}")
 seconds=${2:-20}
 targets=("${@:3}")
 if [[ ${#targets[@]} -eq 0 ]]; then
-  targets=(protocol_fuzz client_protocol_fuzz submit_fuzz http_fuzz)
+  targets=(protocol_fuzz client_protocol_fuzz submit_fuzz http_fuzz tool_fuzz)
 fi
 
 launcher=()

@@ -27,10 +27,9 @@ struct Target {
 };
 
 const Target kTargets[] = {
-    {"protocol_fuzz", &ProtocolOneInput},
-    {"client_protocol_fuzz", &ClientProtocolOneInput},
-    {"submit_fuzz", &SubmitOneInput},
-    {"http_fuzz", &HttpOneInput},
+    {"protocol_fuzz", &ProtocolOneInput}, {"client_protocol_fuzz", &ClientProtocolOneInput},
+    {"submit_fuzz", &SubmitOneInput},     {"http_fuzz", &HttpOneInput},
+    {"tool_fuzz", &ToolOneInput},
 };
 
 std::vector<fs::path> Inputs(const fs::path& dir) {

@@ -25,6 +25,8 @@ int SubmitOneInput(const uint8_t* data, size_t size);
 // http_fuzz.cpp: the HTTP request head and body as the broker parses them,
 // its route table and Last-Event-ID.
 int HttpOneInput(const uint8_t* data, size_t size);
+// tool_fuzz.cpp: tool declarations (hostile JSON Schemas) and call arguments.
+int ToolOneInput(const uint8_t* data, size_t size);
 
 }  // namespace kiln::fuzz
 

@@ -229,6 +229,7 @@ const RouteTable& BrokerRoutes() {
       {"GET", "/v1/executions/{id}", "get", Access::kToken, true},
       {"GET", "/v1/executions/{id}/events", "events", Access::kToken, true},
       {"POST", "/v1/executions/{id}/cancel", "cancel", Access::kToken, true},
+      {"POST", "/v1/executions/{id}/tool-results", "tool_result", Access::kToken, true},
       {"POST", "/v1/executions/{id}/approve", "approval", Access::kAdmin, true},
       {"POST", "/v1/executions/{id}/deny", "approval", Access::kAdmin, true},
       {"GET", "/v1/approvals", "approvals", Access::kAdmin, true},

@@ -1339,7 +1339,7 @@ console.log(JSON.stringify(res));
 
 TEST_P(EscapeTest, EnvironmentDescriptorsAndCredentialsAreMinimal) {
   auto r = Run("python", R"PY(
-import os, json, subprocess, sys, fcntl
+import os, json, subprocess, sys, fcntl, socket
 def own_fds():
     out = []
     for fd in range(4096):
@@ -1357,7 +1357,11 @@ status = {}
 for line in open('/proc/self/status'):
     k, _, v = line.partition(':')
     status[k] = ' '.join(v.split())
-print(json.dumps({'env': dict(os.environ), 'own_fds': own_fds(),
+tool = socket.socket(fileno=os.dup(6))
+tool_channel = [tool.family == socket.AF_UNIX, tool.type == socket.SOCK_STREAM,
+                repr(tool.getsockname()), repr(tool.getpeername())]
+tool.close()
+print(json.dumps({'env': dict(os.environ), 'own_fds': own_fds(), 'tool_channel': tool_channel,
                   'child': json.loads(child.stdout), 'shell_fds': shell.stdout.split(),
                   'status': {k: status.get(k) for k in ['Uid', 'Gid', 'Groups', 'CapInh', 'CapPrm',
                              'CapEff', 'CapBnd', 'CapAmb', 'NoNewPrivs', 'Seccomp']},
@@ -1381,10 +1385,23 @@ print(json.dumps({'env': dict(os.environ), 'own_fds': own_fds(),
       << rep.dump();
   EXPECT_EQ(rep["child"][1], json::array({"HOME", "KILN_JOB_VAR", "LANG", "MPLBACKEND",
                                           "MPLCONFIGDIR", "PATH", "TMPDIR", "XDG_CACHE_HOME"}));
-  // The job holds 0-2 and the control fd 3, close-on-exec; its children only 0-2.
-  EXPECT_EQ(rep["own_fds"], json::parse("[[0,false],[1,false],[2,false],[3,true]]")) << rep.dump();
-  EXPECT_EQ(rep["child"][0], json::array({0, 1, 2})) << rep.dump();
-  EXPECT_EQ(rep["shell_fds"], json::array({"0", "1", "2"})) << rep.dump();
+  // The job holds 0-2, the control fd 3 (close-on-exec) and the tool channel
+  // 6; its children only 0-2 and 6 (docs/security.md, "Tool callbacks").
+  EXPECT_EQ(rep["own_fds"], json::parse("[[0,false],[1,false],[2,false],[3,true],[6,false]]"))
+      << rep.dump();
+  EXPECT_EQ(rep["child"][0], json::array({0, 1, 2, 6})) << rep.dump();
+  EXPECT_EQ(rep["shell_fds"], json::array({"0", "1", "2", "6"})) << rep.dump();
+  // The tool channel is an unnamed stream socket pair: no address to reach,
+  // no other peer (gVisor names the host's end "hostfd:[N]", not an address).
+  const json& tool = rep["tool_channel"];
+  EXPECT_EQ(tool[0], true) << rep.dump();
+  EXPECT_EQ(tool[1], true) << rep.dump();
+  EXPECT_EQ(tool[2], "''") << rep.dump();
+  if (Gvisor()) {
+    EXPECT_THAT(tool[3].get<std::string>(), ::testing::MatchesRegex("'hostfd:\\[[0-9]+\\]'"));
+  } else {
+    EXPECT_EQ(tool[3], "''") << rep.dump();
+  }
   const json& st = rep["status"];
   for (const char* key : {"Uid", "Gid"}) {
     std::set<std::string> ids = escape::Words(st[key].get<std::string>());
@@ -1557,8 +1574,9 @@ print(json.dumps({
   }
   EXPECT_EQ(rep["status"]["NoNewPrivs"], "1");
   EXPECT_EQ(rep["status"]["Seccomp"], "2");
-  // stdin, stdout, stderr and the control pipe: nothing of the zygote's.
-  EXPECT_EQ(rep["fds"], json::array({0, 1, 2, 3})) << rep.dump();
+  // stdin, stdout, stderr, the control pipe and the tool channel: nothing of
+  // the zygote's.
+  EXPECT_EQ(rep["fds"], json::array({0, 1, 2, 3, 6})) << rep.dump();
   EXPECT_EQ(rep["cwd"], "/workspace");
   EXPECT_EQ(rep["argv"], json::array({"-c"}));
   EXPECT_EQ(rep["umask"], 022);

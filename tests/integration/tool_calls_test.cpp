@@ -150,6 +150,27 @@ TEST_F(ToolCallsTest, PythonCallsADeclaredToolInALoop) {
   }
 }
 
+// Not a timed test: prints what one call's round trip costs (sandbox →
+// worker → broker → Redis → the SSE client → its HTTP answer → broker →
+// worker → sandbox), for docs/performance.md.
+TEST_F(ToolCallsTest, RoundTripFigure) {
+  auto [events, rec] = Run({{"language", "python"},
+                            {"tools", {kAddTool}},
+                            {"code",
+                             "import time\n"
+                             "kiln.tool('add', {'a': 0, 'b': 0})  # the stream is open now\n"
+                             "t = time.perf_counter()\n"
+                             "for i in range(50):\n"
+                             "    kiln.tool('add', {'a': i, 'b': 1})\n"
+                             "print(round((time.perf_counter() - t) * 1000 / 50, 2))\n"}});
+  ASSERT_EQ(rec["status"], "succeeded") << rec.dump();
+  EXPECT_EQ(CountEvents(events, "tool_call"), 51u);
+  std::string ms = rec["stdout"];
+  if (!ms.empty() && ms.back() == '\n') ms.pop_back();
+  std::cout << "[tool calls] 50 round trips in sequence: " << ms
+            << " ms each (the mean, by the sandbox's clock)\n";
+}
+
 TEST_F(ToolCallsTest, JavaScriptAndShellCallTools) {
   auto [js_events, js] = Run({{"language", "javascript"},
                               {"tools", {kAddTool}},

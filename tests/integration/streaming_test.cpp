@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "tests/support/cluster.hpp"
+#include "tests/support/sse_reader.hpp"
 
 namespace kiln::testing {
 namespace {
@@ -16,40 +17,11 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-struct SseEvent {
-  std::string event, id;
-  json data;
-  Clock::time_point at;
-};
-
-// Runs curl against the events endpoint and parses what it prints.
+// Reads the events of job `id` through `broker`.
 std::vector<SseEvent> ReadEvents(TestCluster& c, const std::string& id, int broker = 0,
                                  const std::string& token = TestCluster::kToken,
                                  const std::string& last_event_id = "") {
-  std::string cmd = "curl -sN --max-time 60 -H 'Authorization: Bearer " + token + "'";
-  if (!last_event_id.empty()) cmd += " -H 'Last-Event-ID: " + last_event_id + "'";
-  cmd += " " + c.url(broker) + "/v1/executions/" + id + "/events";
-  FILE* f = popen(cmd.c_str(), "r");
-  std::vector<SseEvent> events;
-  SseEvent cur;
-  char line[1 << 16];
-  while (f != nullptr && fgets(line, sizeof(line), f) != nullptr) {
-    std::string l(line);
-    if (!l.empty() && l.back() == '\n') l.pop_back();
-    if (l.rfind("event: ", 0) == 0) {
-      cur.event = l.substr(7);
-    } else if (l.rfind("id: ", 0) == 0) {
-      cur.id = l.substr(4);
-    } else if (l.rfind("data: ", 0) == 0) {
-      cur.data = json::parse(l.substr(6), nullptr, false);
-    } else if (l.empty() && !cur.event.empty()) {
-      cur.at = Clock::now();
-      events.push_back(cur);
-      cur = SseEvent{};
-    }
-  }
-  if (f != nullptr) pclose(f);
-  return events;
+  return ReadSseEvents(c.url(broker) + "/v1/executions/" + id + "/events", token, last_event_id);
 }
 
 std::string Concat(const std::vector<SseEvent>& events, const std::string& stream) {

@@ -9,64 +9,40 @@
 // codes, and the audit trail and metrics show each call.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <stdio.h>
 
 #include <functional>
 #include <optional>
 #include <thread>
 
 #include "tests/support/cluster.hpp"
+#include "tests/support/sse_reader.hpp"
 
 namespace kiln::testing {
 namespace {
 
 using nlohmann::json;
 
-// Follows a job's events with curl through `broker`; calls `answer` for each
+// Follows a job's events through `broker`; calls `answer` for each
 // tool_call event (its return value is POSTed as the answer, through the
 // same broker; nullopt: no answer) and returns every event seen.
-struct Event {
-  std::string event, id;
-  json data;
-};
 using Answerer = std::function<std::optional<json>(const json& call)>;
 
-std::vector<Event> Follow(TestCluster& c, const std::string& id, int broker,
-                          const Answerer& answer) {
-  const std::string cmd = "curl -sN --max-time 60 -H 'Authorization: Bearer " +
-                          std::string(TestCluster::kToken) + "' " + c.url(broker) +
-                          "/v1/executions/" + id + "/events";
-  FILE* f = popen(cmd.c_str(), "r");
-  std::vector<Event> events;
-  Event cur;
-  char line[1 << 16];
-  while (f != nullptr && fgets(line, sizeof(line), f) != nullptr) {
-    std::string l(line);
-    if (!l.empty() && l.back() == '\n') l.pop_back();
-    if (l.rfind("event: ", 0) == 0) {
-      cur.event = l.substr(7);
-    } else if (l.rfind("id: ", 0) == 0) {
-      cur.id = l.substr(4);
-    } else if (l.rfind("data: ", 0) == 0) {
-      cur.data = json::parse(l.substr(6), nullptr, false);
-    } else if (l.empty() && !cur.event.empty()) {
-      if (cur.event == "tool_call") {
-        if (auto a = answer(cur.data)) {
-          auto r = c.Request("POST", "/v1/executions/" + id + "/tool-results",
-                             json{{"call_id", cur.data["call_id"]}, {"result", *a}}.dump(),
-                             TestCluster::kToken, broker);
-          EXPECT_EQ(r.status, 200) << r.raw;
-        }
-      }
-      events.push_back(cur);
-      cur = Event{};
-    }
-  }
-  if (f != nullptr) pclose(f);
-  return events;
+std::vector<SseEvent> Follow(TestCluster& c, const std::string& id, int broker,
+                             const Answerer& answer) {
+  return ReadSseEvents(c.url(broker) + "/v1/executions/" + id + "/events", TestCluster::kToken, "",
+                       [&](const SseEvent& e) {
+                         if (e.event != "tool_call") return;
+                         if (auto a = answer(e.data)) {
+                           auto r = c.Request(
+                               "POST", "/v1/executions/" + id + "/tool-results",
+                               json{{"call_id", e.data["call_id"]}, {"result", *a}}.dump(),
+                               TestCluster::kToken, broker);
+                           EXPECT_EQ(r.status, 200) << r.raw;
+                         }
+                       });
 }
 
-size_t CountEvents(const std::vector<Event>& events, const std::string& name) {
+size_t CountEvents(const std::vector<SseEvent>& events, const std::string& name) {
   size_t n = 0;
   for (const auto& e : events) n += e.event == name;
   return n;
@@ -95,7 +71,7 @@ class ToolCallsTest : public ::testing::Test {
   }
   // Submits (wait:false) through broker 0, answers through broker 1, and
   // returns the events and the final record.
-  static std::pair<std::vector<Event>, json> Run(json request, const Answerer& answer = Add) {
+  static std::pair<std::vector<SseEvent>, json> Run(json request, const Answerer& answer = Add) {
     request["wait"] = false;
     auto r = cluster_->Request("POST", "/v1/executions", request.dump());
     EXPECT_EQ(r.status, 202) << r.raw;

@@ -183,6 +183,7 @@ int main(int argc, char** argv) {
     auto n = broker::NativeApi::Create(*cfg, &zmq_ctx, &service, &follower, &unread, &metrics);
     if (!n.ok()) return Fail(n.status());
     native = std::move(*n);
+    native->SetToolRelay(&tool_relay);
     if (cfg->native.secret_key_file.empty() && !broker::IsLoopbackEndpoint(cfg->native.endpoint)) {
       spdlog::warn(
           "native client endpoint {} is reachable from other hosts in plain text: tokens "

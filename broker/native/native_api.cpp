@@ -6,8 +6,10 @@
 
 #include "broker/auth/zap_handler.hpp"
 #include "broker/metrics/broker_metrics.hpp"
+#include "broker/tools/tool_relay.hpp"
 #include "common/clock.hpp"
 #include "common/curve/curve_keys.hpp"
+#include "common/json/bounded_json.hpp"
 #include "common/log/logging.hpp"
 #include "common/protocol/client_codec.hpp"
 
@@ -169,6 +171,8 @@ void NativeApi::HandleFrame(const std::string& identity, int fd, std::string_vie
           serve(m, &NativeApi::OnCancel);
         } else if constexpr (std::is_same_v<T, client::Get>) {
           serve(m, &NativeApi::OnGet);
+        } else if constexpr (std::is_same_v<T, client::ToolAnswer>) {
+          serve(m, &NativeApi::OnToolAnswer);
         } else {
           SendError(identity, m.request_id,
                     common::InvalidRequest(std::string(client::TypeName(client::TypeOf(*message))) +
@@ -257,6 +261,25 @@ void NativeApi::OnGet(const std::string& identity, const Caller& caller, const c
   if (!answer.ok()) return SendError(identity, m.request_id, answer.status(), m.id);
   Deliver({identity, client::Encode(client::Result{m.request_id, m.id, std::move(answer->json)}),
            nullptr, false, std::move(answer->charge)});
+}
+
+void NativeApi::OnToolAnswer(const std::string& identity, const Caller& caller,
+                             const client::ToolAnswer& m) {
+  if (!tools_) {
+    return SendError(identity, m.request_id, common::Unavailable("no tool relay"), m.id);
+  }
+  // The HTTP body the answer stands for: one set of checks for both.
+  nlohmann::json body{{"call_id", m.call_id}};
+  if (m.is_error) {
+    body["error"] = m.error;
+  } else {
+    auto result = common::ParseJson(m.result_json, {.max_depth = 63}, "result_json");
+    if (!result.ok()) return SendError(identity, m.request_id, result.status(), m.id);
+    body["result"] = *std::move(result);
+  }
+  auto out = tools_->Answer(caller, m.id, common::DumpJson(body));
+  if (!out.ok()) return SendError(identity, m.request_id, out.status(), m.id);
+  Send(identity, client::ToolAnswered{m.request_id, m.id, m.call_id});
 }
 
 size_t NativeApi::UnreadLimit(const std::string& tenant) const {

@@ -57,6 +57,8 @@
 
 namespace kiln::broker {
 
+class ToolRelay;
+
 class BrokerMetrics;
 
 class NativeApi {
@@ -87,6 +89,9 @@ class NativeApi {
 
   // The endpoint actually bound (a port 0 or `*` resolved).
   const std::string& endpoint() const { return endpoint_; }
+  // Where tool answers go (ToolAnswer); without one they are refused
+  // UNAVAILABLE. Before Run().
+  void SetToolRelay(ToolRelay* relay) { tools_ = relay; }
   // Serves until `stop` is requested.
   void Run(std::stop_token stop);
 
@@ -119,6 +124,8 @@ class NativeApi {
                 const common::protocol::client::Cancel& m);
   void OnGet(const std::string& identity, const Caller& caller,
              const common::protocol::client::Get& m);
+  void OnToolAnswer(const std::string& identity, const Caller& caller,
+                    const common::protocol::client::ToolAnswer& m);
   // Answers with a record, charged to the caller's UnreadBudget (over it:
   // RATE_LIMITED instead).
   void SendRecord(const std::string& identity, const Caller& caller, uint64_t request_id,
@@ -152,6 +159,7 @@ class NativeApi {
   const BrokerConfig& config_;
   zmq::context_t* ctx_;
   ExecutionService* service_;
+  ToolRelay* tools_ = nullptr;
   BrokerMetrics* metrics_;  // may be null
   OutputFollower* follower_;
   UnreadBudget* unread_;

@@ -99,9 +99,18 @@ void NativeSubscription::Queue(std::string frame, bool last, UnreadBudget::Charg
 
 void NativeSubscription::OnChunks(std::vector<JobStore::StoredChunk>& chunks) {
   for (auto& c : chunks) {
-    // A resume skips what the client already has. Tool calls are not on
-    // the native protocol yet (docs/protocol.md): answered over HTTP.
-    if (c.tool || c.chunk.seq < from_seq_) continue;
+    // Tool calls are shown; their answers' entries are not (the answer
+    // came from a client). A resume skips what the client already has:
+    // a chunk by its seq; a call of a job whose output resumed is shown
+    // again (answering it twice gets TOOL_CALL_CLOSED).
+    if (c.tool) {
+      if (c.tool->answer) continue;
+      Queue(client::Encode(client::ToolCall{request_id_, job_id_, c.tool->call_id, c.tool->name,
+                                            std::move(c.tool->arguments_json)}),
+            false);
+      continue;
+    }
+    if (c.chunk.seq < from_seq_) continue;
     Queue(client::Encode(client::Output{request_id_, job_id_, c.chunk.stream, c.chunk.seq,
                                         std::move(c.chunk.data)}),
           false);

@@ -81,6 +81,33 @@ void Describe(V& v, Ref<V, Error> m) {
   v.Text("id", m.id, Need::kOptional, kMaxIdBytes);
 }
 
+template <typename V>
+void Describe(V& v, Ref<V, ToolAnswer> m) {
+  v.Uint("request_id", m.request_id, Need::kRequired);
+  v.Text("token", m.token, Need::kRequired, kMaxTokenBytes);
+  v.Id("id", m.id);
+  v.Text("call_id", m.call_id, Need::kRequired, kMaxIdBytes);
+  v.Text("result_json", m.result_json, Need::kOptional, kMaxToolResultBytes);
+  v.Bool("is_error", m.is_error, Need::kOptional);
+  v.Text("error", m.error, Need::kOptional, kMaxToolErrorBytes);
+}
+
+template <typename V>
+void Describe(V& v, Ref<V, ToolCall> m) {
+  v.Uint("request_id", m.request_id, Need::kRequired);
+  v.Id("id", m.id);
+  v.Text("call_id", m.call_id, Need::kRequired, kMaxIdBytes);
+  v.Text("name", m.name, Need::kRequired, kMaxToolNameBytes);
+  v.Text("arguments_json", m.arguments_json, Need::kRequired, kMaxToolArgumentBytes);
+}
+
+template <typename V>
+void Describe(V& v, Ref<V, ToolAnswered> m) {
+  v.Uint("request_id", m.request_id, Need::kRequired);
+  v.Id("id", m.id);
+  v.Text("call_id", m.call_id, Need::kRequired, kMaxIdBytes);
+}
+
 namespace {
 
 // The body of a message of type T, as a Message.
@@ -111,6 +138,12 @@ StatusOr<Message> DecodeFrame(const msgpack::object& frame) {
       return BodyAs<Result>(body, MessageType::kResult);
     case static_cast<uint64_t>(MessageType::kError):
       return BodyAs<Error>(body, MessageType::kError);
+    case static_cast<uint64_t>(MessageType::kToolAnswer):
+      return BodyAs<ToolAnswer>(body, MessageType::kToolAnswer);
+    case static_cast<uint64_t>(MessageType::kToolCall):
+      return BodyAs<ToolCall>(body, MessageType::kToolCall);
+    case static_cast<uint64_t>(MessageType::kToolAnswered):
+      return BodyAs<ToolAnswered>(body, MessageType::kToolAnswered);
     default:
       return InvalidRequest("unknown message type " + std::to_string(type));
   }

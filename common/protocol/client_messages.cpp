@@ -4,8 +4,10 @@ namespace kiln::common::protocol::client {
 
 MessageType TypeOf(const Message& m) {
   static constexpr MessageType kTypes[] = {
-      MessageType::kSubmit,   MessageType::kSubscribe, MessageType::kCancel, MessageType::kGet,
-      MessageType::kAccepted, MessageType::kOutput,    MessageType::kResult, MessageType::kError,
+      MessageType::kSubmit,   MessageType::kSubscribe,    MessageType::kCancel,
+      MessageType::kGet,      MessageType::kAccepted,     MessageType::kOutput,
+      MessageType::kResult,   MessageType::kError,        MessageType::kToolAnswer,
+      MessageType::kToolCall, MessageType::kToolAnswered,
   };
   static_assert(std::size(kTypes) == std::variant_size_v<Message>);
   return kTypes[m.index()];
@@ -29,6 +31,12 @@ const char* TypeName(MessageType t) {
       return "result";
     case MessageType::kError:
       return "error";
+    case MessageType::kToolAnswer:
+      return "tool_answer";
+    case MessageType::kToolCall:
+      return "tool_call";
+    case MessageType::kToolAnswered:
+      return "tool_answered";
   }
   return "unknown";
 }

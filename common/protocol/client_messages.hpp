@@ -35,11 +35,14 @@ enum class MessageType : uint8_t {
   kSubscribe = 2,
   kCancel = 3,
   kGet = 4,
+  kToolAnswer = 5,
   // broker -> client
   kAccepted = 11,
   kOutput = 12,
   kResult = 13,
   kError = 14,
+  kToolCall = 15,
+  kToolAnswered = 16,
 };
 
 // Submits one execution. `request_json` is the JSON body POST /v1/executions
@@ -121,7 +124,42 @@ struct Error {
   friend bool operator==(const Error&, const Error&) = default;
 };
 
-using Message = std::variant<Submit, Subscribe, Cancel, Get, Accepted, Output, Result, Error>;
+// Answers a running job's tool call (docs/api.md, "Tool callbacks"), as
+// POST /v1/executions/{id}/tool-results does: `result_json` (the JSON text of
+// any value) or, with is_error, `error`. Answered by ToolAnswered (or Error).
+struct ToolAnswer {
+  uint64_t request_id = 0;
+  std::string token;
+  std::string id;
+  std::string call_id;
+  std::string result_json;
+  bool is_error = false;
+  std::string error;
+  friend bool operator==(const ToolAnswer&, const ToolAnswer&) = default;
+};
+
+// A subscribed job's code called one of its tools: answer it with
+// ToolAnswer (on any connection, any broker). Between the job's Output
+// events, in the order the broker stored them.
+struct ToolCall {
+  uint64_t request_id = 0;
+  std::string id;
+  std::string call_id;
+  std::string name;
+  std::string arguments_json;  // a JSON object
+  friend bool operator==(const ToolCall&, const ToolCall&) = default;
+};
+
+// A ToolAnswer was taken: on its way into the sandbox.
+struct ToolAnswered {
+  uint64_t request_id = 0;
+  std::string id;
+  std::string call_id;
+  friend bool operator==(const ToolAnswered&, const ToolAnswered&) = default;
+};
+
+using Message = std::variant<Submit, Subscribe, Cancel, Get, Accepted, Output, Result, Error,
+                             ToolAnswer, ToolCall, ToolAnswered>;
 
 MessageType TypeOf(const Message& m);
 const char* TypeName(MessageType t);

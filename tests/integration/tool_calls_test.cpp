@@ -13,7 +13,9 @@
 #include <functional>
 #include <optional>
 #include <thread>
+#include <zmq.hpp>
 
+#include "common/protocol/client_codec.hpp"
 #include "tests/support/cluster.hpp"
 #include "tests/support/sse_reader.hpp"
 
@@ -338,6 +340,65 @@ TEST_F(ToolCallsTest, HostileAnswersGetTheApisErrors) {
             std::string::npos);
   EXPECT_NE(metrics.find(R"(kiln_tool_calls_total{outcome="answered",tenant="tenant-a"})"),
             std::string::npos);
+}
+
+// The native protocol: a subscribed submit sees tool_call messages between
+// its output and answers them with tool_answer, on the same DEALER, through
+// the broker that did not dispatch the job.
+TEST_F(ToolCallsTest, NativeClientsFollowAndAnswerCalls) {
+  namespace client = common::protocol::client;
+  zmq::context_t ctx;
+  zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.connect(cluster_->client_endpoint(1));
+  const auto send = [&](const client::Message& m) {
+    const std::string frame = client::Encode(m);
+    dealer.send(zmq::buffer(frame), zmq::send_flags::none);
+  };
+  const json request = {{"language", "python"},
+                        {"tools", {kAddTool}},
+                        {"code",
+                         "print(kiln.tool('add', {'a': 1, 'b': 2}))\n"
+                         "try:\n"
+                         "    kiln.tool('add', {'a': 0, 'b': 0})\n"
+                         "except kiln.ToolError as e:\n"
+                         "    print('error:', e)\n"}};
+  send(client::Submit{1, TestCluster::kToken, request.dump(), "", /*subscribe=*/true});
+  std::vector<std::string> calls, answered, errors;
+  std::optional<json> record;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!record && std::chrono::steady_clock::now() < deadline) {
+    zmq::pollitem_t item{dealer.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, std::chrono::milliseconds(1000)) == 0) continue;
+    zmq::message_t msg;
+    ASSERT_TRUE(dealer.recv(msg, zmq::recv_flags::none));
+    auto m = client::Decode(msg.to_string_view());
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    if (auto* call = std::get_if<client::ToolCall>(&*m)) {
+      calls.push_back(call->call_id);
+      EXPECT_EQ(call->name, "add");
+      if (calls.size() == 1) {
+        // An unknown call first: refused, the real one still open.
+        send(client::ToolAnswer{100, TestCluster::kToken, call->id, "c99", "1"});
+        send(client::ToolAnswer{101, TestCluster::kToken, call->id, call->call_id, "3"});
+      } else {
+        send(client::ToolAnswer{102, TestCluster::kToken, call->id, call->call_id, "",
+                                /*is_error=*/true, "no such sum"});
+      }
+    } else if (auto* ok = std::get_if<client::ToolAnswered>(&*m)) {
+      answered.push_back(ok->call_id);
+    } else if (auto* err = std::get_if<client::Error>(&*m)) {
+      errors.push_back(err->code);
+      EXPECT_EQ(err->request_id, 100u) << err->message;
+    } else if (auto* res = std::get_if<client::Result>(&*m)) {
+      record = json::parse(res->record_json);
+    }
+  }
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ((*record)["stdout"], "3\nerror: no such sum\n") << record->dump();
+  EXPECT_EQ(calls, (std::vector<std::string>{"c1", "c2"}));
+  EXPECT_EQ(answered, (std::vector<std::string>{"c1", "c2"}));
+  EXPECT_EQ(errors, (std::vector<std::string>{"NOT_FOUND"}));
 }
 
 // The gVisor isolation level: kiln-init installs the tool channel inside

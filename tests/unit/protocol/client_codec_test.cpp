@@ -33,6 +33,10 @@ std::vector<Message> Samples() {
       Result{7, "ex_6", R"({"id":"ex_6","status":"succeeded"})"},
       Error{8, "UNAUTHORIZED", "unknown token", false, ""},
       Error{9, "QUEUE_FULL", "later", true, "ex_7"},
+      ToolAnswer{10, "tok", "ex_8", "c3", R"({"hits":[1,2]})"},
+      ToolAnswer{11, "tok", "ex_8", "c4", "", true, "not found"},
+      ToolCall{12, "ex_8", "c5", "search", R"({"q":"kiln"})"},
+      ToolAnswered{13, "ex_8", "c3"},
   };
 }
 

@@ -1,6 +1,6 @@
 #include "broker/api/event_stream.hpp"
 
-#include "common/json/bounded_json.hpp"
+#include "broker/api/stream_events.hpp"
 
 namespace kiln::broker {
 
@@ -25,14 +25,8 @@ void EventStream::Start(std::shared_ptr<HttpExchange> exchange, OutputFollower* 
   exchange->StartStream(200, "text/event-stream",
                         {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
   if (last.kind == LastEventId::Kind::kNone) {
-    stream->Send(
-        SseEvent("execution_start", "start",
-                 {{"id", record.id},
-                  {"language", record.language},
-                  // null for a one-shot job, as in the record
-                  {"session_id", record.session_id.empty() ? nlohmann::json(nullptr)
-                                                           : nlohmann::json(record.session_id)},
-                  {"status", JobStatusName(record.status)}}));
+    const StreamEvent e = StartEvent(record);
+    stream->Send(SseEvent(e.event, e.id, e.data));
   }
   const std::string after = last.kind == LastEventId::Kind::kEntry ? last.entry : "0";
   // The follower owns the stream from here; this function's reference goes.
@@ -68,31 +62,11 @@ void EventStream::Send(std::string text) {
   exchange_->Send(std::move(text));
 }
 
-// tool_call / tool_result (docs/api.md, "Tool callbacks"): the arguments
-// were checked when the call was opened; stored text that no longer parses
-// is shown as null rather than passed on unparsed.
-std::string EventStream::ToolEvent(const JobStore::StoredChunk& c) {
-  const JobStore::StoredTool& t = *c.tool;
-  if (t.answer) return SseEvent("tool_result", c.event_id, {{"call_id", t.call_id}, {"ok", t.ok}});
-  auto args = common::ParseJson(t.arguments_json, {.max_depth = 64, .max_values = 1u << 16});
-  return SseEvent("tool_call", c.event_id,
-                  {{"call_id", t.call_id},
-                   {"name", t.name},
-                   {"arguments", args.ok() ? *std::move(args) : nlohmann::json()}});
-}
-
 void EventStream::OnChunks(std::vector<JobStore::StoredChunk>& chunks) {
   std::string out;
   for (const auto& c : chunks) {
-    if (c.tool) {
-      out += ToolEvent(c);
-      continue;
-    }
-    out += SseEvent(
-        "output_chunk", c.event_id,
-        {{"stream", c.chunk.stream == common::protocol::Stream::kStdout ? "stdout" : "stderr"},
-         {"seq", c.chunk.seq},
-         {"data", c.chunk.data}});
+    const StreamEvent e = ChunkEvent(c);
+    out += SseEvent(e.event, e.id, e.data);
   }
   Send(std::move(out));
 }
@@ -105,14 +79,14 @@ bool EventStream::OnEnd(const JobRecord& record) {
   // Charged before it is made: a declined end costs no copy of the record.
   auto charge = unread_.budget->TryCharge(unread_.tenant, record.ApproxJsonBytes(), unread_.limit);
   if (!charge) return false;
-  const bool error = record.status == JobStatus::kError || record.status == JobStatus::kRejected;
-  Finish(SseEvent(error ? "execution_error" : "execution_end", "end", record.ToJson()),
-         std::move(charge));
+  const StreamEvent e = EndEvent(record);
+  Finish(SseEvent(e.event, e.id, e.data), std::move(charge));
   return true;
 }
 
 void EventStream::OnError(const common::Status& status) {
-  Finish(SseEvent("execution_error", "", ErrorJson(status)));
+  const StreamEvent e = ErrorEvent(status);
+  Finish(SseEvent(e.event, e.id, e.data));
 }
 
 void EventStream::Finish(std::string last_event, UnreadBudget::Charge charge) {

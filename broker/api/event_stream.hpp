@@ -63,7 +63,6 @@ class EventStream : public OutputFollower::Reader,
   void OnError(const common::Status& status) override;
 
  private:
-  static std::string ToolEvent(const JobStore::StoredChunk& c);
   void Send(std::string text);
   void Finish(std::string last_event, UnreadBudget::Charge charge = nullptr);
   void OnClosed();

@@ -6,6 +6,7 @@
 
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/websocket/rfc6455.hpp>
 #include <cctype>
 #include <charconv>
 #include <deque>
@@ -89,6 +90,8 @@ class Exchange : public HttpExchange {
   void End(std::shared_ptr<const void> keep) override;
   size_t Pending() const override;
   void OnStreamEvents(std::function<void()> drained, std::function<void()> closed) override;
+  void AcceptWebSocket(WebSocketOptions options,
+                       std::shared_ptr<WebSocketHandler> handler) override;
 
  private:
   std::shared_ptr<Connection> conn_;
@@ -127,6 +130,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void WriteResponse(HttpResponse response);
   void BeginStream(int status, std::string content_type, HttpHeaders headers);
   void QueuePiece(std::string piece, bool last, std::shared_ptr<const void> keep = nullptr);
+  // Hands the socket to a WebSocket connection (the request was an upgrade).
+  void Upgrade(WebSocketOptions options, std::shared_ptr<WebSocketHandler> handler);
   std::atomic<size_t> pending{0};
   std::mutex callbacks_mu;
   std::function<void()> on_drained;  // guarded by callbacks_mu
@@ -159,6 +164,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   asio::steady_timer timer_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<http::request<http::string_body>> upgrade_;  // the upgrade request, if it is one
   std::string address_;
   ConnectionLimiter::Lane lane_;
   bool first_ = true;
@@ -209,6 +215,14 @@ void Exchange::OnStreamEvents(std::function<void()> drained, std::function<void(
   std::lock_guard lock(conn_->callbacks_mu);
   conn_->on_drained = std::move(drained);
   conn_->on_closed = std::move(closed);
+}
+
+void Exchange::AcceptWebSocket(WebSocketOptions options,
+                               std::shared_ptr<WebSocketHandler> handler) {
+  if (answered_.exchange(true)) return;
+  conn_->Post([c = conn_, options, h = std::move(handler)]() mutable {
+    c->Upgrade(options, std::move(h));
+  });
 }
 
 void Connection::Arm(std::chrono::milliseconds d, bool reading) {
@@ -342,6 +356,7 @@ void Connection::ReadFailed(beast::error_code ec, bool in_header) {
 void Connection::Dispatch() {
   auto msg = parser_->release();
   HttpRequest req;
+  req.websocket_upgrade = beast::websocket::is_upgrade(msg);
   req.method = std::string(msg.method_string());
   req.target = std::string(msg.target());
   ParseTarget(req.target, &req.path, &req.query);
@@ -352,6 +367,8 @@ void Connection::Dispatch() {
     req.headers.emplace_back(std::move(lower), std::string(field.value()));
   }
   req.body = std::move(msg.body());
+  upgrade_.reset();
+  if (req.websocket_upgrade) upgrade_ = std::move(msg);
   req.remote_address = address_;
   req.reserve_lane = reserve();
   keep_alive_ = msg.keep_alive() && !reserve();
@@ -493,6 +510,34 @@ void Connection::PumpWrites() {
         }
         if (drained) drained();
       });
+}
+
+void Connection::Upgrade(WebSocketOptions options, std::shared_ptr<WebSocketHandler> handler) {
+  if (closed_ || !upgrade_) {
+    // The client left first (or the handler took a plain request).
+    if (!closed_) Fail(common::Internal("not a WebSocket upgrade"), 500);
+    return handler->OnClosed();
+  }
+  if (server_->observer) server_->observer(current_ ? &*current_ : nullptr, 101, 0);
+  // The socket leaves this connection: nothing of its HTTP life stays armed
+  // (the watch and the timer end with operation_aborted), and its place in
+  // the limiter goes with it.
+  closed_ = true;
+  released_ = true;
+  ++timer_gen_;
+  timer_.cancel();
+  beast::error_code ignored;
+  socket_.cancel(ignored);
+  {
+    std::lock_guard lock(callbacks_mu);
+    on_drained = nullptr;
+    on_closed = nullptr;
+  }
+  // Bytes read past the request head would be the client's frames sent
+  // before our answer, which RFC 6455 forbids: they are dropped.
+  StartWebSocket(server_, std::move(socket_), address_, lane_, std::move(*upgrade_), options,
+                 std::move(handler));
+  upgrade_.reset();
 }
 
 void Connection::Fail(const Status& st, int http_status) {

@@ -7,7 +7,7 @@
 //   }
 //
 // An exchange is answered exactly once: Reply(), or StartStream() followed by
-// Send()* and End(). Each may be called from any thread, at any later time
+// Send()* and End(), or AcceptWebSocket(). Each may be called from any thread, at any later time
 // (a wait answers when its job ends); they post to the connection's own
 // strand. Calls after the client has gone are ignored.
 #pragma once
@@ -20,6 +20,8 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "broker/http/websocket_channel.hpp"
 
 namespace kiln::broker {
 
@@ -36,6 +38,9 @@ struct HttpRequest {
   // Admitted on the reserve lane (the broker is at its connection limit):
   // only health and metrics are served.
   bool reserve_lane = false;
+  // A WebSocket upgrade (GET with Upgrade: websocket and the handshake's
+  // headers), which AcceptWebSocket() may take.
+  bool websocket_upgrade = false;
 
   // The first header of that (lower-case) name, or "".
   std::string_view Header(std::string_view lower_name) const;
@@ -84,6 +89,12 @@ class HttpExchange {
   // once when the client went away or the stream failed (then no more
   // Send()s are written). Both run on an I/O thread and must not block.
   virtual void OnStreamEvents(std::function<void()> drained, std::function<void()> closed) = 0;
+
+  // Answers a request with request().websocket_upgrade by completing the
+  // WebSocket handshake (101) and hands the connection to `handler`
+  // (websocket_channel.hpp); it leaves HTTP for good.
+  virtual void AcceptWebSocket(WebSocketOptions options,
+                               std::shared_ptr<WebSocketHandler> handler) = 0;
 };
 
 }  // namespace kiln::broker

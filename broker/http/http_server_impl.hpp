@@ -1,12 +1,14 @@
 // HttpServer::Impl: the state every connection of an HttpServer shares —
 // options, handler, limiter, body budget, the io_context. Private to
-// broker/http (http_server.cpp, http_connection.cpp); nothing else includes it.
+// broker/http (http_server.cpp, http_connection.cpp, websocket_connection.cpp);
+// nothing else includes it.
 // Thread-safe where it is shared: the limiter, the atomics; the rest is
 // fixed after Create().
 #pragma once
 
 #include <atomic>
 #include <boost/asio.hpp>
+#include <boost/beast/http.hpp>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -52,5 +54,13 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
 // Serves one accepted connection (admitted on `lane`) until it closes.
 void StartConnection(std::shared_ptr<HttpServer::Impl> server, boost::asio::ip::tcp::socket socket,
                      std::string address, ConnectionLimiter::Lane lane);
+
+// Completes the WebSocket handshake of `request` (an upgrade read on
+// `socket`) and serves the connection to `handler` until it closes
+// (websocket_connection.cpp); the connection keeps its place in the limiter.
+void StartWebSocket(std::shared_ptr<HttpServer::Impl> server, boost::asio::ip::tcp::socket socket,
+                    std::string address, ConnectionLimiter::Lane lane,
+                    boost::beast::http::request<boost::beast::http::string_body> request,
+                    WebSocketOptions options, std::shared_ptr<WebSocketHandler> handler);
 
 }  // namespace kiln::broker

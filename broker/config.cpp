@@ -48,6 +48,17 @@ common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
   http.Get("body_timeout_ms", &h.body_timeout_ms, 100, 3'600'000);
   http.Get("idle_timeout_ms", &h.idle_timeout_ms, 100, 3'600'000);
   http.Get("max_queued_requests", &h.max_queued_requests, 1, 1'000'000);
+  {
+    YamlReader ws = http.Child("websocket");
+    auto& w = h.websocket;
+    // Large enough for the largest tool answer (1 MiB of JSON) and its envelope.
+    ws.Get("max_message_bytes", &w.max_message_bytes, 4096, 64u << 20);
+    ws.Get("messages_per_second", &w.messages_per_second, 0.1, 1e6);
+    ws.Get("message_burst", &w.message_burst, 1, 1'000'000);
+    ws.Get("max_follows", &w.max_follows, 1, 100'000);
+    ws.Get("idle_timeout_ms", &w.idle_timeout_ms, 1000, 3'600'000);
+    if (st.ok()) st = ws.Finish();
+  }
   YamlReader workers = b.Child("workers");
   workers.Get("endpoint", &c.worker_endpoint);
   workers.Get("heartbeat_interval_ms", &c.heartbeat_interval_ms, 50, 60'000);
@@ -98,6 +109,7 @@ common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
   qr.Get("tenant_max_waits", &q.tenant_max_waits, 1, 10'000'000);
   qr.Get("tenant_max_streams", &q.tenant_max_streams, 1, 10'000'000);
   qr.Get("tenant_max_subscriptions", &q.tenant_max_subscriptions, 1, 10'000'000);
+  qr.Get("tenant_max_websockets", &q.tenant_max_websockets, 1, 10'000'000);
   qr.Get("tenant_max_unread_bytes", &q.tenant_max_unread_bytes, 1u << 20, 1ull << 40);
   qr.Get("tenant_submit_rate", &q.tenant_submit_rate, 0.0, 1e9);
   qr.Get("tenant_submit_burst", &q.tenant_submit_burst, 0, 1'000'000'000);
@@ -122,6 +134,7 @@ common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
     t.Get("max_waits", &tc.max_waits, 0, 10'000'000);
     t.Get("max_streams", &tc.max_streams, 0, 10'000'000);
     t.Get("max_subscriptions", &tc.max_subscriptions, 0, 10'000'000);
+    t.Get("max_websockets", &tc.max_websockets, 0, 10'000'000);
     t.Get("max_unread_bytes", &tc.max_unread_bytes, 0, 1ull << 40);
     t.Get("submit_rate", &tc.submit_rate, 0.0, 1e9);
     t.Get("submit_burst", &tc.submit_burst, 0, 1'000'000'000);
@@ -268,6 +281,9 @@ uint32_t TenantMaxStreams(const BrokerConfig& c, const TenantConfig& t) {
 }
 uint32_t TenantMaxSubscriptions(const BrokerConfig& c, const TenantConfig& t) {
   return t.max_subscriptions ? t.max_subscriptions : c.quotas.tenant_max_subscriptions;
+}
+uint32_t TenantMaxWebSockets(const BrokerConfig& c, const TenantConfig& t) {
+  return t.max_websockets ? t.max_websockets : c.quotas.tenant_max_websockets;
 }
 uint64_t TenantMaxUnreadBytes(const BrokerConfig& c, const TenantConfig& t) {
   return t.max_unread_bytes ? t.max_unread_bytes : c.quotas.tenant_max_unread_bytes;

@@ -42,6 +42,7 @@ struct TenantConfig {
   uint32_t max_waits = 0;          // wait:true submits waiting at once
   uint32_t max_streams = 0;        // open event streams (SSE)
   uint32_t max_subscriptions = 0;  // open native subscriptions
+  uint32_t max_websockets = 0;     // open WebSocket connections (GET /v1/ws)
   uint64_t max_unread_bytes = 0;   // records sent to its clients and not yet read
   double submit_rate = 0;          // submits per second (token bucket); 0: the default
   uint32_t submit_burst = 0;       // bucket size
@@ -69,6 +70,7 @@ struct QuotaConfig {
   uint32_t tenant_max_waits = 1000;
   uint32_t tenant_max_streams = 256;
   uint32_t tenant_max_subscriptions = 1024;
+  uint32_t tenant_max_websockets = 64;
   // Bytes of records (GET answers, stream ends, subscription results) sent to
   // a tenant's clients that they have not read yet (UnreadBudget).
   uint64_t tenant_max_unread_bytes = 64u << 20;
@@ -90,6 +92,14 @@ struct HttpConfig {
   uint32_t body_timeout_ms = 60000;     // and the whole body within this
   uint32_t idle_timeout_ms = 60000;     // a kept-alive connection with no request is closed
   uint32_t max_queued_requests = 1024;  // handlers waiting for a thread; more answer 503
+  // The WebSocket channel (GET /v1/ws, docs/api.md).
+  struct WebSocket {
+    uint64_t max_message_bytes = 2u << 20;  // a larger message closes the connection (1009)
+    double messages_per_second = 100;       // per connection; more are refused RATE_LIMITED
+    uint32_t message_burst = 200;
+    uint32_t max_follows = 64;         // executions followed at once on one connection
+    uint32_t idle_timeout_ms = 60000;  // pinged at half; closed when nothing came back
+  } websocket;
 };
 
 // The native client endpoint's connection handling (broker.clients).
@@ -181,6 +191,7 @@ uint32_t TenantMaxRequests(const BrokerConfig& c, const TenantConfig& t);
 uint32_t TenantMaxWaits(const BrokerConfig& c, const TenantConfig& t);
 uint32_t TenantMaxStreams(const BrokerConfig& c, const TenantConfig& t);
 uint32_t TenantMaxSubscriptions(const BrokerConfig& c, const TenantConfig& t);
+uint32_t TenantMaxWebSockets(const BrokerConfig& c, const TenantConfig& t);
 uint64_t TenantMaxUnreadBytes(const BrokerConfig& c, const TenantConfig& t);
 double TenantSubmitRate(const BrokerConfig& c, const TenantConfig& t);
 uint32_t TenantSubmitBurst(const BrokerConfig& c, const TenantConfig& t);

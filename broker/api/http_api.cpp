@@ -6,6 +6,7 @@
 #include "broker/api/event_stream.hpp"
 #include "broker/api/http_call.hpp"
 #include "broker/api/sse_events.hpp"
+#include "broker/api/ws_session.hpp"
 #include "broker/metrics/broker_metrics.hpp"
 #include "broker/service/submit_request.hpp"
 #include "broker/tools/tool_relay.hpp"
@@ -124,6 +125,9 @@ std::vector<std::pair<RouteSpec, HttpApi::Handler>> HttpApi::Table() {
       {{"POST", "/v1/executions/{id}/cancel", "cancel", Access::kToken, true}, &HttpApi::Cancel},
       {{"POST", "/v1/executions/{id}/tool-results", "tool_result", Access::kToken, true},
        &HttpApi::ToolResults},
+      // The upgrade is checked on the I/O thread; the channel's Redis work
+      // goes to the pool message by message (WsSession).
+      {{"GET", "/v1/ws", "websocket", Access::kToken, false}, &HttpApi::WebSocket},
       {{"POST", "/v1/executions/{id}/approve", "approval", Access::kAdmin, true},
        &HttpApi::Approve},
       {{"POST", "/v1/executions/{id}/deny", "approval", Access::kAdmin, true}, &HttpApi::Deny},
@@ -425,6 +429,46 @@ void HttpApi::ToolResults(Call& call) {
   auto out = deps_.tools->Answer(call.caller, call.params.at(0), call.ex->TakeBody());
   if (!out.ok()) return call.Fail(out.status());
   call.Reply(200, *std::move(out));
+}
+
+void HttpApi::WebSocket(Call& call) {
+  if (!call.req().websocket_upgrade) {
+    HttpResponse r = ErrorResponse(common::InvalidRequest(
+        "GET /v1/ws is the WebSocket channel: send a WebSocket upgrade (Upgrade: websocket)"));
+    r.status = 426;
+    r.headers.emplace_back("Upgrade", "websocket");
+    return call.ex->Reply(std::move(r));
+  }
+  const TenantConfig* tenant =
+      call.caller.admin ? nullptr : FindTenant(config_, call.caller.tenant);
+  const std::string who = tenant ? tenant->name : std::string("admin");
+  const size_t limit =
+      tenant ? TenantMaxWebSockets(config_, *tenant) : config_.quotas.tenant_max_websockets;
+  QuotaCounter::Hold hold = websockets_.TryAcquire(who, limit);
+  if (!hold) {
+    return call.Fail(Status(Code::kRateLimited, who + " has " + std::to_string(limit) +
+                                                    " WebSocket connections open on this broker"));
+  }
+  const auto& w = config_.http.websocket;
+  WsSession::Deps deps{
+      .service = service_,
+      .follower = deps_.follower,
+      .tools = deps_.tools,
+      .streams = &streams_,
+      .post = [this](std::function<void()> fn) { return pool_->TryPost(std::move(fn)); }};
+  WsSession::Limits limits{.rate = w.messages_per_second,
+                           .burst = w.message_burst,
+                           .max_follows = w.max_follows,
+                           .who = who,
+                           .max_streams = tenant ? TenantMaxStreams(config_, *tenant)
+                                                 : config_.quotas.tenant_max_streams,
+                           .unread = {deps_.unread, who,
+                                      tenant ? TenantMaxUnreadBytes(config_, *tenant)
+                                             : config_.quotas.tenant_max_unread_bytes}};
+  call.ex->AcceptWebSocket({.max_message_bytes = w.max_message_bytes,
+                            .idle_timeout = std::chrono::milliseconds(w.idle_timeout_ms)},
+                           std::make_shared<WsSession>(call.caller, std::move(hold),
+                                                       std::move(deps), std::move(limits)));
 }
 
 void HttpApi::SubmitBatch(Call& call) {

@@ -18,7 +18,9 @@
 //  5. a `wait: true` submit and a cancel wait for the job's end without a
 //     thread (JobWaiters watch + timers), at most `max_waits` per tenant; an
 //     event stream is an EventStream fed by the OutputFollower, at most
-//     `max_streams` per tenant.
+//     `max_streams` per tenant;
+//  6. GET /v1/ws upgrades to the WebSocket channel (WsSession), at most
+//     `max_websockets` connections per tenant.
 // Every error answers with the API's error object and code; 429 and 503
 // carry Retry-After.
 // Create() and Start()/Stop() from one thread; handlers run on I/O and pool threads.
@@ -105,6 +107,8 @@ class HttpApi {
   void Events(Call& call);
   void Cancel(Call& call);
   void ToolResults(Call& call);
+  // GET /v1/ws: the WebSocket channel (WsSession).
+  void WebSocket(Call& call);
   void Approve(Call& call);
   void Deny(Call& call);
   void ListApprovals(Call& call);
@@ -131,7 +135,8 @@ class HttpApi {
   std::vector<Handler> handlers_;  // by route index
   QuotaCounter requests_;          // per tenant: requests on the pool
   QuotaCounter waits_;             // per tenant: waits (submit, cancel)
-  QuotaCounter streams_;           // per tenant: event streams
+  QuotaCounter streams_;           // per tenant: event streams (SSE and WebSocket follows)
+  QuotaCounter websockets_;        // per tenant: WebSocket connections
   std::unique_ptr<WorkPool> pool_;
   std::unique_ptr<HttpServer> server_;
 };

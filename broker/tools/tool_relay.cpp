@@ -115,11 +115,17 @@ void ToolRelay::Count(const std::string& tenant, const char* outcome) {
 
 common::StatusOr<nlohmann::json> ToolRelay::Answer(const Caller& caller, const std::string& job_id,
                                                    std::string_view body) {
-  if (caller.admin) return Status(Code::kForbidden, "admin tokens do not answer tool calls");
   // The result may nest as deep as any JSON the code gets; the bound keeps
   // dump() and the worker's parse safe.
   ASSIGN_OR_RETURN(nlohmann::json req, common::ParseJson(body, {.max_depth = 64}, "request body"));
   if (!req.is_object()) return common::InvalidRequest("request body: expected a JSON object");
+  return AnswerParsed(caller, job_id, req);
+}
+
+common::StatusOr<nlohmann::json> ToolRelay::AnswerParsed(const Caller& caller,
+                                                         const std::string& job_id,
+                                                         const nlohmann::json& req) {
+  if (caller.admin) return Status(Code::kForbidden, "admin tokens do not answer tool calls");
   for (const auto& [key, value] : req.items()) {
     if (key != "call_id" && key != "result" && key != "error") {
       return common::InvalidRequest("unknown field: " + key.substr(0, 64));

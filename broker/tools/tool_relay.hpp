@@ -60,6 +60,10 @@ class ToolRelay {
   // Returns `{"call_id", "accepted": true}`.
   common::StatusOr<nlohmann::json> Answer(const Caller& caller, const std::string& job_id,
                                           std::string_view body);
+  // The same, parsed already (the WebSocket channel's tool_result): an
+  // object with exactly those fields.
+  common::StatusOr<nlohmann::json> AnswerParsed(const Caller& caller, const std::string& job_id,
+                                                const nlohmann::json& req);
 
  private:
   struct JobTools {

@@ -162,6 +162,9 @@ def check_answers():
     call("POST", T, f"{E}/ex_nope/tool-results", body={"call_id": "c1", "error": "x"},
          expect=404)
     call("POST", T, f"{E}/{ended}/tool-results", body={"call_id": "c1"}, expect=400)
+    # The channel itself (101 and its messages) is websocket_test's; a plain
+    # GET is the answer an HTTP client can meet.
+    call("GET", "/v1/ws", expect=426)
     call("POST", E + "/batch", body={"executions": [{"language": "shell", "code": "true"},
                                                     {"language": "ruby", "code": "1"}]},
          expect=200)

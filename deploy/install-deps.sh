@@ -29,6 +29,9 @@ packages=(
   # the OpenAPI check (tests/openapi/check_openapi.py): a JSON Schema 2020-12
   # validator and a YAML parser
   python3-jsonschema python3-yaml
+  # the WebSocket channel's test client (tests/integration/websocket_client.py):
+  # a WebSocket implementation independent of the broker's (Beast)
+  python3-websockets
   # gVisor's runsc: the gvisor isolation level (docs/security.md)
   runsc
   # promtool, which the metrics test uses to check the exposition format

@@ -27,30 +27,12 @@ namespace {
 
 constexpr const char* kPython = "/usr/bin/python3";
 
-std::string Quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-// Runs `command` through the shell; its output (stdout and stderr) and exit status.
-std::pair<int, std::string> Shell(const std::string& command) {
-  std::string out;
-  FILE* f = popen((command + " 2>&1").c_str(), "r");
-  if (f == nullptr) return {-1, "popen failed"};
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  int status = pclose(f);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
 class WebSocketTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     // The client needs libraries the system python may lack: skip, with
     // what python said, rather than start a cluster for nothing.
-    auto [code, output] = Shell(std::string(kPython) + " -c 'import websockets, httpx'");
+    auto [code, output] = RunShell(std::string(kPython) + " -c 'import websockets, httpx'");
     if (code != 0) {
       why_ = output;
       return;
@@ -76,13 +58,13 @@ class WebSocketTest : public ::testing::Test {
   // Runs one scenario of websocket_client.py against the cluster.
   static void RunScenario(const std::string& scenario) {
     const std::string command =
-        "KILN_URLS=" + Quote(cluster_->url(0) + "," + cluster_->url(1)) +
-        " KILN_TOKEN=" + Quote(TestCluster::kToken) +
-        " KILN_OTHER_TOKEN=" + Quote(TestCluster::kOtherToken) +
-        " KILN_ADMIN_TOKEN=" + Quote(TestCluster::kAdminToken) + " " + kPython + " " +
-        Quote(std::string(KILN_SOURCE_DIR) + "/tests/integration/websocket_client.py") + " " +
+        "KILN_URLS=" + ShellQuote(cluster_->url(0) + "," + cluster_->url(1)) +
+        " KILN_TOKEN=" + ShellQuote(TestCluster::kToken) +
+        " KILN_OTHER_TOKEN=" + ShellQuote(TestCluster::kOtherToken) +
+        " KILN_ADMIN_TOKEN=" + ShellQuote(TestCluster::kAdminToken) + " " + kPython + " " +
+        ShellQuote(std::string(KILN_SOURCE_DIR) + "/tests/integration/websocket_client.py") + " " +
         scenario;
-    auto [code, output] = Shell(command);
+    auto [code, output] = RunShell(command);
     EXPECT_EQ(code, 0) << output;
   }
   static std::unique_ptr<TestCluster> cluster_;

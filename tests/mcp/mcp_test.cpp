@@ -18,31 +18,14 @@ namespace {
 const std::string kMcpDir = std::string(KILN_SOURCE_DIR) + "/tests/mcp";
 constexpr int kSkip = 77;
 
-// Runs `command` through the shell; its output (stdout and stderr) and exit status.
-std::pair<int, std::string> Shell(const std::string& command) {
-  std::string out;
-  FILE* f = popen((command + " 2>&1").c_str(), "r");
-  if (f == nullptr) return {-1, "popen failed"};
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  int status = pclose(f);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
-std::string Quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
 // Runs mcp_test.mjs (with `args`) against `cluster` as the tenant of `token`.
 void RunScript(TestCluster& cluster, const std::string& token, const std::string& args) {
-  const std::string command = "cd " + Quote(kMcpDir) +
-                              " && KILN_BIN=" + Quote(std::string(KILN_BINARY_DIR) + "/bin/kiln") +
-                              " KILN_URL=" + Quote(cluster.url()) + " KILN_TOKEN=" + Quote(token) +
-                              " node mcp_test.mjs " + args;
-  auto [code, output] = Shell(command);
+  const std::string command =
+      "cd " + ShellQuote(kMcpDir) +
+      " && KILN_BIN=" + ShellQuote(std::string(KILN_BINARY_DIR) + "/bin/kiln") +
+      " KILN_URL=" + ShellQuote(cluster.url()) + " KILN_TOKEN=" + ShellQuote(token) +
+      " node mcp_test.mjs " + args;
+  auto [code, output] = RunShell(command);
   std::cout << output;
   EXPECT_EQ(code, 0) << "mcp_test.mjs " << args << " failed (see its report above)";
 }
@@ -67,7 +50,7 @@ TEST(McpSdkTest, DisabledTenantIsNotOfferedExecuteCode) {
 
 int main(int argc, char** argv) {
   namespace fs = std::filesystem;
-  if (kiln::testing::Shell("node --version").first != 0) {
+  if (kiln::testing::RunShell("node --version").first != 0) {
     std::cout << "SKIP: node is not installed (deploy/install-deps.sh installs it)\n";
     return kiln::testing::kSkip;
   }

@@ -21,24 +21,6 @@ namespace {
 constexpr int kSkip = 77;
 constexpr const char* kWebhookSecret = "whsec_sdk_test_0123456789";
 
-std::string Quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-// Runs `command` through the shell; its output (stdout and stderr) and exit status.
-std::pair<int, std::string> Shell(const std::string& command) {
-  std::string out;
-  FILE* f = popen((command + " 2>&1").c_str(), "r");
-  if (f == nullptr) return {-1, "popen failed"};
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  int status = pclose(f);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
 class SdkTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -58,12 +40,13 @@ class SdkTest : public ::testing::Test {
   void RunScript(const std::string& language, const std::string& token) {
     const std::string dir = std::string(KILN_SOURCE_DIR) + "/tests/sdk/" + language;
     const std::string work = cluster_->dir() + "/sdk-" + language;
-    const std::string command =
-        "cd " + Quote(KILN_SOURCE_DIR) + " && KILN_URL=" + Quote(cluster_->url()) +
-        " KILN_TOKEN=" + Quote(token) + " KILN_ADMIN_TOKEN=" + Quote(TestCluster::kAdminToken) +
-        " KILN_WEBHOOK_SECRET=" + Quote(kWebhookSecret) + " bash " + Quote(dir + "/run.sh") + " " +
-        Quote(work);
-    auto [code, output] = Shell(command);
+    const std::string command = "cd " + ShellQuote(KILN_SOURCE_DIR) +
+                                " && KILN_URL=" + ShellQuote(cluster_->url()) +
+                                " KILN_TOKEN=" + ShellQuote(token) +
+                                " KILN_ADMIN_TOKEN=" + ShellQuote(TestCluster::kAdminToken) +
+                                " KILN_WEBHOOK_SECRET=" + ShellQuote(kWebhookSecret) + " bash " +
+                                ShellQuote(dir + "/run.sh") + " " + ShellQuote(work);
+    auto [code, output] = RunShell(command);
     std::cout << output;
     if (code == kSkip) GTEST_SKIP() << language << " SDK test skipped (see above)";
     EXPECT_EQ(code, 0) << language << " SDK test failed (see its report above)";
@@ -80,13 +63,13 @@ TEST_F(SdkTest, TypeScript) { RunScript("typescript", TestCluster::kOtherToken);
 // docs/openapi.yaml: the broker's routes, and its answers validated against
 // the document's schemas (tests/openapi/check_openapi.py).
 TEST_F(SdkTest, OpenApiDescribesEveryRouteAndAnswer) {
-  const std::string command = "cd " + Quote(KILN_SOURCE_DIR) +
-                              " && KILN_URL=" + Quote(cluster_->url()) +
-                              " KILN_TOKEN=" + Quote(TestCluster::kToken) +
-                              " KILN_ADMIN_TOKEN=" + Quote(TestCluster::kAdminToken) +
+  const std::string command = "cd " + ShellQuote(KILN_SOURCE_DIR) +
+                              " && KILN_URL=" + ShellQuote(cluster_->url()) +
+                              " KILN_TOKEN=" + ShellQuote(TestCluster::kToken) +
+                              " KILN_ADMIN_TOKEN=" + ShellQuote(TestCluster::kAdminToken) +
                               " /usr/bin/python3 tests/openapi/check_openapi.py " +
-                              Quote(std::string(KILN_BINARY_DIR) + "/bin/kiln-broker");
-  auto [code, output] = Shell(command);
+                              ShellQuote(std::string(KILN_BINARY_DIR) + "/bin/kiln-broker");
+  auto [code, output] = RunShell(command);
   std::cout << output;
   if (code == kSkip) GTEST_SKIP() << "the OpenAPI check skipped (see above)";
   EXPECT_EQ(code, 0) << "the OpenAPI check failed (see its report above)";

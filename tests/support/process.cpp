@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -230,6 +231,23 @@ bool GvisorUsable(std::string* why) {
   }();
   if (why != nullptr) *why = verdict.second;
   return verdict.first;
+}
+
+std::string ShellQuote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::pair<int, std::string> RunShell(const std::string& command) {
+  std::string out;
+  FILE* f = popen((command + " 2>&1").c_str(), "r");
+  if (f == nullptr) return {-1, "popen failed"};
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  const int status = pclose(f);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
 }  // namespace kiln::testing

@@ -1,4 +1,5 @@
-// Test support: child processes and free ports for integration tests.
+// Test support: child processes, free ports and shell commands for
+// integration tests.
 //
 //   ChildProcess redis = ChildProcess::Start({"/usr/bin/redis-server", "--port", "0"},
 //   "redis.log"); int port = FreePort();
@@ -14,6 +15,7 @@
 #include <chrono>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kiln::testing {
@@ -71,5 +73,11 @@ bool ResetPeakRss(pid_t pid);
 // (`runsc do /bin/true`, checked once); when not, *why says what it printed.
 // It cannot inside a chroot (no user namespaces there), e.g. fresh-debian's.
 bool GvisorUsable(std::string* why);
+
+// `s` single-quoted for /bin/sh.
+std::string ShellQuote(const std::string& s);
+// Runs `command` through /bin/sh: its exit status (-1 when it did not exit)
+// and its output, stdout and stderr together.
+std::pair<int, std::string> RunShell(const std::string& command);
 
 }  // namespace kiln::testing

@@ -31,6 +31,16 @@ common::StatusOr<std::string> ToolStore::Open(const Call& c) {
   return "c" + std::to_string(n);
 }
 
+common::Status ToolStore::RunsOn(const std::string& job_id, const std::string& worker) {
+  auto conn = pool_->Acquire();
+  ASSIGN_OR_RETURN(RedisReply r,
+                   conn->Command({"HMGET", JobStore::JobKey(job_id), "status", "worker"}));
+  if (r.elements.size() != 2 || r.elements[0].str != "running" || r.elements[1].str != worker) {
+    return Status(Code::kNotFound, "the job is not running on this worker");
+  }
+  return Status::Ok();
+}
+
 common::StatusOr<ToolStore::Answered> ToolStore::Answer(const std::string& job_id,
                                                         const std::string& tenant,
                                                         const std::string& call_id, bool ok,

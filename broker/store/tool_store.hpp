@@ -39,6 +39,9 @@ class ToolStore {
   // The call's id ("c<n>"). NOT_FOUND: the job is not running (on that
   // worker); LIMIT_EXCEEDED: the job made max_calls already.
   common::StatusOr<std::string> Open(const Call& call);
+  // OK when the job is running on `worker` (what Open checks too);
+  // NOT_FOUND otherwise.
+  common::Status RunsOn(const std::string& job_id, const std::string& worker);
 
   struct Answered {
     std::string worker;

@@ -75,6 +75,12 @@ void ToolRelay::Handle(const std::string& worker, const protocol::ToolCall& call
                                 "arguments");
   Status valid = args.ok() ? job.schemas.Validate(call.name, *args) : args.status();
   if (!valid.ok()) {
+    // Why a call does not match its schema tells of the schema: only the
+    // worker running the job may learn it (Open checks that of the calls
+    // it takes; a refused one never gets there).
+    if (!tools_->RunsOn(call.job_id, worker).ok()) {
+      return Refuse(worker, call, "ToolUnavailable", "no such execution on this worker");
+    }
     Count(job.tenant, "refused");
     return Refuse(worker, call, "ToolRefused", valid.message());
   }

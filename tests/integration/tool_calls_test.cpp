@@ -17,6 +17,7 @@
 
 #include "common/protocol/client_codec.hpp"
 #include "tests/support/cluster.hpp"
+#include "tests/support/rogue_worker.hpp"
 #include "tests/support/sse_reader.hpp"
 
 namespace kiln::testing {
@@ -275,6 +276,49 @@ TEST_F(ToolCallsTest, AFloodOfCallsStopsAtTheLimits) {
   // job ended are not shown, none beyond the limit is.
   EXPECT_LE(CountEvents(more_events, "tool_call"), 256u);
   EXPECT_GE(CountEvents(more_events, "tool_call"), 1u);
+}
+
+// A worker (every party is untrusted) that calls a tool of a job running on
+// another worker learns nothing of it: not even why its arguments fail the
+// schema, which would tell of the schema. The job's own worker is told.
+TEST_F(ToolCallsTest, ARogueWorkerLearnsNothingOfAnotherWorkersJob) {
+  json request = {{"language", "python"},
+                  {"tools", {kAddTool}},
+                  {"wait", false},
+                  {"code", "import time\ntime.sleep(4)\n"}};
+  auto r = cluster_->Request("POST", "/v1/executions", request.dump());
+  ASSERT_EQ(r.status, 202) << r.raw;
+  const std::string id = r.body["id"];
+  ASSERT_TRUE(WaitFor(
+      [&] { return cluster_->Request("GET", "/v1/executions/" + id).body["status"] == "running"; },
+      std::chrono::seconds(20)));
+
+  // A runtime no job asks for: the rogue is given no work.
+  RogueWorker rogue(cluster_->worker_endpoint(0));
+  rogue.Send(RogueRegistration("rogue-tools", {"cobol"}));
+  ASSERT_TRUE(HasMessage(rogue.Drain(std::chrono::milliseconds(1000)),
+                         common::protocol::MessageType::kRegisterAck));
+  const auto answer_to = [&](uint64_t call, const std::string& args) {
+    rogue.Send(common::protocol::ToolCall{
+        .job_id = id, .call = call, .name = "add", .arguments_json = args});
+    for (const auto& m : rogue.Drain(std::chrono::milliseconds(1500))) {
+      if (const auto* t = std::get_if<common::protocol::ToolResult>(&m); t && t->call == call) {
+        return *t;
+      }
+    }
+    return common::protocol::ToolResult{.error_type = "no answer"};
+  };
+  // Arguments that fail the schema: a refusal that says nothing of it.
+  auto bad = answer_to(1, R"({"a": "one"})");
+  EXPECT_EQ(bad.error_type, "ToolUnavailable");
+  EXPECT_EQ(bad.error_message, "no such execution on this worker");
+  // Arguments that pass: not opened (the job is not the rogue's).
+  auto good = answer_to(2, R"({"a": 1, "b": 2})");
+  EXPECT_FALSE(good.ok);
+  EXPECT_EQ(good.error_type, "ToolUnavailable");
+  EXPECT_THAT(good.error_message, ::testing::HasSubstr("another worker"));
+  auto rec = cluster_->Request("GET", "/v1/executions/" + id);
+  EXPECT_EQ(rec.body["status"], "running") << "the job goes on untouched: " << rec.raw;
 }
 
 TEST_F(ToolCallsTest, HostileAnswersGetTheApisErrors) {

@@ -108,14 +108,16 @@ void WsSession::Follow(const Request& r) {
   LastEventId last;
   if (auto l = r.body.find("last_event_id"); l != r.body.end()) {
     auto parsed = l->is_string() ? ParseLastEventId(l->get_ref<const std::string&>())
-                                 : common::StatusOr<LastEventId>(
-                                       common::InvalidRequest("Last-Event-ID: expected a string"));
+                                 : common::StatusOr<LastEventId>(common::InvalidRequest(""));
     if (!parsed.ok()) {
-      return Error(common::InvalidRequest("follow: last_event_id: " + parsed.status().message()),
+      return Error(common::InvalidRequest("follow: last_event_id: expected an event id the "
+                                          "stream sent (start, end or <ms>-<seq>)"),
                    r.execution_id, r.ref);
     }
     last = *parsed;
   }
+  // Every limit is checked here, in memory; the pool only loads the record.
+  std::shared_ptr<WsFollow> follow;
   Status refused;
   {
     std::lock_guard lock(mu_);
@@ -127,47 +129,37 @@ void WsSession::Follow(const Request& r) {
       refused = Status(Code::kLimitExceeded, "follow: this connection follows " +
                                                  std::to_string(limits_.max_follows) +
                                                  " executions already (the most)");
+    } else if (QuotaCounter::Hold hold =
+                   deps_.streams->TryAcquire(limits_.who, limits_.max_streams);
+               !hold) {
+      refused =
+          Status(Code::kRateLimited, limits_.who + " has " + std::to_string(limits_.max_streams) +
+                                         " event streams open on this broker");
     } else {
-      follows_[r.execution_id] = nullptr;  // taken while the record loads
+      follow = std::make_shared<WsFollow>(weak_from_this(), r.execution_id, std::move(hold),
+                                          limits_.unread);
+      follows_[r.execution_id] = follow;
     }
   }
   if (!refused.ok()) return Error(refused, r.execution_id, r.ref);
-  auto unreserve = [this](const std::string& id) {
-    std::lock_guard lock(mu_);
-    auto it = follows_.find(id);
-    if (it != follows_.end() && !it->second) follows_.erase(it);
-  };
-  const bool posted = OnPool(r, [self = shared_from_this(), r, last, unreserve] {
+  const bool posted = OnPool(r, [self = shared_from_this(), r, last, follow] {
     auto record = self->deps_.service->Load(self->caller_, r.execution_id);
-    if (!record.ok()) {
-      unreserve(r.execution_id);
-      return self->Error(record.status(), r.execution_id, r.ref);
-    }
-    if (last.kind == LastEventId::Kind::kEnd) {
+    if (!record.ok() || last.kind == LastEventId::Kind::kEnd) {
+      follow->Stop();
+      self->Ended(r.execution_id, follow.get());
+      if (!record.ok()) return self->Error(record.status(), r.execution_id, r.ref);
       // The client saw the end: nothing more will come.
-      unreserve(r.execution_id);
       return self->Reply({{"type", "unfollowed"}, {"execution_id", r.execution_id}}, r.ref);
     }
-    QuotaCounter::Hold hold =
-        self->deps_.streams->TryAcquire(self->limits_.who, self->limits_.max_streams);
-    if (!hold) {
-      unreserve(r.execution_id);
-      return self->Error(Status(Code::kRateLimited, self->limits_.who + " has " +
-                                                        std::to_string(self->limits_.max_streams) +
-                                                        " event streams open on this broker"),
-                         r.execution_id, r.ref);
-    }
-    auto follow =
-        std::make_shared<WsFollow>(self, r.execution_id, std::move(hold), self->limits_.unread);
     {
       std::lock_guard lock(self->mu_);
       auto it = self->follows_.find(r.execution_id);
-      // Gone meanwhile (unfollowed, or the client left): the hold goes with `follow`.
-      if (self->closed_ || it == self->follows_.end() || it->second) return;
-      it->second = follow;
-    }
-    if (last.kind == LastEventId::Kind::kNone) {
-      self->Send(WsFollow::Message(r.execution_id, StartEvent(*record)));
+      // Unfollowed meanwhile, or the client left.
+      if (self->closed_ || it == self->follows_.end() || it->second != follow) return;
+      // Under the lock, so that an unfollow's answer cannot overtake it.
+      if (last.kind == LastEventId::Kind::kNone && self->channel_) {
+        self->channel_->Send(WsFollow::Message(r.execution_id, StartEvent(*record)));
+      }
     }
     const std::string after = last.kind == LastEventId::Kind::kEntry ? last.entry : "0";
     const OutputFollower::Id id = self->deps_.follower->Follow(r.execution_id, after, follow);
@@ -175,7 +167,10 @@ void WsSession::Follow(const Request& r) {
     // Stopped before the follower's id was known: Unfollow() could not end it.
     if (follow->stopped()) self->deps_.follower->Unfollow(id);
   });
-  if (!posted) unreserve(r.execution_id);
+  if (!posted) {
+    follow->Stop();
+    Ended(r.execution_id, follow.get());
+  }
 }
 
 void WsSession::Unfollow(const Request& r) {
@@ -247,7 +242,7 @@ void WsSession::OnDrained() {
   {
     std::lock_guard lock(mu_);
     for (const auto& [id, f] : follows_) {
-      if (f && f->id() != 0) ids.push_back(f->id());
+      if (f->id() != 0) ids.push_back(f->id());
     }
   }
   for (auto id : ids) deps_.follower->Wake(id);
@@ -265,7 +260,6 @@ void WsSession::OnClosed() {
     connection = std::move(connection_);
   }
   for (auto& [id, f] : follows) {
-    if (!f) continue;
     f->Stop();
     if (f->id() != 0) deps_.follower->Unfollow(f->id());
   }

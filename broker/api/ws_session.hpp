@@ -96,7 +96,7 @@ class WsSession : public WebSocketHandler, public std::enable_shared_from_this<W
   std::mutex mu_;
   QuotaCounter::Hold connection_;                             // guarded by mu_
   std::shared_ptr<WebSocketChannel> channel_;                 // guarded by mu_; null once closed
-  std::map<std::string, std::shared_ptr<WsFollow>> follows_;  // guarded by mu_; null: starting
+  std::map<std::string, std::shared_ptr<WsFollow>> follows_;  // guarded by mu_
   TokenBucket bucket_;                                        // guarded by mu_
   size_t in_flight_ = 0;                                      // guarded by mu_
   bool closed_ = false;                                       // guarded by mu_

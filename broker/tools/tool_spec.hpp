@@ -58,8 +58,8 @@ namespace kiln::broker {
 // The limits of docs/api.md (also GET /v1/capabilities `limits.tools`); the
 // ones the worker enforces too come from the protocol.
 inline constexpr size_t kMaxTools = common::protocol::kMaxTools;
-inline constexpr size_t kMaxToolCalls = 256;    // per execution
-inline constexpr size_t kMaxToolsInFlight = 8;  // per execution
+inline constexpr size_t kMaxToolCalls = common::protocol::kMaxToolCalls;  // per execution
+inline constexpr size_t kMaxToolsInFlight = common::protocol::kMaxToolCallsWaiting;
 inline constexpr size_t kMaxToolNameBytes = common::protocol::kMaxToolNameBytes;
 inline constexpr size_t kMaxToolArgumentBytes = common::protocol::kMaxToolArgumentBytes;
 inline constexpr size_t kMaxToolResultBytes = common::protocol::kMaxToolResultBytes;

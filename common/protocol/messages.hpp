@@ -63,8 +63,12 @@ inline constexpr size_t kMaxRichOutputBytes = 4u << 20;
 inline constexpr size_t kMaxMimeBytes = 127;
 // Tool callbacks (docs/api.md, "Tool callbacks"): declared tool names per
 // job, a call's arguments and an answer's result (compact JSON), an error's
-// text, the longest wait for an answer.
+// text, the longest wait for an answer; calls per execution, and calls
+// waiting for their answers at once (the worker enforces both, the broker
+// the first again).
 inline constexpr size_t kMaxTools = 32;
+inline constexpr size_t kMaxToolCalls = 256;
+inline constexpr size_t kMaxToolCallsWaiting = 8;
 inline constexpr size_t kMaxToolNameBytes = 64;
 inline constexpr size_t kMaxToolArgumentBytes = 64u << 10;
 inline constexpr size_t kMaxToolResultBytes = 1u << 20;

@@ -285,7 +285,7 @@ TEST_F(ToolCallsTest, ARogueWorkerLearnsNothingOfAnotherWorkersJob) {
   json request = {{"language", "python"},
                   {"tools", {kAddTool}},
                   {"wait", false},
-                  {"code", "import time\ntime.sleep(4)\n"}};
+                  {"code", "import time\ntime.sleep(60)\n"}};
   auto r = cluster_->Request("POST", "/v1/executions", request.dump());
   ASSERT_EQ(r.status, 202) << r.raw;
   const std::string id = r.body["id"];
@@ -319,6 +319,7 @@ TEST_F(ToolCallsTest, ARogueWorkerLearnsNothingOfAnotherWorkersJob) {
   EXPECT_THAT(good.error_message, ::testing::HasSubstr("another worker"));
   auto rec = cluster_->Request("GET", "/v1/executions/" + id);
   EXPECT_EQ(rec.body["status"], "running") << "the job goes on untouched: " << rec.raw;
+  cluster_->Request("POST", "/v1/executions/" + id + "/cancel");
 }
 
 TEST_F(ToolCallsTest, HostileAnswersGetTheApisErrors) {

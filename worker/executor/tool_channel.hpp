@@ -58,8 +58,8 @@ class ToolChannel {
   using TimePoint = common::SteadyClock::time_point;
   using SendFn = std::function<void(common::protocol::ToolCall)>;
 
-  static constexpr size_t kMaxCalls = 256;
-  static constexpr size_t kMaxInFlight = 8;
+  static constexpr size_t kMaxCalls = common::protocol::kMaxToolCalls;
+  static constexpr size_t kMaxInFlight = common::protocol::kMaxToolCallsWaiting;
   // A request: the arguments' limit and room for the id and name.
   static constexpr size_t kMaxLine = common::protocol::kMaxToolArgumentBytes + 16 * 1024;
   static constexpr size_t kMaxUnwritten = 16u << 20;

@@ -367,11 +367,11 @@ void Connection::Dispatch() {
     req.headers.emplace_back(std::move(lower), std::string(field.value()));
   }
   req.body = std::move(msg.body());
-  upgrade_.reset();
-  if (req.websocket_upgrade) upgrade_ = std::move(msg);
   req.remote_address = address_;
   req.reserve_lane = reserve();
   keep_alive_ = msg.keep_alive() && !reserve();
+  upgrade_.reset();
+  if (req.websocket_upgrade) upgrade_ = std::move(msg);  // (msg is not used after this)
   current_ = req;
   busy_ = true;
   streaming_ = false;

@@ -455,13 +455,16 @@ void HttpApi::WebSocket(Call& call) {
       .follower = deps_.follower,
       .tools = deps_.tools,
       .streams = &streams_,
-      .post = [this](std::function<void()> fn) { return pool_->TryPost(std::move(fn)); }};
+      .requests = &requests_,
+      .post = [this](std::function<void()> fn) { return pool_->Post(std::move(fn)); }};
   WsSession::Limits limits{.rate = w.messages_per_second,
                            .burst = w.message_burst,
                            .max_follows = w.max_follows,
                            .who = who,
                            .max_streams = tenant ? TenantMaxStreams(config_, *tenant)
                                                  : config_.quotas.tenant_max_streams,
+                           .max_requests = tenant ? TenantMaxRequests(config_, *tenant)
+                                                  : config_.quotas.tenant_max_requests,
                            .unread = {deps_.unread, who,
                                       tenant ? TenantMaxUnreadBytes(config_, *tenant)
                                              : config_.quotas.tenant_max_unread_bytes}};

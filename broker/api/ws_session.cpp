@@ -39,26 +39,89 @@ void WsSession::OnOpen(std::shared_ptr<WebSocketChannel> channel) {
   if (!closed_) channel_ = std::move(channel);
 }
 
-void WsSession::OnMessage(std::string_view message, bool binary) {
-  json ref;
-  auto parsed = binary ? common::StatusOr<Request>(common::InvalidRequest(
-                             "binary messages are not part of the protocol: send each message "
-                             "as JSON text"))
-                       : Parse(message, &ref);
-  // Counted whatever it holds: a flood of garbage is a flood too.
-  bool over;
+bool WsSession::OnMessage(std::string message, bool binary) {
+  bool post = false;
+  bool keep_reading;
   {
     std::lock_guard lock(mu_);
-    over = bucket_.Take(TokenBucket::Clock::now()) != TokenBucket::Clock::duration::zero();
+    if (closed_) return false;
+    // Counted whatever it holds: a flood of garbage is a flood too. Judged
+    // now, refused on the pool (the refusal carries the message's ref).
+    const bool over =
+        bucket_.Take(TokenBucket::Clock::now()) != TokenBucket::Clock::duration::zero();
+    inbox_bytes_ += message.size();
+    inbox_.push_back({std::move(message), binary, over});
+    post = !handling_;
+    handling_ = true;
+    held_ = QueueFull();
+    keep_reading = !held_;
   }
-  if (over) {
+  if (post && !deps_.post([self = shared_from_this()] { self->HandleNext(); })) {
+    return false;  // the pool stopped: the broker is going away
+  }
+  return keep_reading;
+}
+
+bool WsSession::QueueFull() const {
+  return inbox_.size() >= kMaxQueued || inbox_bytes_ >= kMaxQueuedBytes;
+}
+
+void WsSession::HandleNext() {
+  Inbound in;
+  std::shared_ptr<WebSocketChannel> resume;
+  {
+    std::lock_guard lock(mu_);
+    if (closed_ || inbox_.empty()) {
+      handling_ = false;
+      return;
+    }
+    in = std::move(inbox_.front());
+    inbox_.pop_front();
+    inbox_bytes_ -= in.text.size();
+    if (held_ && !QueueFull()) {
+      held_ = false;
+      resume = channel_;
+    }
+  }
+  if (resume) resume->ResumeReads();
+  Handle(in);
+  bool more;
+  {
+    std::lock_guard lock(mu_);
+    more = !closed_ && !inbox_.empty();
+    handling_ = more;
+  }
+  // One message per task: the pool's other work takes turns with this
+  // connection's.
+  if (more && !deps_.post([self = shared_from_this()] { self->HandleNext(); })) {
+    std::lock_guard lock(mu_);
+    handling_ = false;
+  }
+}
+
+void WsSession::Handle(const Inbound& in) {
+  json ref;
+  auto parsed = in.binary ? common::StatusOr<Request>(common::InvalidRequest(
+                                "binary messages are not part of the protocol: send each message "
+                                "as JSON text"))
+                          : Parse(in.text, &ref);
+  const std::string id = parsed.ok() ? parsed->execution_id : "";
+  if (in.over_rate) {
     return Error(Status(Code::kRateLimited,
                         "more than " + std::to_string(static_cast<uint64_t>(limits_.rate)) +
                             " messages a second (bursts of " + std::to_string(limits_.burst) +
                             ") on this connection; slow down"),
-                 parsed.ok() ? parsed->execution_id : "", ref);
+                 id, ref);
   }
   if (!parsed.ok()) return Error(parsed.status(), "", ref);
+  // One of the tenant's requests in progress, as an HTTP request is.
+  QuotaCounter::Hold request = deps_.requests->TryAcquire(limits_.who, limits_.max_requests);
+  if (!request) {
+    return Error(
+        Status(Code::kRateLimited, limits_.who + " has " + std::to_string(limits_.max_requests) +
+                                       " requests in progress on this broker"),
+        id, ref);
+  }
   if (parsed->type == "follow") return Follow(*parsed);
   if (parsed->type == "unfollow") return Unfollow(*parsed);
   AnswerTool(*parsed);
@@ -116,7 +179,7 @@ void WsSession::Follow(const Request& r) {
     }
     last = *parsed;
   }
-  // Every limit is checked here, in memory; the pool only loads the record.
+  // The limits first, in memory: a refused follow costs no Redis call.
   std::shared_ptr<WsFollow> follow;
   Status refused;
   {
@@ -142,35 +205,28 @@ void WsSession::Follow(const Request& r) {
     }
   }
   if (!refused.ok()) return Error(refused, r.execution_id, r.ref);
-  const bool posted = OnPool(r, [self = shared_from_this(), r, last, follow] {
-    auto record = self->deps_.service->Load(self->caller_, r.execution_id);
-    if (!record.ok() || last.kind == LastEventId::Kind::kEnd) {
-      follow->Stop();
-      self->Ended(r.execution_id, follow.get());
-      if (!record.ok()) return self->Error(record.status(), r.execution_id, r.ref);
-      // The client saw the end: nothing more will come.
-      return self->Reply({{"type", "unfollowed"}, {"execution_id", r.execution_id}}, r.ref);
-    }
-    {
-      std::lock_guard lock(self->mu_);
-      auto it = self->follows_.find(r.execution_id);
-      // Unfollowed meanwhile, or the client left.
-      if (self->closed_ || it == self->follows_.end() || it->second != follow) return;
-      // Under the lock, so that an unfollow's answer cannot overtake it.
-      if (last.kind == LastEventId::Kind::kNone && self->channel_) {
-        self->channel_->Send(WsFollow::Message(r.execution_id, StartEvent(*record)));
-      }
-    }
-    const std::string after = last.kind == LastEventId::Kind::kEntry ? last.entry : "0";
-    const OutputFollower::Id id = self->deps_.follower->Follow(r.execution_id, after, follow);
-    follow->set_id(id);
-    // Stopped before the follower's id was known: Unfollow() could not end it.
-    if (follow->stopped()) self->deps_.follower->Unfollow(id);
-  });
-  if (!posted) {
+  auto record = deps_.service->Load(caller_, r.execution_id);
+  if (!record.ok() || last.kind == LastEventId::Kind::kEnd) {
     follow->Stop();
     Ended(r.execution_id, follow.get());
+    if (!record.ok()) return Error(record.status(), r.execution_id, r.ref);
+    // The client saw the end: nothing more will come.
+    return Reply({{"type", "unfollowed"}, {"execution_id", r.execution_id}}, r.ref);
   }
+  {
+    std::lock_guard lock(mu_);
+    auto it = follows_.find(r.execution_id);
+    // The client left meanwhile.
+    if (closed_ || it == follows_.end() || it->second != follow) return;
+    if (last.kind == LastEventId::Kind::kNone && channel_) {
+      channel_->Send(WsFollow::Message(r.execution_id, StartEvent(*record)));
+    }
+  }
+  const std::string after = last.kind == LastEventId::Kind::kEntry ? last.entry : "0";
+  const OutputFollower::Id id = deps_.follower->Follow(r.execution_id, after, follow);
+  follow->set_id(id);
+  // Stopped (the client left) before the follower's id was known.
+  if (follow->stopped()) deps_.follower->Unfollow(id);
 }
 
 void WsSession::Unfollow(const Request& r) {
@@ -195,46 +251,16 @@ void WsSession::AnswerTool(const Request& r) {
   if (!deps_.tools) {
     return Error(common::Unavailable("this broker relays no tool calls"), r.execution_id, r.ref);
   }
-  OnPool(r, [self = shared_from_this(), r] {
-    json answer = r.body;
-    answer.erase("type");
-    answer.erase("execution_id");
-    answer.erase("ref");
-    auto out = self->deps_.tools->AnswerParsed(self->caller_, r.execution_id, answer);
-    if (!out.ok()) return self->Error(out.status(), r.execution_id, r.ref);
-    self->Reply({{"type", "tool_result_accepted"},
-                 {"execution_id", r.execution_id},
-                 {"call_id", (*out)["call_id"]}},
-                r.ref);
-  });
-}
-
-bool WsSession::OnPool(const Request& r, std::function<void()> fn) {
-  bool full;
-  {
-    std::lock_guard lock(mu_);
-    full = in_flight_ >= kMaxInFlight;
-    if (!full) ++in_flight_;
-  }
-  if (full) {
-    Error(Status(Code::kRateLimited, std::to_string(kMaxInFlight) +
-                                         " messages of this connection are being handled; "
-                                         "wait for their answers"),
-          r.execution_id, r.ref);
-    return false;
-  }
-  auto task = [self = shared_from_this(), fn = std::move(fn)] {
-    fn();
-    std::lock_guard lock(self->mu_);
-    --self->in_flight_;
-  };
-  if (deps_.post(std::move(task))) return true;
-  {
-    std::lock_guard lock(mu_);
-    --in_flight_;
-  }
-  Error(common::Unavailable("the broker is busy; retry"), r.execution_id, r.ref);
-  return false;
+  json answer = r.body;
+  answer.erase("type");
+  answer.erase("execution_id");
+  answer.erase("ref");
+  auto out = deps_.tools->AnswerParsed(caller_, r.execution_id, answer);
+  if (!out.ok()) return Error(out.status(), r.execution_id, r.ref);
+  Reply({{"type", "tool_result_accepted"},
+         {"execution_id", r.execution_id},
+         {"call_id", (*out)["call_id"]}},
+        r.ref);
 }
 
 void WsSession::OnDrained() {
@@ -255,6 +281,8 @@ void WsSession::OnClosed() {
   {
     std::lock_guard lock(mu_);
     closed_ = true;
+    inbox_.clear();
+    inbox_bytes_ = 0;
     follows.swap(follows_);
     channel = std::move(channel_);
     connection = std::move(connection_);

@@ -8,17 +8,25 @@
 //   auto s = std::make_shared<WsSession>(caller, std::move(connection_hold), deps, limits);
 //   exchange->AcceptWebSocket(options, s);
 //
-// Limits (each refusal is an `error` message; the connection stays): at
-// most `rate`/s messages with bursts of `burst`, at most kMaxInFlight being
-// handled at once, at most `max_follows` follows, each holding one of the
-// tenant's `max_streams` (shared with SSE). What needs Redis (loading a
-// record, taking an answer) runs on the HTTP work pool, never on the I/O
-// thread.
+// Each message is parsed and handled on the HTTP work pool, never on the
+// I/O thread, one message of a connection at a time and in the order sent
+// (one pool task per message, so connections take turns). While
+// kMaxQueued messages or kMaxQueuedBytes wait, the connection reads no
+// more (TCP then slows the client down): a connection costs the pool at
+// most one task at a time, however fast it sends.
+//
+// Limits (each refusal is an `error` message carrying the message's `ref`;
+// the connection stays): at most `rate`/s messages with bursts of `burst`
+// (counted as they arrive); a message is handled as one of the tenant's
+// `max_requests` requests in progress, shared with its HTTP requests; at
+// most `max_follows` follows, each holding one of the tenant's
+// `max_streams` (shared with SSE).
 //
 // Threads: the WebSocketHandler methods on the connection's strand; the
 // rest on pool threads and the follower's; all state under mu_.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -39,15 +47,18 @@ class ToolRelay;
 
 class WsSession : public WebSocketHandler, public std::enable_shared_from_this<WsSession> {
  public:
-  static constexpr size_t kMaxInFlight = 32;
+  static constexpr size_t kMaxQueued = 16;
+  static constexpr size_t kMaxQueuedBytes = 256u << 10;
   static constexpr size_t kMaxRefBytes = 128;
 
   struct Deps {
     ExecutionService* service = nullptr;
     OutputFollower* follower = nullptr;
-    ToolRelay* tools = nullptr;       // null: tool_result answers UNAVAILABLE
-    QuotaCounter* streams = nullptr;  // the tenant's event streams, shared with SSE
-    // Runs a task on the work pool; false when the pool is full.
+    ToolRelay* tools = nullptr;        // null: tool_result answers UNAVAILABLE
+    QuotaCounter* streams = nullptr;   // the tenant's event streams, shared with SSE
+    QuotaCounter* requests = nullptr;  // the tenant's requests in progress, shared with HTTP
+    // Runs a task on the work pool, queued even when the pool is full
+    // (WorkPool::Post); false once the pool stopped.
     std::function<bool(std::function<void()>)> post;
   };
   struct Limits {
@@ -56,13 +67,14 @@ class WsSession : public WebSocketHandler, public std::enable_shared_from_this<W
     size_t max_follows = 64;
     std::string who;  // the quota's key: the tenant, or "admin"
     size_t max_streams = 256;
+    size_t max_requests = 32;
     WsFollow::Unread unread;
   };
 
   WsSession(Caller caller, QuotaCounter::Hold connection, Deps deps, Limits limits);
 
   void OnOpen(std::shared_ptr<WebSocketChannel> channel) override;
-  void OnMessage(std::string_view message, bool binary) override;
+  bool OnMessage(std::string message, bool binary) override;
   void OnDrained() override;
   void OnClosed() override;
 
@@ -79,14 +91,22 @@ class WsSession : public WebSocketHandler, public std::enable_shared_from_this<W
     nlohmann::json ref;  // null when absent
     nlohmann::json body;
   };
+  // A message as it arrived, waiting for the pool.
+  struct Inbound {
+    std::string text;
+    bool binary = false;
+    bool over_rate = false;  // it came faster than the rate allows
+  };
+  // On the pool: handles the inbox's oldest message, then posts itself
+  // again while more wait.
+  void HandleNext();
+  void Handle(const Inbound& in);
   // `ref` is set as soon as it is known, for the error of a later check.
   common::StatusOr<Request> Parse(std::string_view message, nlohmann::json* ref) const;
   void Follow(const Request& r);
   void Unfollow(const Request& r);
   void AnswerTool(const Request& r);
-  // Runs `fn` on the pool as one of the kMaxInFlight; false (and the error
-  // sent) when it cannot.
-  bool OnPool(const Request& r, std::function<void()> fn);
+  bool QueueFull() const;  // under mu_
   void Reply(nlohmann::json message, const nlohmann::json& ref);
   void Error(const common::Status& st, const std::string& execution_id, const nlohmann::json& ref);
 
@@ -98,8 +118,11 @@ class WsSession : public WebSocketHandler, public std::enable_shared_from_this<W
   std::shared_ptr<WebSocketChannel> channel_;                 // guarded by mu_; null once closed
   std::map<std::string, std::shared_ptr<WsFollow>> follows_;  // guarded by mu_
   TokenBucket bucket_;                                        // guarded by mu_
-  size_t in_flight_ = 0;                                      // guarded by mu_
-  bool closed_ = false;                                       // guarded by mu_
+  std::deque<Inbound> inbox_;                                 // guarded by mu_
+  size_t inbox_bytes_ = 0;                                    // guarded by mu_
+  bool handling_ = false;  // a HandleNext() is posted or running; guarded by mu_
+  bool held_ = false;      // reads wait for ResumeReads(); guarded by mu_
+  bool closed_ = false;    // guarded by mu_
 };
 
 }  // namespace kiln::broker

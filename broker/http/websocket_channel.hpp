@@ -14,7 +14,10 @@
 // idle_timeout without a byte from the peer; a write the peer takes none of
 // for write_timeout closes it. While the handler's unsent bytes (Pending())
 // exceed kPauseReadsAt, no further message is read (a client that floods
-// requests and reads no answers stalls only itself).
+// requests and reads no answers stalls only itself); nor while the handler,
+// having returned false from OnMessage, has not called ResumeReads() (so a
+// handler that works off the I/O thread bounds what waits for it, and TCP
+// slows the client down).
 //
 // Threads: the handler's methods run on the connection's I/O strand, one at
 // a time, and must not block; the channel's methods from any thread.
@@ -46,6 +49,8 @@ class WebSocketChannel {
   virtual size_t Pending() const = 0;
   // A normal close (1000) after what is queued is written.
   virtual void Close() = 0;
+  // Reads the next message again after OnMessage returned false.
+  virtual void ResumeReads() = 0;
 };
 
 class WebSocketHandler {
@@ -55,7 +60,8 @@ class WebSocketHandler {
   // `channel` until OnClosed().
   virtual void OnOpen(std::shared_ptr<WebSocketChannel> channel) = 0;
   // One whole message (`binary`: a binary one, which the handler may refuse).
-  virtual void OnMessage(std::string_view message, bool binary) = 0;
+  // False: read no further message until the channel's ResumeReads().
+  virtual bool OnMessage(std::string message, bool binary) = 0;
   // Pending() fell to zero.
   virtual void OnDrained() = 0;
   // Once, last: the connection is gone (also when the handshake failed,

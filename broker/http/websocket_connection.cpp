@@ -67,10 +67,16 @@ class WsConnection : public WebSocketChannel, public std::enable_shared_from_thi
       self->Pump();
     });
   }
+  void ResumeReads() override {
+    asio::post(ws_.get_executor(), [self = shared_from_this()] {
+      self->held_ = false;
+      self->Read();
+    });
+  }
 
  private:
   void Read() {
-    if (closed_ || reading_) return;
+    if (closed_ || reading_ || held_) return;
     if (pending_ >= kPauseReadsAt) return;  // Pump() reads on once drained
     reading_ = true;
     ws_.async_read(buffer_, [self = shared_from_this()](beast::error_code ec, size_t) {
@@ -78,10 +84,10 @@ class WsConnection : public WebSocketChannel, public std::enable_shared_from_thi
       if (self->closed_) return;
       if (ec) return self->Drop();
       const auto data = self->buffer_.cdata();
-      self->handler_->OnMessage(
-          std::string_view(static_cast<const char*>(data.data()), data.size()),
-          self->ws_.got_binary());
+      std::string message(static_cast<const char*>(data.data()), data.size());
       self->buffer_.clear();
+      // ResumeReads() is posted, so it cannot run before this is set.
+      self->held_ = !self->handler_->OnMessage(std::move(message), self->ws_.got_binary());
       self->Read();
     });
   }
@@ -171,6 +177,7 @@ class WsConnection : public WebSocketChannel, public std::enable_shared_from_thi
   uint64_t write_gen_ = 0;
   bool open_ = false;
   bool reading_ = false;
+  bool held_ = false;  // the handler asked for no message until ResumeReads()
   bool writing_ = false;
   bool closing_ = false;
   bool closed_ = false;

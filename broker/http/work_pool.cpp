@@ -18,6 +18,14 @@ bool WorkPool::TryPost(std::function<void()> task) {
   return true;
 }
 
+bool WorkPool::Post(std::function<void()> task) {
+  std::lock_guard lock(mu_);
+  if (stopping_) return false;
+  tasks_.push_back(std::move(task));
+  cv_.notify_one();
+  return true;
+}
+
 void WorkPool::Stop() {
   {
     std::lock_guard lock(mu_);

@@ -28,6 +28,10 @@ class WorkPool {
 
   // False when max_queued tasks are already waiting (or the pool stopped).
   bool TryPost(std::function<void()> task);
+  // Queues even past max_queued: only for tasks whose number is bounded
+  // elsewhere (a WebSocket connection has at most one queued at a time).
+  // False once stopped.
+  bool Post(std::function<void()> task);
   void Stop();
   size_t queued() const;
 

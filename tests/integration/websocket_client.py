@@ -4,11 +4,12 @@ of a running cluster; websocket_test.cpp starts the cluster and runs each
 scenario.
 
 Usage: websocket_client.py SCENARIO, one of code_mode,
-answer_error_and_resume, hostile, limits. Environment: KILN_URLS (the
+answer_error_and_resume, hostile, limits, follows_and_idle. Environment: KILN_URLS (the
 brokers' base URLs, comma-separated), KILN_TOKEN (tenant-a),
-KILN_OTHER_TOKEN (tenant-b), KILN_ADMIN_TOKEN. The limits scenario expects
+KILN_OTHER_TOKEN (tenant-b), KILN_ADMIN_TOKEN. The limits scenarios expect
 `broker.http.websocket: {max_message_bytes: 65536, messages_per_second: 20,
-message_burst: 20}` and tenant-a's `max_websockets: 3`.
+message_burst: 20, max_follows: 4, idle_timeout_ms: 4000}` and tenant-a's
+`max_websockets: 3`.
 
 Exits 0 when every check of the scenario passed; otherwise 1, with what
 failed and the last messages received on stderr. Needs the `websockets`
@@ -72,12 +73,12 @@ def ws_url(base):
     return "ws://" + base[len("http://"):].rstrip("/") + "/v1/ws"
 
 
-def connect(base, token):
+def connect(base, token, **options):
     """`async with connect(...) as ws` or `ws = await connect(...)`."""
     # No compression: the broker offers none (docs/api.md), so ask for none.
     return websockets.connect(
         ws_url(base), extra_headers=auth(token), max_size=1 << 24, compression=None,
-        open_timeout=10, close_timeout=2)
+        open_timeout=10, close_timeout=2, **options)
 
 
 async def refused_handshake(base, token):
@@ -146,21 +147,34 @@ class Channel:
         """Forgets the events of an earlier follow of `execution_id`."""
         self.events.pop(execution_id, None)
 
-    async def answer(self, match, what, timeout=20):
-        """The first non-event message `match` accepts, waiting up to `timeout`."""
+    async def read_until(self, done, what, timeout):
+        """Reads (events filed, other messages stashed) until `done()` gives
+        something, which it returns; `what` names the wait when it times out.
+        `what` None: returns None once `timeout` passed."""
         deadline = time.monotonic() + timeout
         while True:
-            for i, m in enumerate(self.stash):
-                if match(m):
-                    return self.stash.pop(i)
+            found = done()
+            if found is not None:
+                return found
             left = deadline - time.monotonic()
-            check(left > 0, "%s: no answer within %g s" % (what, timeout), self.stash)
+            if left <= 0 and what is None:
+                return None
+            check(left > 0, "%s: nothing within %g s" % (what, timeout), self.stash[-5:])
             try:
                 m = await self.read(left)
             except asyncio.TimeoutError:
                 continue
             if m["type"] != "event":
                 self.stash.append(m)
+
+    async def answer(self, match, what, timeout=20):
+        """The first non-event message `match` accepts, waiting up to `timeout`."""
+        def take():
+            for i, m in enumerate(self.stash):
+                if match(m):
+                    return self.stash.pop(i)
+            return None
+        return await self.read_until(take, what + ": no answer", timeout)
 
     async def reply_to(self, ref, what, timeout=20):
         return await self.answer(lambda m: m.get("ref") == ref, what, timeout)
@@ -185,30 +199,14 @@ class Channel:
 
     async def until_end(self, execution_id, timeout=60):
         """The events of the execution's follow, through its end."""
-        deadline = time.monotonic() + timeout
-        while True:
+        def ended():
             events = self.events.get(execution_id, [])
-            if events and events[-1]["event"] in END_EVENTS:
-                return events
-            left = deadline - time.monotonic()
-            check(left > 0, "%s: no end within %g s" % (execution_id, timeout), events)
-            try:
-                m = await self.read(left)
-            except asyncio.TimeoutError:
-                continue
-            if m["type"] != "event":
-                self.stash.append(m)
+            return events if events and events[-1]["event"] in END_EVENTS else None
+        return await self.read_until(ended, execution_id + ": no end", timeout)
 
     async def drain(self, seconds):
         """Reads for `seconds`, keeping what comes."""
-        deadline = time.monotonic() + seconds
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                m = await self.read(left)
-            except asyncio.TimeoutError:
-                return
-            if m["type"] != "event":
-                self.stash.append(m)
+        await self.read_until(lambda: None, None, seconds)
 
 
 async def submit(http, request, token=TOKEN, base=None):
@@ -577,11 +575,80 @@ async def limits():
         await asyncio.gather(*(ws.close() for ws in held))
 
 
+async def follows_and_idle():
+    # (a) At most max_follows (4) executions followed on one connection.
+    async with httpx.AsyncClient(timeout=30) as http:
+        ids = [await submit(http, {"language": "shell", "code": "sleep 60", "wait": False})
+               for _ in range(5)]
+        try:
+            async with connect(URLS[0], TOKEN) as ws:
+                chan = Channel(ws, "follows")
+                for i, eid in enumerate(ids[:4]):
+                    await chan.send({"type": "follow", "execution_id": eid, "ref": "f%d" % i})
+                # A follow is answered by its execution_start event.
+                await chan.read_until(
+                    lambda: all(chan.events.get(e) for e in ids[:4]) or None,
+                    "four follows started", 20)
+                await chan.send({"type": "follow", "execution_id": ids[4], "ref": "f4"})
+                await chan.error_for("f4", "LIMIT_EXCEEDED", "a 5th follow (max_follows 4)")
+                check(ids[4] not in chan.events, "a refused follow sends no event",
+                      chan.events.get(ids[4]))
+                await chan.send({"type": "unfollow", "execution_id": ids[0], "ref": "u0"})
+                m = await chan.reply_to("u0", "unfollow")
+                check(m["type"] == "unfollowed", "unfollow: unfollowed", m)
+                await chan.send({"type": "follow", "execution_id": ids[4], "ref": "f4b"})
+                await chan.read_until(lambda: chan.events.get(ids[4]) or None,
+                                      "a follow once one was given up", 20)
+        finally:
+            for eid in ids:
+                r = await http.post(URLS[0] + "/v1/executions/%s/cancel" % eid,
+                                    headers=auth(TOKEN))
+                check(r.status_code == 200, "cancel %s: HTTP %d" % (eid, r.status_code), r.text)
+
+    # (b) idle_timeout_ms (4000): a peer that answers no ping is closed; one
+    # that answers (the websockets library does) stays, though it sends
+    # nothing itself (its own pings are off).
+    async with connect(URLS[0], TOKEN, ping_interval=None) as live:
+        host, port = URLS[0][len("http://"):].rstrip("/").rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(("GET /v1/ws HTTP/1.1\r\nHost: %s:%s\r\nUpgrade: websocket\r\n"
+                      "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                      "Sec-WebSocket-Version: 13\r\nAuthorization: Bearer %s\r\n\r\n"
+                      % (host, port, TOKEN)).encode())
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        check(head.startswith(b"HTTP/1.1 101"), "the raw handshake", head.decode(errors="replace"))
+        start = time.monotonic()
+        opcodes = []
+        try:
+            while True:
+                b0, b1 = await asyncio.wait_for(reader.readexactly(2), 20)
+                size = b1 & 0x7F
+                if size >= 126:
+                    size = int.from_bytes(await reader.readexactly(2 if size == 126 else 8), "big")
+                await reader.readexactly(size)
+                opcodes.append(b0 & 0x0F)
+        except (asyncio.IncompleteReadError, ConnectionResetError):
+            closed_after = time.monotonic() - start
+        except asyncio.TimeoutError:
+            raise Failure("a peer that answers no ping: still open after 20 s (idle_timeout_ms "
+                          "4000)") from None
+        finally:
+            writer.close()
+        check(0x9 in opcodes, "the broker pings a quiet peer before closing it", opcodes)
+        check(closed_after >= 3.5, "closed at idle_timeout_ms (4000), not before", closed_after)
+        chan = Channel(live, "live")
+        await chan.send({"type": "unfollow", "execution_id": UNKNOWN_ID, "ref": "alive"})
+        m = await chan.reply_to("alive", "the connection that answers pings, after %.1f s quiet"
+                                % closed_after)
+        check(m["type"] == "unfollowed", "unfollow on the live connection", m)
+
+
 SCENARIOS = {
     "code_mode": code_mode,
     "answer_error_and_resume": answer_error_and_resume,
     "hostile": hostile,
     "limits": limits,
+    "follows_and_idle": follows_and_idle,
 }
 
 

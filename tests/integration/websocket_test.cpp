@@ -12,8 +12,10 @@
 // get the API's error codes with their `ref` and leave the connection
 // serving; refused handshakes get 401, a plain GET 426. The limits hold: a
 // message over max_message_bytes closes with 1009, a flood of messages is
-// RATE_LIMITED past the rate, and a tenant gets 429 past max_websockets on
-// one broker while other tenants and brokers are unaffected.
+// RATE_LIMITED past the rate, a tenant gets 429 past max_websockets on
+// one broker while other tenants and brokers are unaffected, a follow past
+// max_follows is LIMIT_EXCEEDED, and a peer that answers no ping is closed
+// at idle_timeout_ms while one that answers stays.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -44,7 +46,8 @@ class WebSocketTest : public ::testing::Test {
                             .slots = 4,
                             .tenant_a_fields = ", max_websockets: 3",
                             .broker_http_fields = ", websocket: {max_message_bytes: 65536, "
-                                                  "messages_per_second: 20, message_burst: 20}"});
+                                                  "messages_per_second: 20, message_burst: 20, "
+                                                  "max_follows: 4, idle_timeout_ms: 4000}"});
   }
   static void TearDownTestSuite() { cluster_.reset(); }
   void SetUp() override {
@@ -79,6 +82,8 @@ TEST_F(WebSocketTest, AnErrorAnswerAndResumingAnEndedJob) {
 }
 
 TEST_F(WebSocketTest, HostileMessagesGetTheApisErrorsAndChangeNothing) { RunScenario("hostile"); }
+
+TEST_F(WebSocketTest, FollowLimitAndIdleTimeout) { RunScenario("follows_and_idle"); }
 
 // Last: it fills tenant-a's connections on broker 0 and floods its rate.
 TEST_F(WebSocketTest, MessageSizeRateAndConnectionLimits) { RunScenario("limits"); }

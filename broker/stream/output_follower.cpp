@@ -380,6 +380,21 @@ void OutputFollower::Run(std::stop_token stop) {
       });
     }
   }
+  DropReaders();
+}
+
+void OutputFollower::DropReaders() {
+  for (auto& [id, e] : entries_) waiters_->Unwatch(e.watch);
+  auto entries = std::move(entries_);
+  entries_.clear();
+  std::vector<std::pair<Id, Entry>> follows;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [id, e] : inbox_.follows) waiters_->Unwatch(e.watch);
+    follows.swap(inbox_.follows);
+    count_ = 0;
+  }
+  // `entries` and `follows` release their readers here, outside mu_.
 }
 
 }  // namespace kiln::broker

@@ -92,6 +92,9 @@ class OutputFollower {
   // Readers followed now.
   size_t size() const;
 
+  // Until `stop`; on the way out it releases every reader, while what
+  // they hold is still alive (the front ends, whose quota counters their
+  // holds count in, are destroyed before the follower).
   void Run(std::stop_token stop);
 
  private:
@@ -128,6 +131,8 @@ class OutputFollower {
   // Reads the connection's CLIENT ID after each (re)connect.
   common::Status RefreshClientId();
   void DrainInbox();
+  // Run's last step: unwatches and releases every reader.
+  void DropReaders();
   // Offers the end to `it`'s reader; true when taken (the entry is gone).
   bool TryEnd(std::map<Id, Entry>::iterator it);
   // Offers the end again to the readers that declined it.

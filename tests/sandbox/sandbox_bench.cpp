@@ -10,7 +10,7 @@
 // Then a python one-shot job (`pass`, through the real wrapper) from spawn to
 // exit, exec'd and forked from the zygote, against bare `python3 -c pass`;
 // and how many jobs per second 4 concurrent loops run, exec'd and zygote-born;
-// and what creating and removing a sandbox's cgroups costs.
+// and what creating and removing a sandbox's cgroups costs, new or pooled.
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -185,15 +185,18 @@ int main(int argc, char** argv) {
                 zygote ? "job, zygote" : "job, exec", b.median, b.p90, t.median, t.p90,
                 t.median / b.median, s.median, s.p90);
   }
-  // What a per-sandbox cgroup costs the spawning thread: create (mkdir and
-  // limits in every hierarchy) and destroy (rmdir), no process inside.
+  // What a sandbox's cgroup costs the spawning thread, no process inside:
+  // a new one (mkdir and limits in every hierarchy, then rmdir: a session's,
+  // `freezable`) against a pooled one (taken from the pool, checked empty,
+  // reset, limits written; given back).
   {
     auto manager = CgroupManager::Create({config.cgroup_mode, "kiln-bench-cg", 1000});
-    if (manager.ok()) {
+    for (bool pooled : {false, true}) {
+      if (!manager.ok()) break;
       std::vector<double> create, destroy;
       for (int i = 0; i < runs * 4; ++i) {
         auto t0 = Clock::now();
-        auto cg = (*manager)->CreateFor("bench-" + std::to_string(i), SandboxLimits{}, false);
+        auto cg = (*manager)->CreateFor("bench-" + std::to_string(i), SandboxLimits{}, !pooled);
         auto t1 = Clock::now();
         if (!cg.ok()) break;
         (void)(*cg)->Destroy();
@@ -201,9 +204,9 @@ int main(int argc, char** argv) {
         destroy.push_back(Ms(t1, Clock::now()));
       }
       if (!create.empty()) {
-        std::printf("\ncgroup (%s) create p50 %.3f ms, destroy p50 %.3f ms\n",
-                    (*manager)->version().c_str(), Summarize(create).median,
-                    Summarize(destroy).median);
+        std::printf("%scgroup (%s, %s) create p50 %.3f ms, destroy p50 %.3f ms\n",
+                    pooled ? "" : "\n", (*manager)->version().c_str(), pooled ? "pooled" : "new",
+                    Summarize(create).median, Summarize(destroy).median);
       }
     }
   }

@@ -677,6 +677,26 @@ TEST_P(SandboxTest, MemoryBombIsOomKilled) {
   EXPECT_FALSE(ok.status.oom_killed);
 }
 
+// Sandboxes that are never frozen share pooled cgroups (cgroup_pool.hpp):
+// what one used is not counted in the next, whichever cgroup it gets.
+TEST_P(SandboxTest, NothingOfTheLastSandboxIsCountedInTheNext) {
+  RunResult busy =
+      Py("import time\n"
+         "held = b'x' * (48 << 20)\n"
+         "t = time.process_time()\n"
+         "while time.process_time() - t < 0.4: pass\n");
+  ASSERT_EQ(busy.status.exit_code, std::optional<int>(0)) << busy.err;
+  EXPECT_GE(busy.status.cpu_ms, 350);
+  EXPECT_GE(busy.status.max_rss_kb, 48u << 10);
+  for (int i = 0; i < 3; ++i) {
+    RunResult next = Py("print(1)");
+    ASSERT_EQ(next.out, "1\n") << next.err;
+    EXPECT_LT(next.status.cpu_ms, 250) << i;
+    EXPECT_LT(next.status.max_rss_kb, 40u << 10) << i;
+    EXPECT_FALSE(next.status.oom_killed) << i;
+  }
+}
+
 TEST_P(SandboxTest, CpuSpinIsStoppedByRlimitCpu) {
   RunOptions opt;
   opt.limits.cpu_ms = 1000;
@@ -1556,13 +1576,14 @@ TEST(SandboxCreate, CleansUpStaleLeftovers) {
 }
 
 // The v2 driver's mechanics (create, join, stats, cgroup.kill, remove) on
-// whatever v2 hierarchy this host has, even without memory/pids/cpu.
+// whatever v2 hierarchy this host has, even without memory/pids/cpu. (A
+// freezable cgroup: named for its sandbox and removed with it, not pooled.)
 TEST(CgroupV2, JoinKillAndRemoveOnThisHost) {
   if (FindCgroup2Mount().empty()) GTEST_SKIP() << "no cgroup2 mount on this host";
   auto manager = CreateCgroupV2(
       CgroupOptions{.mode = "v2", .prefix = "kiln-test-v2mech", .require_controllers = false});
   ASSERT_TRUE(manager.ok()) << manager.status().ToString();
-  auto cg = (*manager)->CreateFor("1-1", SandboxLimits{}, false);
+  auto cg = (*manager)->CreateFor("1-1", SandboxLimits{}, true);
   ASSERT_TRUE(cg.ok()) << cg.status().ToString();
   const CgroupUsage before = (*manager)->Usage();
   ASSERT_TRUE(before.cpu_seconds.has_value()) << "cpu.stat needs no controller";
@@ -1602,6 +1623,101 @@ TEST(CgroupV2, JoinKillAndRemoveOnThisHost) {
   EXPECT_FALSE(PathExists(dir));
   EXPECT_GE((*manager)->Usage().cpu_seconds.value_or(0), *usage.cpu_seconds);
 }
+
+// The pool (cgroup_pool.hpp), on each driver this host has: a cgroup given
+// back is handed to the next sandbox that is never frozen, with its CPU
+// counted from zero; one with a process still in it is not handed out; the
+// idle ones go with the manager. v2 without controllers counts CPU only.
+class CgroupPoolTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    const std::string prefix = "kiln-test-pool-" + GetParam();
+    auto m = GetParam() == "v1"
+                 ? CreateCgroupV1({.mode = "v1", .prefix = prefix})
+                 : CreateCgroupV2({.mode = "v2", .prefix = prefix, .require_controllers = false});
+    if (!m.ok()) GTEST_SKIP() << GetParam() << " is not usable here: " << m.status().ToString();
+    manager_ = std::move(*m);
+    // The hierarchy every process joins (v1: pids; v2: the one).
+    for (const MountInfo& mi : ReadMountInfo()) {
+      if (GetParam() == "v1" && mi.fs_type == "cgroup" &&
+          ("," + mi.super_options + ",").find(",pids,") != std::string::npos) {
+        dir_ = mi.mount_point + "/" + prefix;
+      }
+    }
+    if (GetParam() == "v2") dir_ = FindCgroup2Mount() + "/" + prefix;
+  }
+  std::vector<std::string> Cgroups() const { return ListSubdirs(dir_); }
+  // A child that joins `cg` and spins until killed.
+  pid_t Spinner(SandboxCgroup& cg) {
+    std::vector<int> fds;
+    for (const UniqueFd& fd : cg.join_fds()) fds.push_back(fd.get());
+    pid_t child = ::fork();
+    if (child == 0) {
+      for (int fd : fds) {
+        if (::write(fd, "0", 1) != 1) _exit(3);
+      }
+      volatile long sink = 0;
+      for (long i = 0;; ++i) sink = sink + i;
+    }
+    return child;
+  }
+
+  std::unique_ptr<CgroupManager> manager_;
+  std::string dir_;
+};
+
+TEST_P(CgroupPoolTest, AGivenBackCgroupServesTheNextSandboxFromZero) {
+  auto first = manager_->CreateFor("1-1", SandboxLimits{}, false);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_EQ(Cgroups().size(), 1u);
+  const std::string name = Cgroups()[0];
+  EXPECT_EQ(name.rfind(std::to_string(::getpid()) + "-cg", 0), 0u) << name;
+  pid_t child = Spinner(**first);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_GT((*first)->Stats().cpu_ms.value_or(0), 50) << "not spinning in the cgroup";
+  (*first)->KillAll();
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  EXPECT_TRUE((*first)->Destroy().ok());
+  EXPECT_EQ(Cgroups(), std::vector<std::string>{name}) << "kept, idle";
+
+  auto second = manager_->CreateFor("1-2", SandboxLimits{}, false);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(Cgroups(), std::vector<std::string>{name}) << "the same cgroup, reused";
+  const CgroupStats fresh = (*second)->Stats();
+  EXPECT_LT(fresh.cpu_ms.value_or(0), 5) << "the last sandbox's CPU carried over";
+  EXPECT_FALSE(fresh.oom_killed);
+  if (GetParam() == "v1") {
+    ASSERT_TRUE(fresh.peak_bytes.has_value());
+    EXPECT_LT(*fresh.peak_bytes, 1u << 20);
+  }
+  // A process still in it: the next sandbox gets another cgroup.
+  child = Spinner(**second);
+  bool joined = false;
+  for (int i = 0; i < 200 && !joined; ++i) {
+    joined = (*second)->Stats().cpu_ms.value_or(0) > 1;
+    if (!joined) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(joined);
+  EXPECT_TRUE((*second)->Destroy().ok());  // given back, not yet empty
+  auto third = manager_->CreateFor("1-3", SandboxLimits{}, false);
+  ASSERT_TRUE(third.ok()) << third.status().ToString();
+  EXPECT_EQ(Cgroups().size(), 2u) << "a cgroup with a process in it was handed out";
+  // A session's (freezable) cgroup is its own, named for it.
+  auto session = manager_->CreateFor("1-4", SandboxLimits{}, true);
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  EXPECT_EQ(Cgroups().size(), 3u);
+  EXPECT_TRUE(PathExists(dir_ + "/1-4"));
+  ASSERT_EQ(::kill(child, SIGKILL), 0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  session->reset();
+  EXPECT_FALSE(PathExists(dir_ + "/1-4"));
+  third->reset();
+  manager_.reset();
+  EXPECT_FALSE(PathExists(dir_)) << "idle cgroups must go with the manager";
+}
+
+INSTANTIATE_TEST_SUITE_P(Drivers, CgroupPoolTest, ::testing::Values("v1", "v2"),
+                         [](const auto& info) { return info.param; });
 
 // v1: an empty cgroup stays frozen as long as the manager lives, so that
 // sessions freezing and thawing after every execution never switch the

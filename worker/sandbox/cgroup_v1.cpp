@@ -5,9 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <map>
 
+#include "worker/sandbox/cgroup_pool.hpp"
 #include "worker/sandbox/cgroups.hpp"
 #include "worker/sandbox/fs_util.hpp"
 #include "worker/sandbox/held_file.hpp"
@@ -26,7 +28,7 @@ struct V1Paths {
   std::string memory, pids, cpu, cpuacct, freezer;
 };
 
-class CgroupV1 final : public SandboxCgroup {
+class CgroupV1 final : public ReusableCgroup {
  public:
   CgroupV1(std::vector<std::string> dirs, const V1Paths& base, const std::string& id,
            bool freezable)
@@ -54,7 +56,7 @@ class CgroupV1 final : public SandboxCgroup {
     (void)WriteFileString(memory_ + "/memory.swappiness", "0");
     // The files read (or written) per execution, opened once (held_file.hpp).
     if (!cpuacct_.empty()) cpu_usage_ = HeldFile::Open(cpuacct_ + "/cpuacct.usage", O_RDONLY);
-    mem_peak_ = HeldFile::Open(memory_ + "/memory.max_usage_in_bytes", O_RDONLY);
+    mem_peak_ = HeldFile::Open(memory_ + "/memory.max_usage_in_bytes", O_RDWR);  // Reset writes it
     mem_now_ = HeldFile::Open(memory_ + "/memory.usage_in_bytes", O_RDONLY);
     oom_control_ = HeldFile::Open(memory_ + "/memory.oom_control", O_RDONLY);
     // Not cgroup.procs: v1 serves a list it built for the open file while
@@ -79,19 +81,42 @@ class CgroupV1 final : public SandboxCgroup {
   CgroupStats Stats() const override {
     CgroupStats s;
     if (cpu_usage_.valid()) {
-      if (auto ns = cpu_usage_.ReadU64(); ns.ok()) s.cpu_ms = *ns / 1e6;
+      if (auto ns = cpu_usage_.ReadU64(); ns.ok()) s.cpu_ms = CountedSince(*ns, base_.cpu_ns) / 1e6;
     }
-    if (auto peak = mem_peak_.ReadU64(); peak.ok()) s.peak_bytes = *peak;
-    if (auto now = mem_now_.ReadU64(); now.ok()) s.current_bytes = *now;
+    if (auto peak = mem_peak_.ReadU64(); peak.ok())
+      s.peak_bytes = CountedSince(*peak, base_.memory);
+    if (auto now = mem_now_.ReadU64(); now.ok()) s.current_bytes = CountedSince(*now, base_.memory);
     if (auto oom = oom_control_.Read(); oom.ok()) {
       auto kills = ParseKeyedU64(*oom, "oom_kill");
       if (kills.has_value()) {
-        s.oom_killed = *kills > 0;
+        s.oom_killed = *kills > base_.oom_kills;
       } else if (auto fail = ReadFileU64(memory_ + "/memory.failcnt"); fail.ok()) {
-        s.oom_killed = *fail > 0;  // old kernels: the limit was hit at least once
+        s.oom_killed = *fail > base_.failcnt;  // old kernels: the limit was hit at least once
       }
     }
     return s;
+  }
+
+  bool Empty() const override {
+    // pids_: every process of the sandbox joined every hierarchy.
+    auto procs = ReadFileString(pids_ + "/cgroup.procs");
+    return procs.ok() && procs->find_first_not_of(" \n") == std::string::npos;
+  }
+
+  // The high-water mark is reset (to the memory charged now: page cache the
+  // last sandbox left, which its next one may reclaim); the rest becomes
+  // the baseline the figures are counted from.
+  bool Reset() override {
+    if (!mem_peak_.Write("0").ok()) return false;
+    Baseline b;
+    if (cpu_usage_.valid()) b.cpu_ns = cpu_usage_.ReadU64().value_or(0);
+    b.memory = mem_now_.ReadU64().value_or(0);
+    if (auto oom = oom_control_.Read(); oom.ok()) {
+      b.oom_kills = ParseKeyedU64(*oom, "oom_kill").value_or(0);
+    }
+    b.failcnt = ReadFileU64(memory_ + "/memory.failcnt").value_or(0);
+    base_ = b;
+    return true;
   }
 
   // A task frozen by the v1 freezer does not die of SIGKILL until thawed: a
@@ -143,10 +168,16 @@ class CgroupV1 final : public SandboxCgroup {
   }
 
  private:
+  // Counter values when the cgroup was last reset: zero for a new one.
+  struct Baseline {
+    uint64_t cpu_ns = 0, memory = 0, oom_kills = 0, failcnt = 0;
+  };
+
   std::vector<std::string> dirs_;  // distinct hierarchy dirs of this sandbox
   std::string memory_, pids_, cpu_, cpuacct_, freezer_;
   std::vector<UniqueFd> join_fds_;
   HeldFile cpu_usage_, mem_peak_, mem_now_, oom_control_, freezer_state_;
+  Baseline base_;
   bool has_memsw_ = false;
   bool created_ = false;
 };
@@ -160,6 +191,7 @@ class CgroupV1Manager final : public CgroupManager {
   // Every sandbox cgroup is gone by now (they die with their processes):
   // remove our prefix too, so a stopped worker leaves no trace.
   ~CgroupV1Manager() override {
+    pool_->Clear();
     if (!keeper_.empty()) {
       (void)WriteFileString(keeper_ + "/freezer.state", "THAWED");
       ::rmdir(keeper_.c_str());
@@ -177,18 +209,25 @@ class CgroupV1Manager final : public CgroupManager {
   StatusOr<std::unique_ptr<SandboxCgroup>> CreateFor(const std::string& id,
                                                      const SandboxLimits& limits,
                                                      bool freezable) override {
+    if (!freezable) {
+      if (auto cg = pool_->Take(limits)) return pool_->Lease(std::move(cg));
+    }
+    // A pooled cgroup serves many sandboxes: named for none of them.
+    const std::string name =
+        freezable ? id : std::to_string(::getpid()) + "-cg" + std::to_string(++made_);
     std::vector<std::string> dirs;
     for (const std::string* b :
          {&base_.memory, &base_.pids, &base_.cpu, &base_.cpuacct, &base_.freezer}) {
       if (b->empty() || (b == &base_.freezer && !freezable)) continue;
-      std::string dir = *b + "/" + id;
+      std::string dir = *b + "/" + name;
       bool dup = false;
       for (const auto& d : dirs) dup = dup || d == dir;
       if (!dup) dirs.push_back(dir);
     }
-    auto cg = std::make_unique<CgroupV1>(std::move(dirs), base_, id, freezable);
+    auto cg = std::make_unique<CgroupV1>(std::move(dirs), base_, name, freezable);
     RETURN_IF_ERROR(cg->Open(millicores_).WithContext("cgroup v1"));
     RETURN_IF_ERROR(cg->SetLimits(limits).WithContext("cgroup v1 limits"));
+    if (!freezable) return pool_->Lease(std::move(cg));
     return std::unique_ptr<SandboxCgroup>(std::move(cg));
   }
 
@@ -247,6 +286,8 @@ class CgroupV1Manager final : public CgroupManager {
   V1Paths base_;
   uint32_t millicores_;
   std::string keeper_;  // "" when there is none
+  std::shared_ptr<CgroupPool> pool_ = std::make_shared<CgroupPool>();
+  std::atomic<uint64_t> made_{0};  // pooled cgroups made
 };
 
 }  // namespace

@@ -4,10 +4,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <set>
 #include <sstream>
 
+#include "worker/sandbox/cgroup_pool.hpp"
 #include "worker/sandbox/cgroups.hpp"
 #include "worker/sandbox/fs_util.hpp"
 #include "worker/sandbox/held_file.hpp"
@@ -30,7 +32,7 @@ std::set<std::string> Words(const std::string& text) {
   return out;
 }
 
-class CgroupV2 final : public SandboxCgroup {
+class CgroupV2 final : public ReusableCgroup {
  public:
   explicit CgroupV2(std::string dir) : dir_(std::move(dir)) {}
   ~CgroupV2() override { (void)Destroy(); }
@@ -51,7 +53,13 @@ class CgroupV2 final : public SandboxCgroup {
       RETURN_IF_ERROR(WriteFileString(dir_ + "/memory.swap.max", "0"));
     // The files read (or written) per execution, opened once (held_file.hpp).
     cpu_stat_ = HeldFile::Open(dir_ + "/cpu.stat", O_RDONLY);
-    mem_peak_ = HeldFile::Open(dir_ + "/memory.peak", O_RDONLY);
+    // Writable since Linux 6.12 (a write resets the peak seen through that
+    // descriptor): Reset() needs it so, else the cgroup is not reused.
+    mem_peak_ = HeldFile::Open(dir_ + "/memory.peak", O_RDWR);
+    if (!mem_peak_.valid() && PathExists(dir_ + "/memory.peak")) {
+      mem_peak_ = HeldFile::Open(dir_ + "/memory.peak", O_RDONLY);
+      peak_resettable_ = false;
+    }
     mem_now_ = HeldFile::Open(dir_ + "/memory.current", O_RDONLY);
     mem_events_ = HeldFile::Open(dir_ + "/memory.events", O_RDONLY);
     freeze_ = HeldFile::Open(dir_ + "/cgroup.freeze", O_WRONLY);
@@ -73,15 +81,30 @@ class CgroupV2 final : public SandboxCgroup {
 
   CgroupStats Stats() const override {
     CgroupStats s;
-    if (auto st = cpu_stat_.Read(); st.ok()) {
-      if (auto us = ParseKeyedU64(*st, "usage_usec")) s.cpu_ms = *us / 1e3;
-    }
-    if (auto peak = mem_peak_.ReadU64(); peak.ok()) s.peak_bytes = *peak;
-    if (auto now = mem_now_.ReadU64(); now.ok()) s.current_bytes = *now;
-    if (auto ev = mem_events_.Read(); ev.ok()) {
-      s.oom_killed = ParseKeyedU64(*ev, "oom_kill").value_or(0) > 0;
-    }
+    if (auto us = CpuUsec()) s.cpu_ms = CountedSince(*us, base_.cpu_usec) / 1e3;
+    if (auto peak = mem_peak_.ReadU64(); peak.ok())
+      s.peak_bytes = CountedSince(*peak, base_.memory);
+    if (auto now = mem_now_.ReadU64(); now.ok()) s.current_bytes = CountedSince(*now, base_.memory);
+    s.oom_killed = OomKills() > base_.oom_kills;
     return s;
+  }
+
+  bool Empty() const override {
+    auto ev = events_.Read();
+    return ev.ok() && ParseKeyedU64(*ev, "populated").value_or(1) == 0;
+  }
+
+  // The peak is reset (to the memory charged now: page cache the last
+  // sandbox left, which its next one may reclaim); the rest becomes the
+  // baseline the figures are counted from.
+  bool Reset() override {
+    if (mem_peak_.valid() && (!peak_resettable_ || !mem_peak_.Write("reset").ok())) return false;
+    Baseline b;
+    b.cpu_usec = CpuUsec().value_or(0);
+    b.memory = mem_now_.ReadU64().value_or(0);
+    b.oom_kills = OomKills();
+    base_ = b;
+    return true;
   }
 
   Status Freeze(bool frozen) override {
@@ -110,9 +133,24 @@ class CgroupV2 final : public SandboxCgroup {
   }
 
  private:
+  // Counter values when the cgroup was last reset: zero for a new one.
+  struct Baseline {
+    uint64_t cpu_usec = 0, memory = 0, oom_kills = 0;
+  };
+  std::optional<uint64_t> CpuUsec() const {
+    auto st = cpu_stat_.Read();
+    return st.ok() ? ParseKeyedU64(*st, "usage_usec") : std::nullopt;
+  }
+  uint64_t OomKills() const {
+    auto ev = mem_events_.Read();
+    return ev.ok() ? ParseKeyedU64(*ev, "oom_kill").value_or(0) : 0;
+  }
+
   std::string dir_;
   std::vector<UniqueFd> join_fds_;
   HeldFile cpu_stat_, mem_peak_, mem_now_, mem_events_, freeze_, events_;
+  bool peak_resettable_ = true;
+  Baseline base_;
   bool created_ = false;
 };
 
@@ -121,17 +159,29 @@ class CgroupV2Manager final : public CgroupManager {
   CgroupV2Manager(std::string base, uint32_t millicores)
       : base_(std::move(base)), millicores_(millicores) {}
   // Sandbox cgroups die with their processes; remove our prefix too.
-  ~CgroupV2Manager() override { ::rmdir(base_.c_str()); }
+  ~CgroupV2Manager() override {
+    pool_->Clear();
+    ::rmdir(base_.c_str());
+  }
   CgroupV2Manager(const CgroupV2Manager&) = delete;
   CgroupV2Manager& operator=(const CgroupV2Manager&) = delete;
   std::string version() const override { return "v2"; }
 
   StatusOr<std::unique_ptr<SandboxCgroup>> CreateFor(const std::string& id,
                                                      const SandboxLimits& limits,
-                                                     bool /*freezable: always*/) override {
-    auto cg = std::make_unique<CgroupV2>(base_ + "/" + id);
+                                                     bool freezable) override {
+    // Any v2 cgroup can freeze; a pooled one never has (sessions, which
+    // freeze, are not pooled: no frozen state to undo on reuse).
+    if (!freezable) {
+      if (auto cg = pool_->Take(limits)) return pool_->Lease(std::move(cg));
+    }
+    // A pooled cgroup serves many sandboxes: named for none of them.
+    const std::string name =
+        freezable ? id : std::to_string(::getpid()) + "-cg" + std::to_string(++made_);
+    auto cg = std::make_unique<CgroupV2>(base_ + "/" + name);
     RETURN_IF_ERROR(cg->Open(millicores_).WithContext("cgroup v2"));
     RETURN_IF_ERROR(cg->SetLimits(limits).WithContext("cgroup v2 limits"));
+    if (!freezable) return pool_->Lease(std::move(cg));
     return std::unique_ptr<SandboxCgroup>(std::move(cg));
   }
 
@@ -158,6 +208,8 @@ class CgroupV2Manager final : public CgroupManager {
  private:
   std::string base_;
   uint32_t millicores_;
+  std::shared_ptr<CgroupPool> pool_ = std::make_shared<CgroupPool>();
+  std::atomic<uint64_t> made_{0};  // pooled cgroups made
 };
 
 }  // namespace

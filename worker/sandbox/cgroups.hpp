@@ -8,6 +8,11 @@
 //   ASSIGN_OR_RETURN(auto manager, CgroupManager::Create(options));
 //   CgroupUsage all = manager->Usage();   // e.g. once a second, any thread
 //
+// A sandbox that is never frozen (one-shot jobs, the warm pool's) gets a
+// cgroup that served earlier sandboxes, once it is empty, with its counters
+// zeroed or taken as a baseline, instead of a mkdir and limit writes in
+// every hierarchy per sandbox and an rmdir after (cgroup_pool.hpp).
+//
 // Parent side only. The child joins its cgroups itself, before it unshares
 // its cgroup namespace, by writing "0" to the pre-opened cgroup.procs
 // descriptors of join_fds() (contain.cpp): no sync pipe round trip, and the
@@ -44,7 +49,8 @@ struct CgroupUsage {
   std::optional<double> cpu_seconds;
 };
 
-// One sandbox's cgroup(s). Destroy() (or the destructor) removes them.
+// One sandbox's cgroup(s). Destroy() (or the destructor) removes them, or
+// gives them back to their manager's pool for a later sandbox.
 class SandboxCgroup {
  public:
   virtual ~SandboxCgroup() = default;
@@ -60,8 +66,22 @@ class SandboxCgroup {
   // SIGKILLs every process still in the cgroup (v2: cgroup.kill), frozen
   // ones included.
   virtual void KillAll() = 0;
-  // Removes the directories (retrying while the last tasks exit).
+  // Removes the directories (retrying while the last tasks exit), or gives
+  // them back to the pool they came from.
   virtual common::Status Destroy() = 0;
+};
+
+// A driver's sandbox cgroup that can serve one sandbox after another
+// (CgroupPool). Destroy() removes it for good.
+class ReusableCgroup : public SandboxCgroup {
+ public:
+  // No process is in it (read afresh, not from a held descriptor).
+  virtual bool Empty() const = 0;
+  // Readies an empty one for its next sandbox: from now on Stats() counts
+  // only what runs in it from now (counters zeroed, or their values now
+  // taken as the baseline). False when it cannot be (v2's memory.peak is
+  // resettable only since Linux 6.12): then it is not reused.
+  virtual bool Reset() = 0;
 };
 
 struct CgroupOptions {
@@ -82,7 +102,9 @@ class CgroupManager {
 
   virtual std::string version() const = 0;  // "v1" or "v2"
   // `freezable`: v1 also joins the freezer hierarchy (one more attach per
-  // spawn, so only for sandboxes that are frozen: sessions).
+  // spawn, so only for sandboxes that are frozen: sessions). A sandbox that
+  // is not gets an idle cgroup of the pool when one is ready (named
+  // <pid>-cg<n>, not after `id`).
   virtual common::StatusOr<std::unique_ptr<SandboxCgroup>> CreateFor(const std::string& id,
                                                                      const SandboxLimits& limits,
                                                                      bool freezable) = 0;
@@ -107,6 +129,8 @@ void SignalCgroupProcs(const std::string& dir, int sig);
 // Polls `done` (every 50 us for the first millisecond, then every
 // millisecond) for up to 2 s: OK once it holds, else INTERNAL with `what`.
 common::Status WaitUntil(const std::function<bool()>& done, const std::string& what);
+// A counter's growth since `base` (a pooled cgroup's baseline; 0 when new).
+inline uint64_t CountedSince(uint64_t now, uint64_t base) { return now > base ? now - base : 0; }
 // Names of the immediate sub-directories of dir.
 std::vector<std::string> ListSubdirs(const std::string& dir);
 

@@ -1,5 +1,6 @@
 # Sandbox sources (included from worker/CMakeLists.txt).
 set(KILN_SANDBOX_SOURCES
+  ${CMAKE_CURRENT_LIST_DIR}/cgroup_pool.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cgroup_v1.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cgroup_v2.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cgroups.cpp

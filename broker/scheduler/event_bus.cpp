@@ -41,9 +41,10 @@ void EventBus::Handle(const std::string& payload) {
   std::string id = payload.substr(space + 1);
   if (verb == "cancel") {
     cancel_(id);
-  } else if (verb == "done" && waiters_->Waiting(id)) {
-    // Ended on another broker (or this one: then the waiter is already
-    // answered and Waiting() was false).
+  } else if (verb == "done" && waiters_->AwaitsEndFromElsewhere(id)) {
+    // Ended on another broker. An end this broker stored is its
+    // dispatcher's to hand over: it is marked while being stored, and its
+    // waiters are answered (no longer waiting) once it is.
     auto record = jobs_->Load(id);
     if (record.ok() && IsTerminal(record->status)) waiters_->Notify(*record);
   }

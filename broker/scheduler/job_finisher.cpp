@@ -27,6 +27,26 @@ FinishExpect ExpectFor(const JobTransition& t) {
   }
 }
 
+// Marks the ends being stored for as long as it lives (JobWaiters::Storing):
+// the "done" notices they publish are this broker's own, so the EventBus
+// leaves their waiters to us instead of loading each record again.
+class StoringMarks {
+ public:
+  StoringMarks(JobWaiters* waiters, std::vector<std::string> ids)
+      : waiters_(waiters), ids_(std::move(ids)) {
+    for (const auto& id : ids_) waiters_->Storing(id);
+  }
+  ~StoringMarks() {
+    for (const auto& id : ids_) waiters_->DoneStoring(id);
+  }
+  StoringMarks(const StoringMarks&) = delete;
+  StoringMarks& operator=(const StoringMarks&) = delete;
+
+ private:
+  JobWaiters* waiters_;
+  std::vector<std::string> ids_;
+};
+
 }  // namespace
 
 JobFinisher::JobFinisher(JobStore* jobs, ScheduleStore* schedule, JobWaiters* waiters,
@@ -43,6 +63,7 @@ JobFinisher::JobFinisher(JobStore* jobs, ScheduleStore* schedule, JobWaiters* wa
 common::StatusOr<FinishOutcome> JobFinisher::EndJob(const JobTransition& t) {
   const JobRecord& record = t.record;
   auto t0 = Clock::now();
+  StoringMarks marks(waiters_, {record.id});
   auto out = schedule_->Finish(record, ExpectFor(t), hooks_.candidates(), common::NowMs());
   if (metrics_) metrics_->RedisCall("finish", SecondsSince(t0));
   if (!out.ok()) {
@@ -52,6 +73,8 @@ common::StatusOr<FinishOutcome> JobFinisher::EndJob(const JobTransition& t) {
   if (out->kind == FinishOutcome::Kind::kStored) {
     Counted(record, out->approval, nullptr);
     waiters_->Notify(record);
+  } else if (out->kind == FinishOutcome::Kind::kEnded) {
+    NotifyStoredEnd(record.id);
   }
   hooks_.start(out->started);
   return out;
@@ -65,6 +88,10 @@ void JobFinisher::Flush() {
   if (ending_.empty()) return;
   std::vector<Ending> batch;
   batch.swap(ending_);
+  std::vector<std::string> ids;
+  ids.reserve(batch.size());
+  for (const auto& e : batch) ids.push_back(e.record.id);
+  StoringMarks marks(waiters_, std::move(ids));
   auto t0 = Clock::now();
   // Each stream gets what it lacks of the output before the ends are
   // stored: a subscriber reads every byte, then the end.
@@ -138,6 +165,7 @@ std::set<std::string> JobFinisher::UnsavedIds() const {
 }
 
 bool JobFinisher::TryFinish(const JobRecord& record, const FinishContext& ctx) {
+  StoringMarks marks(waiters_, {record.id});
   auto t0 = Clock::now();
   if (!ctx.worker.empty()) {
     auto tail = JobStore::OutputTail(record, ctx.stored.value_or(StoredOutput{}));
@@ -165,9 +193,18 @@ void JobFinisher::Stored(const JobRecord& record, const FinishContext& ctx,
   } else if (out.kind == FinishOutcome::Kind::kEnded) {
     kJobsLog.Info({.job = record.id, .tenant = record.tenant},
                   "the job had already ended ({}); its later end is dropped", out.status);
+    NotifyStoredEnd(record.id);
   }
   if (!ctx.worker.empty()) hooks_.ack(ctx.worker, record.id);
   hooks_.start(out.started);
+}
+
+void JobFinisher::NotifyStoredEnd(const std::string& id) {
+  // Whoever ended it first published "done" while we were marked as storing
+  // it, and the EventBus left it to us.
+  if (!waiters_->Waiting(id)) return;
+  auto stored = jobs_->Load(id);
+  if (stored.ok() && IsTerminal(stored->status)) waiters_->Notify(*stored);
 }
 
 void JobFinisher::Counted(const JobRecord& record, const std::string& approval,

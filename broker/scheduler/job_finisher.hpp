@@ -3,8 +3,10 @@
 // job's output stream from the record (a subscriber reads every byte, then
 // the end), runs the finish script (stores the record if the job has not
 // ended already, releases its slots, starts queued jobs), then counts it
-// (metrics, the "jobs" log line, the audit trail) and wakes its waiters. A
-// record Redis refuses is kept in memory (bounded) and retried.
+// (metrics, the "jobs" log line, the audit trail) and wakes its waiters
+// (marked in JobWaiters while stored, so the EventBus does not load them
+// again on this broker's own "done"). A record Redis refuses is kept in
+// memory (bounded) and retried.
 //
 //   JobFinisher finisher(stores, &waiters, metrics, audit, max_unsaved_bytes, hooks);
 //   finisher.Finish(std::move(record), {.spec = std::move(spec), .worker = worker});  // loop
@@ -93,6 +95,10 @@ class JobFinisher {
   void Stored(const JobRecord& record, const FinishContext& ctx, const FinishOutcome& out);
   // Redis refused the end: waiters learn it now, Redis on a later tick.
   void Keep(Ending e);
+  // The job had ended already (another broker or path stored its end):
+  // its waiters get the stored record, since the EventBus left its "done"
+  // notice to us while we were storing.
+  void NotifyStoredEnd(const std::string& id);
   // A terminal record stored here: metrics, the log line, the audit trail.
   void Counted(const JobRecord& record, const std::string& approval, const JobSpec* spec);
 

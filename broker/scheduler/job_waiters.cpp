@@ -1,5 +1,6 @@
 #include "broker/scheduler/job_waiters.hpp"
 
+#include <algorithm>
 #include <vector>
 
 namespace kiln::broker {
@@ -67,6 +68,25 @@ void JobWaiters::Notify(const JobRecord& record) {
 bool JobWaiters::Waiting(const std::string& id) {
   std::lock_guard lock(mu_);
   return waiting_.count(id) != 0;
+}
+
+void JobWaiters::Storing(const std::string& id) {
+  std::lock_guard lock(mu_);
+  storing_.insert(id);
+}
+
+void JobWaiters::DoneStoring(const std::string& id) {
+  std::lock_guard lock(mu_);
+  if (auto it = storing_.find(id); it != storing_.end()) storing_.erase(it);
+}
+
+bool JobWaiters::AwaitsEndFromElsewhere(const std::string& id) {
+  std::lock_guard lock(mu_);
+  if (storing_.count(id) != 0) return false;
+  // A blocked waiter that has its record stays registered until it wakes.
+  auto range = waiting_.equal_range(id);
+  return std::any_of(range.first, range.second,
+                     [](const auto& kv) { return !kv.second->record.has_value(); });
 }
 
 size_t JobWaiters::size() {

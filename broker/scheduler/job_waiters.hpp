@@ -6,7 +6,10 @@
 //   auto token = waiters.Watch(id, [](const JobRecord& r) { /* post, don't block */ });
 //
 // The dispatcher calls Notify() after it has stored the terminal record; the
-// EventBus does when another broker has. A watch's callback runs once, on
+// EventBus does when another broker has. While the dispatcher stores ends
+// (between Storing and DoneStoring) their "done" notices are its own:
+// AwaitsEndFromElsewhere() is false for them, so the EventBus does not load
+// a record the dispatcher is about to hand over. A watch's callback runs once, on
 // the notifying thread, without a lock held: it must only hand the record
 // on (post it to a loop), never block or call back into JobWaiters.
 // Thread-safe.
@@ -19,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "broker/job/job.hpp"
@@ -48,6 +52,14 @@ class JobWaiters {
   void Notify(const JobRecord& record);
   // Whether anyone waits for the job.
   bool Waiting(const std::string& id);
+  // The dispatcher stores the end of job `id` (Storing) and has notified its
+  // waiters, or learnt it ended elsewhere and loaded it (DoneStoring). Calls
+  // pair up; the same id may be marked more than once.
+  void Storing(const std::string& id);
+  void DoneStoring(const std::string& id);
+  // Whether anyone still waits for the job's end (not yet told it) and it is
+  // not being stored here: a "done" notice for it came from another broker.
+  bool AwaitsEndFromElsewhere(const std::string& id);
   // Waiters and watches registered now (for metrics and tests).
   size_t size();
 
@@ -57,6 +69,7 @@ class JobWaiters {
 
   std::mutex mu_;
   std::multimap<std::string, Handle> waiting_;
+  std::multiset<std::string> storing_;
 };
 
 }  // namespace kiln::broker

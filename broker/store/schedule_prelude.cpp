@@ -108,8 +108,11 @@ end
 
 -- Takes the three leases and marks the job running on `worker`, owned by
 -- this broker; binds a new session to the worker. Returns the session epoch.
-local function start_job(ctx, id, tenant, worker, sid)
-  local exp = ctx.now + ctx.lease_ms
+-- `sess` (optional): the session's {worker =, epoch =} as the caller read
+-- them in this script; `fresh`: the job has no wait_reason to clear (just
+-- submitted). Both only save reading and writing again what is known.
+local function start_job(ctx, id, tenant, worker, sid, sess, fresh)
+  local exp = tostring(ctx.now + ctx.lease_ms)
   redis.call('ZADD', K.lease_global, exp, id)
   redis.call('ZADD', K.lease_t .. tenant, exp, id)
   redis.call('ZADD', K.lease_w .. worker, exp, id)
@@ -117,15 +120,17 @@ local function start_job(ctx, id, tenant, worker, sid)
   local epoch = ''
   if sid ~= '' then
     local sk = K.session .. sid
-    if (redis.call('HGET', sk, 'worker') or '') == '' then
+    local bound
+    if sess then bound = sess.worker else bound = redis.call('HGET', sk, 'worker') or '' end
+    if bound == '' then
       redis.call('HSET', sk, 'worker', worker)
       redis.call('SADD', K.sessions_w .. worker, sid)
     end
-    epoch = epoch_of(sk)
+    if sess then epoch = sess.epoch else epoch = epoch_of(sk) end
   end
   redis.call('HSET', jobkey(id), 'status', 'running', 'worker', worker, 'broker', ctx.broker,
              'started_ms', ctx.now_s, 'epoch', epoch)
-  redis.call('HDEL', jobkey(id), 'wait_reason')
+  if not fresh then redis.call('HDEL', jobkey(id), 'wait_reason') end
   return epoch
 end
 
@@ -222,25 +227,28 @@ end
 -- joins its tenant's queue, else the session idles and its TTL runs.
 local function session_after(sid, id, tenant, now, ttl_ms)
   local sk = K.session .. sid
-  if redis.call('EXISTS', sk) == 0 then return end
-  if redis.call('HGET', sk, 'head') ~= id then
+  local s = redis.call('HMGET', sk, 'head', 'state')
+  if not s[1] and not s[2] and redis.call('EXISTS', sk) == 0 then return end
+  if s[1] ~= id then
     redis.call('LREM', K.sq .. sid, 0, id)
     -- An execution that never became the head (denied, cancelled while
     -- awaiting approval): the idle session's TTL runs again.
-    if redis.call('HGET', sk, 'head') == '' and redis.call('LLEN', K.sq .. sid) == 0 then
+    if s[1] == '' and redis.call('LLEN', K.sq .. sid) == 0 then
       redis.call('PEXPIRE', sk, ttl_ms)
     end
     return
   end
-  redis.call('HSET', sk, 'last_used_ms', now)
   redis.call('HINCRBY', sk, 'executions', 1)
   local nxt = redis.call('LPOP', K.sq .. sid)
   if nxt then
-    redis.call('HSET', sk, 'head', nxt)
+    redis.call('HSET', sk, 'last_used_ms', now, 'head', nxt)
     enqueue(tenant, nxt, redis.call('HGET', jobkey(nxt), 'score'))
   else
-    redis.call('HSET', sk, 'head', '')
-    if redis.call('HGET', sk, 'state') == 'busy' then redis.call('HSET', sk, 'state', 'idle') end
+    if s[2] == 'busy' then
+      redis.call('HSET', sk, 'last_used_ms', now, 'head', '', 'state', 'idle')
+    else
+      redis.call('HSET', sk, 'last_used_ms', now, 'head', '')
+    end
     redis.call('PEXPIRE', sk, ttl_ms)
   end
 end
@@ -248,37 +256,46 @@ end
 -- Lets an accepted job compete for slots: a session's execution waits
 -- behind the one running (or queued) before it; otherwise it starts now if
 -- its tenant has nothing queued ahead and a slot is free, else it queues.
+-- `known` (optional, from the submit script): the job was just stored (no
+-- wait_reason yet) and, for a session, `known` holds the session's
+-- {state =, head =, worker =, epoch =} as that script read or made them.
 -- Returns {'dispatched', worker, epoch} | {'queued', position, reason, epoch}
 --       | {'error', code, message}.
-local function admit(ctx, id, tenant, placement, sid, score)
+local function admit(ctx, id, tenant, placement, sid, score, known)
   local jk = jobkey(id)
   local qk = K.q .. tenant
   local epoch = ''
   local pinned = ''
   if sid ~= '' then
     local sk = K.session .. sid
-    if redis.call('EXISTS', sk) == 0 then
-      return {'error', 'SESSION_NOT_FOUND', 'session ' .. shown(sid) .. ' was deleted'}
+    local s = known
+    if not s then
+      if redis.call('EXISTS', sk) == 0 then
+        return {'error', 'SESSION_NOT_FOUND', 'session ' .. shown(sid) .. ' was deleted'}
+      end
+      local f = redis.call('HMGET', sk, 'state', 'head', 'worker')
+      s = {state = f[1], head = f[2] or '', worker = f[3] or '', epoch = epoch_of(sk)}
     end
-    if redis.call('HGET', sk, 'state') == 'lost' then
+    if s.state == 'lost' then
       return {'error', 'SESSION_LOST', 'the worker holding session ' .. shown(sid) .. ' was lost; its state is gone'}
     end
-    epoch = epoch_of(sk)
+    epoch = s.epoch
     redis.call('PERSIST', sk)
-    if (redis.call('HGET', sk, 'head') or '') ~= '' then
+    if s.head ~= '' then
       -- One execution per session at a time, in submission order.
       local n = redis.call('RPUSH', K.sq .. sid, id)
       redis.call('HSET', jk, 'wait_reason', 'session')
       return {'queued', n + 1, 'session', epoch}
     end
     redis.call('HSET', sk, 'head', id, 'state', 'busy')
-    pinned = redis.call('HGET', sk, 'worker') or ''
+    pinned = s.worker
   end
   if redis.call('ZCARD', qk) == 0 then
     local w, why = pick_worker(ctx, tenant, placement, pinned, sid ~= '' and pinned == '')
     if w and late(ctx) then w, why = nil, 'worker' end
     if w then
-      return {'dispatched', w, start_job(ctx, id, tenant, w, sid)}
+      return {'dispatched', w,
+              start_job(ctx, id, tenant, w, sid, {worker = pinned, epoch = epoch}, known ~= nil)}
     end
     redis.call('HSET', jk, 'wait_reason', why)
     enqueue(tenant, id, score)

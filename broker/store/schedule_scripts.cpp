@@ -45,8 +45,11 @@ if idem ~= '' then
 end
 local sk = K.session .. sid
 local epoch, new_session = '', false
+-- What admit needs of the session, read (or made) here once.
+local known = {}
 if sid ~= '' then
-  local s = redis.call('HMGET', sk, 'tenant', 'language', 'state', 'head')
+  local s = redis.call('HMGET', sk, 'tenant', 'language', 'state', 'head', 'worker', 'epoch',
+                       'generation')
   if s[1] then
     if s[1] ~= tenant then return {'error', 'SESSION_FORBIDDEN', 'session ' .. shown(sid) .. ' belongs to another tenant'} end
     if s[2] ~= language then
@@ -55,7 +58,8 @@ if sid ~= '' then
     if s[3] == 'lost' then
       return {'error', 'SESSION_LOST', 'the worker holding session ' .. shown(sid) .. ' was lost; its state is gone'}
     end
-    epoch = epoch_of(sk)
+    if s[6] then epoch = s[6] .. '/' .. (s[7] or '1') end  -- as epoch_of reads it
+    known = {state = s[3], head = s[4] or '', worker = s[5] or '', epoch = epoch}
   else
     local tk = K.sessions_t .. tenant
     if redis.call('ZCARD', tk) >= sess_cap then
@@ -83,17 +87,20 @@ if new_session then
              'worker', '', 'epoch', incarnation, 'generation', 1, 'created_ms', created,
              'last_used_ms', created, 'executions', 0, 'conversation', conversation)
   epoch = incarnation .. '/1'
+  known = {state = 'idle', head = '', worker = '', epoch = epoch}
   redis.call('ZADD', K.sessions_t .. tenant, created, sid)
 end
 local seq = redis.call('INCR', K.seq)
 -- Priority first (9 before 0), then submission order; exact in a double.
 local score = string.format('%.0f', (9 - priority) * 1e13 + seq)
 local jk = jobkey(id)
-redis.call('HSET', jk, 'spec', spec, 'status', 'queued', 'tenant', tenant, 'language', language,
-           'isolation', isolation, 'placement', placement, 'session', sid, 'score', score,
-           'created_ms', created)
-if warnings ~= '' then redis.call('HSET', jk, 'warnings', warnings) end
-if callback == '1' then redis.call('HSET', jk, 'callback', '1') end
+local fields = {'spec', spec, 'status', 'queued', 'tenant', tenant, 'language', language,
+                'isolation', isolation, 'placement', placement, 'session', sid, 'score', score,
+                'created_ms', created}
+if warnings ~= '' then fields[#fields + 1] = 'warnings'; fields[#fields + 1] = warnings end
+if callback == '1' then fields[#fields + 1] = 'callback'; fields[#fields + 1] = '1' end
+if hold ~= '1' then fields[#fields + 1] = 'approval'; fields[#fields + 1] = 'auto' end
+redis.call('HSET', jk, unpack(fields))
 redis.call('EXPIRE', jk, ttl)
 -- The tenant's list of executions (GET /v1/executions), in time order;
 -- entries older than any record still kept go.
@@ -110,10 +117,8 @@ if hold == '1' then
     if sid ~= '' then redis.call('PERSIST', sk) end
     return {'held', epoch}
   end
-else
-  redis.call('HSET', jk, 'approval', 'auto')
 end
-return admit(ctx, id, tenant, placement, sid, score)
+return admit(ctx, id, tenant, placement, sid, score, known)
 )lua";
 
 // ARGV: id, status, record, job ttl s, expect, session
@@ -129,22 +134,23 @@ local id, status, record, ttl, expect, sess_ttl = ARGV[1], ARGV[2], ARGV[3], ARG
 local new_epoch, usage_day, cpu_us, output_bytes, usage_ttl = ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11]
 local ctx = read_ctx(12)
 local jk = jobkey(id)
-local cur = redis.call('HMGET', jk, 'status', 'tenant', 'worker', 'broker', 'session')
+local cur = redis.call('HMGET', jk, 'status', 'tenant', 'worker', 'broker', 'session', 'callback',
+                      'approval', 'wait_reason')
 if not cur[1] then return {'missing', pop(ctx), '', ''} end
 if TERMINAL[cur[1]] then return {'ended', pop(ctx), cur[1], ''} end
 if expect ~= 'any' and cur[1] ~= expect then return {'state', {}, cur[1], ''} end
 local tenant, worker, owner, sid = cur[2], cur[3] or '', cur[4] or '', cur[5] or ''
 redis.call('HSET', jk, 'record', record, 'status', status, 'finished_ms', ctx.now_s)
-redis.call('ZADD', K.audit_pending, ctx.now, id)  -- AuditStore: until its entry is written
+redis.call('ZADD', K.audit_pending, ctx.now_s, id)  -- AuditStore: until its entry is written
 -- Its record goes to its callback_url (WebhookSender), once, from now.
-if redis.call('HGET', jk, 'callback') == '1' then redis.call('ZADD', K.webhooks, 'NX', ctx.now, id) end
+if cur[6] == '1' then redis.call('ZADD', K.webhooks, 'NX', ctx.now_s, id) end
 -- The tenant's usage of the day (GET /v1/usage), counted once: only the
 -- first to end the job gets here.
 local uk = K.usage .. tenant .. ':' .. usage_day
 if redis.call('HINCRBY', uk, 'executions', 1) == 1 then redis.call('EXPIRE', uk, usage_ttl) end
 if cpu_us ~= '0' then redis.call('HINCRBY', uk, 'cpu_us', cpu_us) end
 if output_bytes ~= '0' then redis.call('HINCRBY', uk, 'output_bytes', output_bytes) end
-redis.call('HDEL', jk, 'wait_reason')
+if cur[8] then redis.call('HDEL', jk, 'wait_reason') end
 redis.call('EXPIRE', jk, ttl)
 local qk = K.q .. tenant
 if redis.call('ZREM', qk, id) == 1 and redis.call('ZCARD', qk) == 0 then
@@ -165,7 +171,7 @@ if sid ~= '' then
   session_after(sid, id, tenant, ctx.now_s, sess_ttl)
 end
 redis.call('PUBLISH', K.events, 'done ' .. id)
-return {'stored', pop(ctx), status, redis.call('HGET', jk, 'approval') or 'none'}
+return {'stored', pop(ctx), status, cur[7] or 'none'}
 )lua";
 
 // ARGV: id, then ctx. A worker refused a running job (no free slot, or

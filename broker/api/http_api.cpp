@@ -72,12 +72,14 @@ struct HttpApi::Waiting {
     std::lock_guard lock(mu);
     return done;
   }
-  // The answer for a record (terminal, or current at the deadline).
-  void Answer(const JobRecord& r) {
+  // The answer for a record (terminal, or current at the deadline);
+  // `json`: the record already serialized (DumpJson), if it was.
+  void Answer(const JobRecord& r, const std::string* json = nullptr) {
     if (!cancel || IsTerminal(r.status)) {
       // A wait's answer cannot be refused any more: charged all the same,
       // so the tenant's later GETs see it.
-      HttpResponse res = JsonResponse(200, r.ToJson(), headers);
+      HttpResponse res = json ? HttpResponse{200, *json, "application/json", headers}
+                              : JsonResponse(200, r.ToJson(), headers);
       res.keep = api->deps_.unread->Force(r.tenant, r.ApproxJsonBytes());
       ex->Reply(std::move(res));
     } else {
@@ -255,10 +257,10 @@ void HttpApi::AwaitEnd(std::shared_ptr<HttpExchange> ex, const std::string& id,
     // The notice comes on the dispatcher's (or the event bus's) thread: a
     // small record is answered there (no thread hop on the hot path), a
     // large one is serialized on the pool.
-    w->watch = deps_.waiters->Watch(id, [w](const JobRecord& r) {
+    w->watch = deps_.waiters->Watch(id, [w](const JobRecord& r, const std::string* json) {
       if (!w->Claim()) return;
       const size_t size = r.stdout_data.size() + r.stderr_data.size() + r.result_json.size();
-      if (size <= kInlineAnswerBytes) return w->Answer(r);
+      if (size <= kInlineAnswerBytes) return w->Answer(r, json);
       w->api->OnPool([w, r] { w->Answer(r); });
     });
   }

@@ -4,6 +4,7 @@
 #include "broker/scheduler/audit_writer.hpp"
 #include "broker/scheduler/scheduler_log.hpp"
 #include "common/clock.hpp"
+#include "common/json/bounded_json.hpp"
 
 namespace kiln::broker {
 namespace {
@@ -71,8 +72,9 @@ common::StatusOr<FinishOutcome> JobFinisher::EndJob(const JobTransition& t) {
     return out.status();
   }
   if (out->kind == FinishOutcome::Kind::kStored) {
-    Counted(record, out->approval, nullptr);
+    Counted(record);
     waiters_->Notify(record);
+    if (audit_) audit_->Add(record, nullptr, out->approval);
   } else if (out->kind == FinishOutcome::Kind::kEnded) {
     NotifyStoredEnd(record.id);
   }
@@ -108,10 +110,14 @@ void JobFinisher::Flush() {
       return;
     }
   }
+  // Each record is serialized once: for Redis, and for waiters that answer with it.
+  std::vector<std::string> jsons;
+  jsons.reserve(batch.size());
   std::vector<ScheduleStore::FinishItem> items;
   items.reserve(batch.size());
   for (const auto& e : batch) {
-    items.push_back({&e.record, FinishExpect::kAny, e.ctx.session_reset});
+    jsons.push_back(common::DumpJson(e.record.ToJson()));
+    items.push_back({&e.record, FinishExpect::kAny, e.ctx.session_reset, &jsons.back()});
   }
   auto outs = schedule_->FinishAll(items, hooks_.candidates(), common::NowMs());
   if (metrics_) metrics_->RedisCall("finish", SecondsSince(t0));
@@ -122,7 +128,7 @@ void JobFinisher::Flush() {
       Keep(std::move(batch[i]));
       continue;
     }
-    Stored(batch[i].record, batch[i].ctx, *(*outs)[i]);
+    Stored(batch[i].record, batch[i].ctx, *(*outs)[i], &jsons[i]);
   }
 }
 
@@ -186,10 +192,12 @@ bool JobFinisher::TryFinish(const JobRecord& record, const FinishContext& ctx) {
 }
 
 void JobFinisher::Stored(const JobRecord& record, const FinishContext& ctx,
-                         const FinishOutcome& out) {
+                         const FinishOutcome& out, const std::string* json) {
   if (out.kind == FinishOutcome::Kind::kStored) {
-    Counted(record, out.approval, ctx.spec ? &*ctx.spec : nullptr);
-    waiters_->Notify(record);
+    Counted(record);
+    waiters_->Notify(record, json);
+    // After the waiters: the writer's thread wakes once the answer is on its way.
+    if (audit_) audit_->Add(record, ctx.spec ? &*ctx.spec : nullptr, out.approval);
   } else if (out.kind == FinishOutcome::Kind::kEnded) {
     kJobsLog.Info({.job = record.id, .tenant = record.tenant},
                   "the job had already ended ({}); its later end is dropped", out.status);
@@ -207,8 +215,7 @@ void JobFinisher::NotifyStoredEnd(const std::string& id) {
   if (stored.ok() && IsTerminal(stored->status)) waiters_->Notify(*stored);
 }
 
-void JobFinisher::Counted(const JobRecord& record, const std::string& approval,
-                          const JobSpec* spec) {
+void JobFinisher::Counted(const JobRecord& record) {
   if (metrics_) metrics_->Finished(record);
   if (kJobsLog.enabled(spdlog::level::info)) {
     kJobsLog.Info({.job = record.id,
@@ -220,7 +227,6 @@ void JobFinisher::Counted(const JobRecord& record, const std::string& approval,
                   record.error ? record.error->code : std::string(),
                   record.duration_ms.value_or(0));
   }
-  if (audit_) audit_->Add(record, spec, approval);
 }
 
 }  // namespace kiln::broker

@@ -3,9 +3,9 @@
 // job's output stream from the record (a subscriber reads every byte, then
 // the end), runs the finish script (stores the record if the job has not
 // ended already, releases its slots, starts queued jobs), then counts it
-// (metrics, the "jobs" log line, the audit trail) and wakes its waiters
-// (marked in JobWaiters while stored, so the EventBus does not load them
-// again on this broker's own "done"). A record Redis refuses is kept in
+// (metrics, the "jobs" log line), wakes its waiters (marked in JobWaiters
+// while stored, so the EventBus does not load them again on this broker's
+// own "done") and queues its audit entry. A record Redis refuses is kept in
 // memory (bounded) and retried.
 //
 //   JobFinisher finisher(stores, &waiters, metrics, audit, max_unsaved_bytes, hooks);
@@ -92,15 +92,18 @@ class JobFinisher {
   bool TryFinish(const JobRecord& record, const FinishContext& ctx);
   // The finish script stored (or declined) the end: count it, acknowledge
   // the worker's Result, start what its slots let run.
-  void Stored(const JobRecord& record, const FinishContext& ctx, const FinishOutcome& out);
+  // `json`: the record as stored (DumpJson), if made already.
+  void Stored(const JobRecord& record, const FinishContext& ctx, const FinishOutcome& out,
+              const std::string* json = nullptr);
   // Redis refused the end: waiters learn it now, Redis on a later tick.
   void Keep(Ending e);
   // The job had ended already (another broker or path stored its end):
   // its waiters get the stored record, since the EventBus left its "done"
   // notice to us while we were storing.
   void NotifyStoredEnd(const std::string& id);
-  // A terminal record stored here: metrics, the log line, the audit trail.
-  void Counted(const JobRecord& record, const std::string& approval, const JobSpec* spec);
+  // A terminal record stored here: metrics and the log line, before its
+  // waiters hear of it (the audit entry is queued after them).
+  void Counted(const JobRecord& record);
 
   JobStore* jobs_;
   ScheduleStore* schedule_;

@@ -46,7 +46,7 @@ bool JobWaiters::EraseLocked(const Handle& h) {
   return false;
 }
 
-void JobWaiters::Notify(const JobRecord& record) {
+void JobWaiters::Notify(const JobRecord& record, const std::string* json) {
   std::vector<Handle> fire;
   {
     std::lock_guard lock(mu_);
@@ -62,7 +62,7 @@ void JobWaiters::Notify(const JobRecord& record) {
       }
     }
   }
-  for (const auto& h : fire) h->callback(record);
+  for (const auto& h : fire) h->callback(record, json);
 }
 
 bool JobWaiters::Waiting(const std::string& id) {

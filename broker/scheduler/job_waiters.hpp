@@ -31,7 +31,10 @@ namespace kiln::broker {
 
 class JobWaiters {
  public:
-  using Callback = std::function<void(const JobRecord&)>;
+  // `json`: the record as common::DumpJson(record.ToJson()) writes it, when
+  // the notifier made it already (else null): a watch answering with it
+  // need not serialize the record again.
+  using Callback = std::function<void(const JobRecord&, const std::string* json)>;
   struct Slot {
     std::string id;
     std::optional<JobRecord> record;  // guarded by JobWaiters::mu_
@@ -49,7 +52,7 @@ class JobWaiters {
   // Removes a watch; true when its callback had not run and now never will.
   bool Unwatch(const Handle& h);
 
-  void Notify(const JobRecord& record);
+  void Notify(const JobRecord& record, const std::string* json = nullptr);
   // Whether anyone waits for the job.
   bool Waiting(const std::string& id);
   // The dispatcher stores the end of job `id` (Storing) and has notified its

@@ -257,8 +257,9 @@ end
 -- behind the one running (or queued) before it; otherwise it starts now if
 -- its tenant has nothing queued ahead and a slot is free, else it queues.
 -- `known` (optional, from the submit script): the job was just stored (no
--- wait_reason yet) and, for a session, `known` holds the session's
--- {state =, head =, worker =, epoch =} as that script read or made them.
+-- wait_reason yet), `known.queued` is its tenant's queue length and, for a
+-- session, `known` holds the session's {state =, head =, worker =, epoch =}
+-- as that script read or made them.
 -- Returns {'dispatched', worker, epoch} | {'queued', position, reason, epoch}
 --       | {'error', code, message}.
 local function admit(ctx, id, tenant, placement, sid, score, known)
@@ -290,7 +291,9 @@ local function admit(ctx, id, tenant, placement, sid, score, known)
     redis.call('HSET', sk, 'head', id, 'state', 'busy')
     pinned = s.worker
   end
-  if redis.call('ZCARD', qk) == 0 then
+  local queued
+  if known then queued = known.queued else queued = redis.call('ZCARD', qk) end
+  if queued == 0 then
     local w, why = pick_worker(ctx, tenant, placement, pinned, sid ~= '' and pinned == '')
     if w and late(ctx) then w, why = nil, 'worker' end
     if w then

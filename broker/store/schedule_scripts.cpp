@@ -75,7 +75,8 @@ if sid ~= '' then
   end
 end
 local qk = K.q .. tenant
-if redis.call('ZCARD', qk) >= max_queue then
+known.queued = redis.call('ZCARD', qk)
+if known.queued >= max_queue then
   return {'error', 'QUEUE_FULL', 'tenant queue holds ' .. max_queue .. ' jobs (the limit); retry later'}
 end
 if new_session then
@@ -87,7 +88,7 @@ if new_session then
              'worker', '', 'epoch', incarnation, 'generation', 1, 'created_ms', created,
              'last_used_ms', created, 'executions', 0, 'conversation', conversation)
   epoch = incarnation .. '/1'
-  known = {state = 'idle', head = '', worker = '', epoch = epoch}
+  known = {state = 'idle', head = '', worker = '', epoch = epoch, queued = known.queued}
   redis.call('ZADD', K.sessions_t .. tenant, created, sid)
 end
 local seq = redis.call('INCR', K.seq)
@@ -152,13 +153,16 @@ if cpu_us ~= '0' then redis.call('HINCRBY', uk, 'cpu_us', cpu_us) end
 if output_bytes ~= '0' then redis.call('HINCRBY', uk, 'output_bytes', output_bytes) end
 if cur[8] then redis.call('HDEL', jk, 'wait_reason') end
 redis.call('EXPIRE', jk, ttl)
-local qk = K.q .. tenant
-if redis.call('ZREM', qk, id) == 1 and redis.call('ZCARD', qk) == 0 then
-  redis.call('ZREM', K.active, tenant)
+-- A running job left its queue when it started and waits for no approval.
+if cur[1] ~= 'running' then
+  local qk = K.q .. tenant
+  if redis.call('ZREM', qk, id) == 1 and redis.call('ZCARD', qk) == 0 then
+    redis.call('ZREM', K.active, tenant)
+  end
+  redis.call('ZREM', K.approvals, id)
 end
 redis.call('ZREM', K.lease_global, id)
 redis.call('ZREM', K.lease_t .. tenant, id)
-redis.call('ZREM', K.approvals, id)
 if worker ~= '' then redis.call('ZREM', K.lease_w .. worker, id) end
 if owner ~= '' then redis.call('HDEL', K.inflight .. owner, id) end
 if sid ~= '' then

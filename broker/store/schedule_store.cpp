@@ -162,7 +162,8 @@ std::vector<std::string> ScheduleStore::FinishArgs(const FinishItem& item) const
   if (item.session_reset && terminal.session_epoch && terminal.session_incarnation != 0) {
     new_epoch = SessionEpoch{terminal.session_incarnation, *terminal.session_epoch}.ToString();
   }
-  return {terminal.id, JobStatusName(terminal.status), common::DumpJson(terminal.ToJson()),
+  return {terminal.id, JobStatusName(terminal.status),
+          item.record_json ? *item.record_json : common::DumpJson(terminal.ToJson()),
           std::to_string(settings_.job_ttl_s),
           item.expect == FinishExpect::kQueued             ? "queued"
           : item.expect == FinishExpect::kAwaitingApproval ? "awaiting_approval"

@@ -163,6 +163,7 @@ class ScheduleStore {
     const JobRecord* record;
     FinishExpect expect = FinishExpect::kAny;
     bool session_reset = false;
+    const std::string* record_json = nullptr;  // DumpJson(record->ToJson()), if made already
   };
   common::StatusOr<std::vector<common::StatusOr<FinishOutcome>>> FinishAll(
       const std::vector<FinishItem>& items, const std::vector<WorkerSlots>& workers,

@@ -62,7 +62,7 @@ OutputFollower::Id OutputFollower::Follow(const std::string& job_id, const std::
   e.cursor = after.empty() ? "0" : after;
   e.reader = std::move(reader);
   // Registered before the first status check, so no end falls between.
-  e.watch = waiters_->Watch(job_id, [this, id](const JobRecord& record) {
+  e.watch = waiters_->Watch(job_id, [this, id](const JobRecord& record, const std::string*) {
     std::lock_guard lock(mu_);
     auto end = SharedEndLocked(record.id);
     if (!end) end = SharedEndLocked(record.id, std::make_shared<const JobRecord>(record));

@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -24,7 +26,7 @@ using namespace std::chrono_literals;
 TEST(JobWaitersTest, AnEndBeingStoredHereIsNotAwaitedFromElsewhere) {
   JobWaiters waiters;
   EXPECT_FALSE(waiters.AwaitsEndFromElsewhere("ex_1")) << "nobody waits";
-  auto watch = waiters.Watch("ex_1", [](const JobRecord&) {});
+  auto watch = waiters.Watch("ex_1", [](const JobRecord&, const std::string*) {});
   EXPECT_TRUE(waiters.AwaitsEndFromElsewhere("ex_1"));
   waiters.Storing("ex_1");
   waiters.Storing("ex_1");  // marks pair up: a second store of the same end
@@ -169,6 +171,29 @@ TEST_F(JobFinisherTest, AnEndStoredHereIsHandedOverWithoutLoadingItAgain) {
     EXPECT_EQ(got->status, JobStatus::kSucceeded);
     EXPECT_EQ(got->result_json, std::to_string(i));
   }
+}
+
+// A watch (an HTTP wait) is handed the record as the finish script stored
+// it, serialized once: it answers with those bytes instead of making them again.
+TEST_F(JobFinisherTest, AWatchIsHandedTheRecordAsStored) {
+  JobRecord ended = Running();
+  ended.status = JobStatus::kSucceeded;
+  ended.result_json = R"({"answer":42})";
+  std::mutex mu;
+  std::optional<std::string> handed;
+  auto watch = waiters_.Watch(ended.id, [&](const JobRecord& r, const std::string* json) {
+    std::lock_guard lock(mu);
+    EXPECT_EQ(r.id, ended.id);
+    handed = json ? *json : "(none)";
+  });
+  finisher_->Finish(ended, {.worker = "w1"});
+  finisher_->Flush();
+  auto stored = pool_->Acquire()->Command({"HGET", "{kiln}:job:" + ended.id, "record"});
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  std::lock_guard lock(mu);
+  ASSERT_TRUE(handed.has_value()) << "the watch was not called";
+  EXPECT_EQ(*handed, stored->str);
+  EXPECT_NE(handed->find(R"("result":{"answer":42})"), std::string::npos) << *handed;
 }
 
 // Another broker (or path) stored the end first: this finisher's script finds

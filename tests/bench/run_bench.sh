@@ -194,6 +194,7 @@ echo "== cluster in $TMP: redis :$REDIS_PORT, $BROKERS broker(s) http :${HTTP_PO
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$TMP" --save "" --appendonly no \
   --daemonize no >"$TMP/redis.log" 2>&1 &
 PIDS+=($!)
+REDIS_PID=$!
 wait_for 10 redis-server redis-cli -p "$REDIS_PORT" ping
 
 TARGET_ARGS=()  # kiln-bench's --url (or --protocol native --endpoint) arguments
@@ -214,6 +215,7 @@ log: {level: warn}
 EOF
   "$BROKER_BIN" --config "$TMP/broker$b.yaml" >"$TMP/broker$b.log" 2>&1 &
   PIDS+=($!)
+  BROKER_PIDS+=($!)
   wait_for 15 "kiln-broker $b" curl -sf "http://127.0.0.1:${HTTP_PORTS[b]}/v1/health"
   if [[ $PROTOCOL == native ]]; then
     TARGET_ARGS+=(--endpoint "${CLIENT_ENDPOINTS[b]}")
@@ -263,13 +265,23 @@ echo "== worker binary: $WORKER_BIN${CGROUP_PARENT:+, cluster in cpu cgroup ${CG
 
 FAILED_RUNS=()
 RESULTS=()
+cpu_ticks() {  # cpu_ticks PID...: user + system CPU time of the processes, in clock ticks
+  local t=0 p
+  for p in "$@"; do t=$(( t + $(awk '{print $14 + $15}' "/proc/$p/stat") )); done
+  echo "$t"
+}
 run() {  # run NAME ARGS...: one kiln-bench run, printed with its command line
   local name=$1; shift
   [[ -z "$ONLY" || "$ONLY" == *",$name,"* ]] || return 0
   local cmd=("$BIN/kiln-bench" "${TARGET_ARGS[@]}" --token "$TOKEN" "$@")
   echo
   echo "\$ ${cmd[*]}"
+  local r0 b0
+  r0=$(cpu_ticks "$REDIS_PID"); b0=$(cpu_ticks "${BROKER_PIDS[@]}")
   if ! "${cmd[@]}" --json-file "$TMP/$name.json"; then FAILED_RUNS+=("$name"); fi
+  # Redis's and the brokers' CPU over the run (warmup jobs included).
+  echo "$(( $(cpu_ticks "$REDIS_PID") - r0 )) $(( $(cpu_ticks "${BROKER_PIDS[@]}") - b0 ))" \
+    >"$TMP/$name.cpu"
   RESULTS+=("$name")
 }
 
@@ -307,16 +319,21 @@ run shell-c1-newconn --lang shell --concurrency 1 --jobs "$JOBS" --new-connectio
 
 if command -v jq >/dev/null; then
   echo
-  echo "== summary (ms; e2e = client end to end over succeeded jobs; dur/queued = server medians)"
-  printf '%-17s %5s %5s %8s %8s %8s %8s %8s %8s %8s %9s\n' run ok fail 'jobs/s' 'e2e p50' \
-    'e2e p90' 'e2e p99' 'e2e max' 'dur p50' 'que p50' 'overhead'
+  echo "== summary (ms; e2e = client end to end over succeeded jobs; dur/queued = server medians;"
+  echo "   redis/broker = their CPU µs per job over the run, warmup jobs counted, ±1 clock tick)"
+  printf '%-17s %5s %5s %8s %8s %8s %8s %8s %8s %8s %9s %6s %6s\n' run ok fail 'jobs/s' 'e2e p50' \
+    'e2e p90' 'e2e p99' 'e2e max' 'dur p50' 'que p50' 'overhead' redis broker
+  TICK_US=$(( 1000000 / $(getconf CLK_TCK) ))
   for name in "${RESULTS[@]}"; do
+    read -r rticks bticks <"$TMP/$name.cpu"
     jq -r --arg n "$name" '[$n, .succeeded, .failed, .throughput_jobs_per_s, .latency_ms.p50,
         .latency_ms.p90, .latency_ms.p99, .latency_ms.max, .server_duration_ms.p50,
-        .server_queued_ms.p50, .overhead_outside_sandbox_ms] | @tsv' "$TMP/$name.json" |
-      while IFS=$'\t' read -r n ok fail tput p50 p90 p99 max dur que ovh; do
-        printf '%-17s %5s %5s %8.1f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f\n' \
-          "$n" "$ok" "$fail" "$tput" "$p50" "$p90" "$p99" "$max" "$dur" "$que" "$ovh"
+        .server_queued_ms.p50, .overhead_outside_sandbox_ms, .succeeded + .failed + .warmup] | @tsv' \
+        "$TMP/$name.json" |
+      while IFS=$'\t' read -r n ok fail tput p50 p90 p99 max dur que ovh all; do
+        printf '%-17s %5s %5s %8.1f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f %6d %6d\n' \
+          "$n" "$ok" "$fail" "$tput" "$p50" "$p90" "$p99" "$max" "$dur" "$que" "$ovh" \
+          $(( rticks * TICK_US / all )) $(( bticks * TICK_US / all ))
       done
   done
 fi

@@ -3,7 +3,7 @@
 //
 //   auto w = waiters.Add(id);                       // before the job is dispatched
 //   std::optional<JobRecord> r = waiters.Wait(w, deadline);
-//   auto token = waiters.Watch(id, [](const JobRecord& r) { /* post, don't block */ });
+//   auto token = waiters.Watch(id, [](const JobRecord& r, const std::string* json) { /* post */ });
 //
 // The dispatcher calls Notify() after it has stored the terminal record; the
 // EventBus does when another broker has. While the dispatcher stores ends

@@ -17,6 +17,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "tests/support/cluster.hpp"
@@ -476,6 +477,25 @@ TEST(Scheduling, ABrokerDyingWithJobsInFlightLosesNothing) {
     ASSERT_EQ(r.status, 202) << r.raw;
     ids.push_back(r.body["id"]);
   }
+  // Broker 0's jobs must have left it for their workers before it dies: one
+  // it never sent would end only at the overdue check (its timeout and 30 s
+  // later), not by its result. Broker 0 counts a job started as it hands it
+  // to its gateway, which sends it at once.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        std::istringstream lines(c->Request("GET", "/metrics", "", "", 0).raw);
+        for (std::string line; std::getline(lines, line);) {
+          if (line.rfind("kiln_executions_started_total{", 0) == 0 &&
+              line.find("tenant=\"tenant-a\"") != std::string::npos &&
+              line.substr(line.rfind(' ') + 1) == "3") {
+            return true;
+          }
+        }
+        return false;
+      },
+      seconds(10)))
+      << c->DumpLogs();
+  std::this_thread::sleep_for(milliseconds(200));
   c->broker(0).Signal(SIGKILL);
   c->broker(0).Wait(milliseconds(5000));
   // Broker 1 takes over broker 0's three running jobs (and renews their

@@ -91,9 +91,9 @@ size_t Depth(const json& v, size_t limit) {
 
 // One subschema, as much of it as costing a validation needs.
 struct Node {
-  std::string pointer;   // where it is in the document, a JSON pointer
-  std::string ref_text;  // its $ref, "" when none
-  int ref = -1;          // the $ref's target; valijson then ignores the siblings
+  std::string pointer;                  // where it is in the document, a JSON pointer
+  std::optional<std::string> ref_text;  // its $ref, when it has one
+  int ref = -1;                         // the $ref's target; valijson then ignores the siblings
   bool is_bool = false;
   uint64_t own = 1;  // its own values: keywords, enum, const, required...
   bool unique_items = false;
@@ -214,9 +214,12 @@ class GraphBuilder {
 
   Status ResolveRefs() {
     for (Node& n : nodes_) {
-      if (n.ref_text.empty()) continue;
+      if (!n.ref_text) continue;
       const std::string at = n.pointer + "/$ref";
-      std::string_view r = n.ref_text;
+      std::string_view r = *n.ref_text;
+      if (r.empty()) {  // valijson reads "" as the whole document: a loop at the root
+        return Bad(at, "expected \"#\" or a plain JSON pointer \"#/...\", not \"\"");
+      }
       if (r[0] != '#') {
         return Bad(at,
                    "only references inside the schema (\"#/...\") are allowed, not " + Quoted(r));
@@ -224,13 +227,13 @@ class GraphBuilder {
       r.remove_prefix(1);
       if (!r.empty() && (r[0] != '/' || r.back() == '/' || r.find('%') != r.npos)) {
         return Bad(at,
-                   "expected \"#\" or a plain JSON pointer \"#/...\", not " + Quoted(n.ref_text));
+                   "expected \"#\" or a plain JSON pointer \"#/...\", not " + Quoted(*n.ref_text));
       }
       // Tokens are matched as written: the walk's pointers escape ~ and / the
       // same way, so "~2" or "00" simply name nothing.
       auto it = by_pointer_.find(std::string(r));
       if (it == by_pointer_.end()) {
-        return Bad(at, Quoted(n.ref_text) + " does not name a schema in this document");
+        return Bad(at, Quoted(*n.ref_text) + " does not name a schema in this document");
       }
       n.ref = it->second;
     }

@@ -365,6 +365,12 @@ TEST(ToolSpec, ReferencesStayInsideTheSchemaAndDoNotRecurse) {
         << ref;
   }
   EXPECT_TRUE(StartsWith(refusal({{"$ref", "#a"}}), "tools[0].parameters: /$ref: expected \"#\""));
+  // An empty reference is the whole document to valijson: a loop it would
+  // follow until the stack ran out (found by tool_fuzz).
+  for (const json& schema : {json{{"$ref", ""}}, json{{"properties", {{"x", {{"$ref", ""}}}}}},
+                             json{{"definitions", {{"a", {{"$ref", ""}}}}}}}) {
+    EXPECT_NE(refusal(schema).find("$ref: expected \"#\""), std::string::npos) << schema;
+  }
   EXPECT_TRUE(
       StartsWith(refusal({{"$ref", "#/definitions/a%20b"}}), "tools[0].parameters: /$ref: "));
   EXPECT_TRUE(StartsWith(refusal({{"$ref", 5}}), "tools[0].parameters: /$ref: expected a string"));

@@ -42,7 +42,7 @@ void AuditWriter::Run(std::stop_token stop) {
       batch.swap(queue_);
     }
     if (batch.empty() && stop.stop_requested()) return;
-    for (auto& p : batch) Write(p);
+    WriteAll(batch);
     if (std::chrono::steady_clock::now() >= next_sweep) {
       Sweep();
       next_sweep = std::chrono::steady_clock::now() + sweep_.interval;
@@ -76,14 +76,14 @@ size_t AuditWriter::Sweep() {
   return written;
 }
 
-bool AuditWriter::Write(Pending& p, bool swept) {
+std::optional<common::AuditEntry> AuditWriter::EntryOf(Pending& p) {
   if (!p.spec) {
     auto spec = jobs_->LoadSpec(p.record.id);
     if (!spec.ok()) {
       kLog.Error({.job = p.record.id, .tenant = p.record.tenant}, "audit entry not written: {}",
                  spec.status().ToString());
       if (metrics_) metrics_->AuditError();
-      return false;
+      return std::nullopt;
     }
     p.spec = std::move(*spec);
   }
@@ -93,7 +93,7 @@ bool AuditWriter::Write(Pending& p, bool swept) {
     if (!calls.ok()) {
       kLog.Warn({.job = p.record.id, .tenant = p.record.tenant}, "audit: tool calls unread: {}",
                 calls.status().ToString());
-      return false;  // left pending: a later sweep writes the whole entry
+      return std::nullopt;  // left pending: a later sweep writes the whole entry
     }
     entry.tools = nlohmann::json::array();
     for (const auto& c : *calls) {
@@ -106,17 +106,46 @@ bool AuditWriter::Write(Pending& p, bool swept) {
            c.answer_sha256.empty() ? nlohmann::json() : nlohmann::json(c.answer_sha256)}});
     }
   }
+  return entry;
+}
+
+bool AuditWriter::Append(const common::AuditEntry& entry, const JobRecord& record, bool swept) {
   // Redis may be restarting: retry a few times before leaving the entry to
   // a later sweep (the job stays pending in Redis).
   for (int attempt = 0; attempt < 5; ++attempt) {
     auto id = store_->Append(entry, /*only_if_pending=*/true);
     if (id.ok()) return !swept || !id->empty();
-    kLog.Warn({.job = p.record.id, .tenant = p.record.tenant}, "audit append failed: {}",
+    kLog.Warn({.job = record.id, .tenant = record.tenant}, "audit append failed: {}",
               id.status().ToString());
     std::this_thread::sleep_for(std::chrono::milliseconds(200 << attempt));
   }
   if (metrics_) metrics_->AuditError();
   return false;
+}
+
+bool AuditWriter::Write(Pending& p, bool swept) {
+  auto entry = EntryOf(p);
+  return entry && Append(*entry, p.record, swept);
+}
+
+void AuditWriter::WriteAll(std::deque<Pending>& batch) {
+  // The entries of many ended jobs in one round trip when they queued up
+  // together; one the batch could not append is retried alone.
+  std::vector<common::AuditEntry> entries;
+  std::vector<const Pending*> owners;
+  entries.reserve(batch.size());
+  owners.reserve(batch.size());
+  for (auto& p : batch) {
+    if (auto entry = EntryOf(p)) {
+      entries.push_back(std::move(*entry));
+      owners.push_back(&p);
+    }
+  }
+  if (entries.empty()) return;
+  auto ids = store_->AppendMany(entries, /*only_if_pending=*/true);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (!ids[i].ok()) (void)Append(entries[i], owners[i]->record, /*swept=*/false);
+  }
 }
 
 }  // namespace kiln::broker

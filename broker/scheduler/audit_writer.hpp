@@ -5,7 +5,8 @@
 //   std::jthread t([&](std::stop_token st) { audit.Run(st); });
 //   audit.Add(record, spec_or_null, "auto");   // any thread, after the end is stored
 //
-// Entries queue in memory and are appended by Run() in order; Run() drains
+// Entries queue in memory and are appended by Run() in order, all those
+// queued at once in one round trip (AuditStore::AppendMany); Run() drains
 // the queue before it returns. Every ended job is also in Redis's pending set
 // until its entry is written (AuditStore), so the entry of a job whose broker
 // died first is not lost: Run() sweeps, every sweep_interval, the jobs pending
@@ -22,6 +23,7 @@
 #include <optional>
 #include <stop_token>
 #include <string>
+#include <vector>
 
 #include "broker/job/job.hpp"
 #include "broker/store/audit_store.hpp"
@@ -58,9 +60,17 @@ class AuditWriter {
     std::optional<JobSpec> spec;
     std::string approval;
   };
-  // True once the entry is in the stream (by another broker too, unless
-  // `swept`: then only when this call wrote it).
+  // The entry of `p`, its spec read from Redis if not kept; nullopt when it
+  // cannot be built now (the job stays pending for a sweep).
+  std::optional<common::AuditEntry> EntryOf(Pending& p);
+  // Appends with retries through a short Redis outage. True once the entry
+  // is in the stream (by another broker too, unless `swept`: then only when
+  // this call wrote it).
+  bool Append(const common::AuditEntry& entry, const JobRecord& record, bool swept);
   bool Write(Pending& p, bool swept = false);
+  // A queue's worth at once: AuditStore::AppendMany, then one by one what it
+  // could not append.
+  void WriteAll(std::deque<Pending>& batch);
 
   AuditStore* store_;
   JobStore* jobs_;

@@ -94,36 +94,87 @@ common::StatusOr<std::vector<common::StoredAuditEntry>> ParseEntries(const Redis
 
 common::StatusOr<std::string> AuditStore::Append(const common::AuditEntry& entry,
                                                  bool only_if_pending) {
-  const std::string text = entry.Canonical();
+  return std::move(AppendMany({entry}, only_if_pending).front());
+}
+
+std::vector<common::StatusOr<std::string>> AuditStore::AppendMany(
+    const std::vector<common::AuditEntry>& entries, bool only_if_pending) {
+  std::vector<common::StatusOr<std::string>> out(entries.size(),
+                                                 common::Internal("audit append: not sent"));
+  std::vector<std::string> texts;
+  texts.reserve(entries.size());
+  for (const auto& e : entries) texts.push_back(e.Canonical());
+  // Every entry not appended yet, from `from` on, answers `st`.
+  auto fail_from = [&](size_t from, const common::Status& st) {
+    for (size_t i = from; i < entries.size(); ++i) {
+      out[i] = common::Status(st).WithContext("appending audit entry of " + entries[i].job_id);
+    }
+    return out;
+  };
   std::lock_guard lock(append_mu_);
   std::string prev = head_hint_.empty() ? kGenesis : head_hint_;
   auto conn = pool_->Acquire();
-  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
-    const std::string hash = common::AuditLinkHash(prev, text);
-    auto r = conn->Command({"EVAL", kAppendScript, "4", kStreamKey, kHeadKey, kAnchorKey,
-                            kPendingKey, prev, text, hash, max_entries_, kGenesis, entry.job_id,
-                            only_if_pending ? "1" : "0"});
-    if (!r.ok()) return r.status().WithContext("appending audit entry of " + entry.job_id);
-    if (r->type != RedisReply::Type::kArray || r->elements.size() != 2) {
-      return common::Internal("audit append: unexpected reply");
+  size_t next = 0;
+  int lost = 0;
+  while (next < entries.size()) {
+    // The rest of the entries, each chained on the one before it.
+    const size_t end = std::min(entries.size(), next + kMaxBatch);
+    std::vector<std::vector<std::string>> commands;
+    std::vector<std::string> hashes;
+    commands.reserve(end - next);
+    hashes.reserve(end - next);
+    for (size_t i = next; i < end; ++i) {
+      const std::string& link = i == next ? prev : hashes.back();
+      std::string hash = common::AuditLinkHash(link, texts[i]);
+      commands.push_back({"EVAL", kAppendScript, "4", kStreamKey, kHeadKey, kAnchorKey, kPendingKey,
+                          link, texts[i], hash, max_entries_, kGenesis, entries[i].job_id,
+                          only_if_pending ? "1" : "0"});
+      hashes.push_back(std::move(hash));
     }
-    if (r->elements[0].integer == 2) return std::string();
-    if (r->elements[0].integer == 1) {
-      head_hint_ = hash;
-      return r->elements[1].str;
+    auto replies = conn->Pipeline(commands);
+    if (!replies.ok()) {
+      head_hint_.clear();  // some may have gone in: the next append learns the head
+      return fail_from(next, replies.status());
     }
-    prev = r->elements[1].str;  // another broker appended first: chain onto its entry
+    bool moved = false;
+    size_t i = next;
+    while (i < end && !moved) {
+      const RedisReply& r = (*replies)[i - next];
+      if (r.type != RedisReply::Type::kArray || r.elements.size() != 2) {
+        head_hint_.clear();
+        return fail_from(i, common::Internal("audit append: unexpected reply"));
+      }
+      const int64_t code = r.elements[0].integer;
+      if (code == 1) {  // appended: the next one was chained on it
+        out[i] = r.elements[1].str;
+        prev = hashes[i - next];
+        head_hint_ = prev;
+        ++i;
+      } else if (code == 2) {  // not pending: the next one was chained on nothing
+        out[i] = std::string();
+        ++i;
+        break;
+      } else {  // another broker appended first: chain onto its entry
+        prev = r.elements[1].str;
+        moved = true;
+      }
+    }
+    next = i;
+    if (!moved) continue;
+    if (++lost >= kMaxAttempts) {
+      head_hint_.clear();
+      return fail_from(next, common::Unavailable("the chain head moved " +
+                                                 std::to_string(kMaxAttempts) + " times in a row"));
+    }
     // A broker starved of CPU can lose every race to a busy one; after a few
     // losses, step aside for a random moment that grows with each loss.
-    if (attempt >= 4) {
+    if (lost > 4) {
       thread_local std::minstd_rand rng{std::random_device{}()};
-      const int cap_us = 50 << std::min(attempt - 4, 6);
+      const int cap_us = 50 << std::min(lost - 5, 6);
       std::this_thread::sleep_for(std::chrono::microseconds(rng() % cap_us));
     }
   }
-  head_hint_.clear();
-  return common::Unavailable("audit append of " + entry.job_id + ": the chain head moved " +
-                             std::to_string(kMaxAttempts) + " times in a row");
+  return out;
 }
 
 common::StatusOr<std::vector<std::string>> AuditStore::Pending(int64_t ended_before_ms,

@@ -27,7 +27,7 @@
 // pause after a few losses so a CPU-starved broker is not beaten forever. Appends of one AuditStore
 // are serialised, so only brokers race with each other; each lost race means
 // another broker's append went through. Round trips: 1 per attempt (the head
-// is remembered between appends); Read 1; Trim 1; Verify 1 per page.
+// is remembered between appends), or per batch of AppendMany; Read 1; Trim 1; Verify 1 per page.
 // Thread-safe.
 #pragma once
 
@@ -53,6 +53,7 @@ class AuditStore {
   static constexpr const char* kAnchorKey = keys::kAuditAnchor;
   static constexpr const char* kPendingKey = keys::kAuditPending;
   static constexpr int kMaxAttempts = 100;
+  static constexpr size_t kMaxBatch = 64;  // entries per round trip
 
   // max_entries: retention; each append trims the stream to about that many
   // entries (Redis's "~": whole stream nodes, so up to ~100 more). 0: keep all.
@@ -65,6 +66,15 @@ class AuditStore {
   // wrote it already). UNAVAILABLE when the head kept moving kMaxAttempts times.
   common::StatusOr<std::string> Append(const common::AuditEntry& entry,
                                        bool only_if_pending = false);
+  // Appends `entries` in order, up to kMaxBatch per round trip: each one's
+  // hash is chained on the one before it here and their scripts go out in
+  // one pipeline. A script that finds the head moved, or its job no longer
+  // pending, breaks the chain there: the rest go again, on the head it
+  // answered. Each entry answers as Append would. An error (Redis away or
+  // refusing) answers every entry not known to be appended, though some of
+  // them may be: retry those with only_if_pending.
+  std::vector<common::StatusOr<std::string>> AppendMany(
+      const std::vector<common::AuditEntry>& entries, bool only_if_pending = false);
 
   // Ids of jobs pending since before `ended_before_ms`, oldest first.
   common::StatusOr<std::vector<std::string>> Pending(int64_t ended_before_ms, size_t limit);

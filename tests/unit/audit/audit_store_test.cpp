@@ -350,6 +350,108 @@ TEST_F(AuditStoreTest, OnlyIfPendingAppendsOnceAndClearsThePendingJob) {
   EXPECT_EQ(VerifyOk(store).checked, 1u);
 }
 
+TEST_F(AuditStoreTest, AppendManyChainsABatchAndGoesOnFromAnotherBrokersHead) {
+  AuditStore a(pool_.get(), 0);
+  AuditStore b(pool_.get(), 0);
+  ASSERT_TRUE(a.Append(Entry("1")).ok());
+  ASSERT_TRUE(b.Append(Entry("2")).ok());  // a's remembered head is stale now
+  auto ids = a.AppendMany({Entry("3"), Entry("4"), Entry("5")});
+  ASSERT_EQ(ids.size(), 3u);
+  auto entries = All(a);
+  ASSERT_EQ(entries.size(), 5u);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    EXPECT_EQ(nlohmann::json::parse(entries[i].entry)["job_id"], std::to_string(i + 1));
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ASSERT_TRUE(ids[i].ok()) << ids[i].status().ToString();
+    EXPECT_EQ(*ids[i], entries[i + 2].id);
+  }
+  EXPECT_EQ(VerifyOk(a).checked, 5u);
+  // And a's next batch starts from the head it just wrote.
+  ASSERT_TRUE(a.AppendMany({Entry("6"), Entry("7")})[1].ok());
+  EXPECT_EQ(VerifyOk(a).checked, 7u);
+}
+
+TEST_F(AuditStoreTest, AppendManySkipsJobsNoLongerPendingAndChainsTheRest) {
+  AuditStore store(pool_.get(), 0);
+  ASSERT_TRUE(Cmd({"ZADD", AuditStore::kPendingKey, "1", "j1", "1", "j3", "1", "j4"}).ok());
+  auto ids = store.AppendMany({Entry("j1"), Entry("j2"), Entry("j3"), Entry("j4")},
+                              /*only_if_pending=*/true);
+  ASSERT_EQ(ids.size(), 4u);
+  for (const auto& id : ids) ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_FALSE(ids[0]->empty());
+  EXPECT_EQ(*ids[1], "");  // written by another broker, or never ended here
+  EXPECT_FALSE(ids[2]->empty());
+  EXPECT_FALSE(ids[3]->empty());
+  auto entries = All(store);
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_EQ(nlohmann::json::parse(entries[1].entry)["job_id"], "j3");
+  EXPECT_EQ(VerifyOk(store).checked, 3u);
+  EXPECT_EQ(Cmd({"ZCARD", AuditStore::kPendingKey})->integer, 0);
+}
+
+TEST_F(AuditStoreTest, AppendManyAnswersEveryEntryWhenRedisIsAway) {
+  auto dead = RedisPool::Create("redis://127.0.0.1:" + std::to_string(testing::FreePort()), 1);
+  ASSERT_TRUE(dead.ok());
+  AuditStore store(dead->get(), 0);
+  auto ids = store.AppendMany({Entry("x1"), Entry("x2")}, true);
+  ASSERT_EQ(ids.size(), 2u);
+  for (const auto& id : ids) {
+    EXPECT_FALSE(id.ok());
+    EXPECT_EQ(id.status().code(), common::Code::kUnavailable) << id.status().ToString();
+  }
+  EXPECT_THAT(ids[1].status().message(), HasSubstr("x2"));
+}
+
+// Entries that queued up while the writer was busy go out together, in
+// order, one chain, in a few round trips rather than one each.
+TEST_F(AuditStoreTest, TheWriterAppendsAQueueInOrderInFewRoundTrips) {
+  AuditStore store(pool_.get(), 0);
+  JobStore jobs(pool_.get(), 3600);
+  AuditWriter writer(&store, &jobs, nullptr);
+  constexpr int kJobs = 150;  // more than two AppendMany batches
+  for (int i = 0; i < kJobs; ++i) {
+    JobSpec spec;
+    spec.id = "ex_q" + std::to_string(i);
+    spec.tenant = "acme";
+    spec.language = "python";
+    spec.code = "print(" + std::to_string(i) + ")";
+    spec.created_ms = common::NowMs();
+    JobRecord record = JobLifecycle::Begin(spec, {.event = JobEvent::kRefuse,
+                                                  .now_ms = common::NowMs(),
+                                                  .code = common::Code::kSecurityBlocked,
+                                                  .detail = "blocked"})
+                           ->record;
+    ASSERT_TRUE(jobs.CreateEnded(spec, record).ok());
+    writer.Add(record, &spec, "none");
+  }
+  // Reads of client connections Redis has served: one per round trip that
+  // arrives whole (a large pipeline takes a few).
+  auto reads = [&] {
+    auto info = Cmd({"INFO", "stats"});
+    EXPECT_TRUE(info.ok());
+    const std::string key = "total_reads_processed:";
+    const size_t at = info.ok() ? info->str.find(key) : std::string::npos;
+    return at == std::string::npos ? uint64_t{0} : std::stoull(info->str.substr(at + key.size()));
+  };
+  const uint64_t before = reads();
+  {
+    // Run() drains what is queued before it honours the stop.
+    std::jthread run([&](std::stop_token st) { writer.Run(st); });
+    run.request_stop();
+  }
+  const uint64_t used = reads() - before;
+  EXPECT_GT(used, 0u);
+  EXPECT_LT(used, uint64_t{kJobs / 3}) << "round trips";
+  auto entries = All(store);
+  ASSERT_EQ(entries.size(), size_t{kJobs});
+  for (int i = 0; i < kJobs; ++i) {
+    EXPECT_EQ(nlohmann::json::parse(entries[i].entry)["job_id"], "ex_q" + std::to_string(i));
+  }
+  EXPECT_EQ(VerifyOk(store).checked, size_t{kJobs});
+  EXPECT_EQ(Cmd({"ZCARD", AuditStore::kPendingKey})->integer, 0);
+}
+
 // A broker stored a job's end and died before its audit append: the id stays
 // pending in Redis, and any broker's sweep writes the entry, exactly once.
 TEST_F(AuditStoreTest, SweepWritesTheEntriesABrokerDidNot) {

@@ -643,6 +643,59 @@ TEST_P(SandboxTest, TheProgramIsAnOrdinaryProcessUnderKilnInit) {
   EXPECT_THAT(orphan.out, Not(HasSubstr("'Z'"))) << orphan.out;
 }
 
+// A session's program is stopped after every execution and continued before
+// the next; kiln-init (SA_NOCLDSTOP) is not woken by either, only by ends.
+TEST_P(SandboxTest, StoppingAndContinuingTheProgramDoesNotWakeInit) {
+  auto status_field = [](pid_t pid, const std::string& key) -> long {
+    std::string text = ReadFileString("/proc/" + std::to_string(pid) + "/status").value_or("");
+    size_t at = text.find("\n" + key + ":");
+    return at == std::string::npos ? -1 : std::atol(text.c_str() + at + key.size() + 2);
+  };
+  auto state = [](pid_t pid) {
+    std::string stat = ReadFileString("/proc/" + std::to_string(pid) + "/stat").value_or("");
+    size_t paren = stat.rfind(')');
+    return paren == std::string::npos || paren + 2 >= stat.size() ? '?' : stat[paren + 2];
+  };
+  auto until = [](const std::function<bool()>& done) {
+    for (int i = 0; i < 5000; ++i) {
+      if (done()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return false;
+  };
+  long woken = -1;
+  RunOptions opt;
+  opt.stdin_data = "go";
+  opt.before_input = [&](SandboxProcess& p) {
+    const pid_t init = p.pid();
+    const std::string children =
+        "/proc/" + std::to_string(init) + "/task/" + std::to_string(init) + "/children";
+    pid_t program = 0;
+    for (int i = 0; i < 500 && program <= 0; ++i) {
+      if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      program = static_cast<pid_t>(std::atoi(ReadFileString(children).value_or("").c_str()));
+    }
+    ASSERT_GT(program, 0);
+    auto switches = [&] {
+      return status_field(init, "voluntary_ctxt_switches") +
+             status_field(init, "nonvoluntary_ctxt_switches");
+    };
+    const long before = switches();
+    for (int i = 0; i < 20; ++i) {
+      ASSERT_EQ(::kill(program, SIGSTOP), 0);
+      ASSERT_TRUE(until([&] { return state(program) == 'T'; }));
+      ASSERT_EQ(::kill(program, SIGCONT), 0);
+      ASSERT_TRUE(until([&] { return state(program) != 'T'; }));
+    }
+    woken = switches() - before;
+  };
+  RunResult r = Py("import sys\nprint(sys.stdin.read())\n", opt);
+  EXPECT_EXIT0(r);
+  EXPECT_EQ(r.out, "go\n");
+  EXPECT_GE(woken, 0);
+  EXPECT_LT(woken, 5) << "kiln-init woke for stops and continues of its program";
+}
+
 TEST_P(SandboxTest, KillMinusOneDoesNotReachTheHost) {
   pid_t sentinel;
   const char* argv[] = {"/bin/sleep", "30", nullptr};

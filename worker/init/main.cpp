@@ -271,6 +271,14 @@ int main(int argc, char** argv) {
   sigfillset(&all);
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &all, nullptr);
+  // Only a child's end is news here: a session's program is stopped after
+  // every execution and continued before the next, and would wake this init
+  // both times for nothing (exec gives the program its own SIGCHLD action).
+  struct sigaction chld;
+  memset(&chld, 0, sizeof chld);
+  chld.sa_handler = SIG_DFL;
+  chld.sa_flags = SA_NOCLDSTOP;
+  sigaction(SIGCHLD, &chld, nullptr);
   // An adopted program's sandbox is ready from here on: the worker waits
   // for this before it gives the program its job.
   if (adopted != 0) Report('R', adopted);

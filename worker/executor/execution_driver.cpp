@@ -12,7 +12,11 @@ namespace kiln::worker {
 
 ExecutionDriver::ExecutionDriver(const protocol::Execute& job, WarmSandbox& sandbox,
                                  const RunOptions& options, DriverSpec spec)
-    : job_(job), sb_(sandbox), options_(options), spec_(spec), start_(common::SteadyClock::now()) {
+    : job_(job),
+      sb_(sandbox),
+      options_(options),
+      spec_(std::move(spec)),
+      start_(common::SteadyClock::now()) {
   result_.job_id = job.job_id;
 }
 
@@ -56,6 +60,13 @@ common::Status ExecutionDriver::Run(std::string frame, int cancel_fd) {
   frame_bytes_ = std::move(frame);
   RETURN_IF_ERROR(Setup());
   if (spec_.close_stdin && frame_bytes_.empty()) sb_.stdin_w.Reset();
+  if (spec_.resume) {
+    WriteFrame();
+    if (auto st = spec_.resume(); !st.ok()) {
+      sandbox_lost_ = true;
+      return st;
+    }
+  }
   const std::function<double()> cpu_ms = [this] {
     return sb_.process->Usage().cpu_ms - cpu_start_ms_;
   };

@@ -15,6 +15,7 @@
 // duration; never call it from the event loop.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,6 +48,11 @@ struct DriverSpec {
   // this stream, and the first one ends the execution. Null (one-shot): the
   // control bytes are kept until EOF, for Runtime::ParseControl.
   runtimes::ControlStream* frames = nullptr;
+  // Sessions: resumes the stopped sandbox, once the limits, files and the
+  // CPU baseline are in place and as much of the frame as the pipe takes is
+  // written, so the program finds its frame when it runs again rather than
+  // being woken for it a second time. An error loses the sandbox.
+  std::function<common::Status()> resume;
 };
 
 class ExecutionDriver {

@@ -58,16 +58,23 @@ SessionRun RunSessionExecution(const protocol::Execute& job, SessionSandbox& s,
     return run;
   };
   WarmSandbox& sb = s.sandbox;
-  ExecutionDriver driver(job, sb, options, SessionSpec(s, interrupt_grace));
-  auto frame = runtime.EncodeExecution(job.code, job.input_json, job.env, job.stdin_data);
-  if (!frame.ok()) return fail(frame.status(), false);
-
+  DriverSpec spec = SessionSpec(s, interrupt_grace);
   // Nothing of a session runs between its executions: it was frozen after
   // the last one (whatever its code left running, or a control frame the
   // code forged to end early); from here on its CPU is this execution's.
-  if (auto st = sb.process->Freeze(false); !FreezeOk(st, "thaw")) {
-    return fail(st.WithContext("thawing the session"), true);
+  // Resumed once its frame is in the pipe, where it can be.
+  auto thaw = [&sb]() -> common::Status {
+    common::Status st = sb.process->Freeze(false);
+    return FreezeOk(st, "thaw") ? common::Status::Ok() : st.WithContext("thawing the session");
+  };
+  if (sb.process->LimitsWhileFrozen()) spec.resume = thaw;
+  ExecutionDriver driver(job, sb, options, std::move(spec));
+  auto frame = runtime.EncodeExecution(job.code, job.input_json, job.env, job.stdin_data);
+  if (!frame.ok()) return fail(frame.status(), false);
+  if (!sb.process->LimitsWhileFrozen()) {
+    if (auto st = thaw(); !st.ok()) return fail(st, true);
   }
+
   if (auto st = driver.Run(*std::move(frame), cancel_fd); !st.ok()) {
     return fail(st, driver.sandbox_lost());
   }

@@ -129,7 +129,9 @@ class CgroupV1 final : public ReusableCgroup {
   Status Freeze(bool frozen) override {
     if (freezer_.empty()) return common::Unavailable("cgroup v1: no freezer for this sandbox");
     if (!frozen) {
-      SignalCgroupProcs(freezer_, SIGCONT);
+      // The job's processes first (pid 1, lowest, last): the program is
+      // running again before kiln-init, which has nothing to do, is.
+      SignalCgroupProcs(freezer_, SIGCONT, /*newest_first=*/true);
       return Status::Ok();
     }
     RETURN_IF_ERROR(freezer_state_.Write("FROZEN"));

@@ -5,11 +5,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "worker/sandbox/fs_util.hpp"
 
@@ -36,14 +38,17 @@ Status RemoveCgroupDir(const std::string& dir) {
 
 void KillCgroupProcs(const std::string& dir) { SignalCgroupProcs(dir, SIGKILL); }
 
-void SignalCgroupProcs(const std::string& dir, int sig) {
+void SignalCgroupProcs(const std::string& dir, int sig, bool newest_first) {
   auto text = ReadFileString(dir + "/cgroup.procs");
   if (!text.ok()) return;
   std::istringstream in(*text);
+  std::vector<pid_t> pids;
   long pid;
   while (in >> pid) {
-    if (pid > 0) ::kill(static_cast<pid_t>(pid), sig);
+    if (pid > 0) pids.push_back(static_cast<pid_t>(pid));
   }
+  if (newest_first) std::reverse(pids.begin(), pids.end());
+  for (pid_t p : pids) ::kill(p, sig);
 }
 
 common::Status WaitUntil(const std::function<bool()>& done, const std::string& what) {

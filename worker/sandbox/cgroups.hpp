@@ -124,8 +124,9 @@ std::string FindCgroup2Mount();
 common::Status RemoveCgroupDir(const std::string& dir);
 // SIGKILLs every pid listed in <dir>/cgroup.procs.
 void KillCgroupProcs(const std::string& dir);
-// Sends `sig` to every pid listed in <dir>/cgroup.procs.
-void SignalCgroupProcs(const std::string& dir, int sig);
+// Sends `sig` to every pid listed in <dir>/cgroup.procs, in the order
+// listed (v1: ascending), or from the last to the first with newest_first.
+void SignalCgroupProcs(const std::string& dir, int sig, bool newest_first = false);
 // Polls `done` (every 50 us for the first millisecond, then every
 // millisecond) for up to 2 s: OK once it holds, else INTERNAL with `what`.
 common::Status WaitUntil(const std::function<bool()>& done, const std::string& what);

@@ -273,6 +273,9 @@ class GvisorProcess final : public SandboxProcess {
   // the cgroup freezer: freezing the ptrace platform's tracer and tracees
   // under it now and then left a guest task SIGKILLed at the thaw (1 run
   // in 5 of the sessions tests). The Sentry itself is idle while paused.
+  // The rlimits go to kiln-init inside, which a paused sandbox cannot answer.
+  bool LimitsWhileFrozen() const override { return false; }
+
   Status Freeze(bool frozen) override {
     if (pid_ <= 0 || reaped_) return common::Internal("no process");
     if (frozen == paused_) return Status::Ok();

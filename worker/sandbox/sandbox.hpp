@@ -162,6 +162,9 @@ class SandboxProcess {
   // once all are stopped. Stopped processes use no CPU; Kill() still works.
   // Needs the cgroups layer and, on v1, a spawn with `freezable`.
   virtual common::Status Freeze(bool frozen) = 0;
+  // Whether SetLimits works on a frozen sandbox (the worker applies them
+  // itself). False where a process inside must take them (gVisor's init).
+  virtual bool LimitsWhileFrozen() const { return true; }
   // Reaps the process; blocks until it has exited. Call once.
   virtual common::StatusOr<ExitStatus> Wait() = 0;
   // Mounts the host folder `host_dir` read-only (nosuid, nodev) at

@@ -18,6 +18,7 @@ constexpr size_t kMaxQueued = 100000;
 }  // namespace
 
 void AuditWriter::Add(const JobRecord& record, const JobSpec* spec, std::string approval) {
+  bool wake = false;
   {
     std::lock_guard lock(mu_);
     if (queue_.size() >= kMaxQueued) {
@@ -28,8 +29,10 @@ void AuditWriter::Add(const JobRecord& record, const JobSpec* spec, std::string 
     }
     queue_.push_back(
         {record, spec ? std::optional<JobSpec>(*spec) : std::nullopt, std::move(approval)});
+    // The writer waits for a first entry, then for a batch or kLinger.
+    wake = queue_.size() == 1 || queue_.size() == AuditStore::kMaxBatch;
   }
-  cv_.notify_one();
+  if (wake) cv_.notify_one();
 }
 
 void AuditWriter::Run(std::stop_token stop) {
@@ -39,6 +42,13 @@ void AuditWriter::Run(std::stop_token stop) {
     {
       std::unique_lock lock(mu_);
       cv_.wait_until(lock, stop, next_sweep, [&] { return !queue_.empty(); });
+      // The ends of the next moment share this round trip: appended at
+      // once, each one's append would meet the next job's path in Redis
+      // and on the CPU. Add() wakes this thread again only for a full batch.
+      if (!queue_.empty()) {
+        cv_.wait_until(lock, stop, std::chrono::steady_clock::now() + kLinger,
+                       [&] { return queue_.size() >= AuditStore::kMaxBatch; });
+      }
       batch.swap(queue_);
     }
     if (batch.empty() && stop.stop_requested()) return;

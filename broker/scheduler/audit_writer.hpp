@@ -5,10 +5,10 @@
 //   std::jthread t([&](std::stop_token st) { audit.Run(st); });
 //   audit.Add(record, spec_or_null, "auto");   // any thread, after the end is stored
 //
-// Entries queue in memory and are appended by Run() in order, all those
-// queued at once in one round trip (AuditStore::AppendMany); Run() drains
-// the queue before it returns. Every ended job is also in Redis's pending set
-// until its entry is written (AuditStore), so the entry of a job whose broker
+// Entries queue in memory and are appended by Run() in order, those that
+// queue within kLinger of each other in one round trip
+// (AuditStore::AppendMany); Run() drains the queue before it returns. Every ended job is also in
+// Redis's pending set until its entry is written (AuditStore), so the entry of a job whose broker
 // died first is not lost: Run() sweeps, every sweep_interval, the jobs pending
 // for longer than sweep_after and writes their entries from the stored
 // records. Appends only happen while the job is pending, so a job never gets
@@ -43,6 +43,10 @@ struct AuditSweep {
 
 class AuditWriter {
  public:
+  // How long the writer gathers entries after the first before it appends
+  // them (sooner once kMaxBatch are queued).
+  static constexpr std::chrono::milliseconds kLinger{2};
+
   // `tools` (optional) gives the tool calls of jobs that declared tools.
   AuditWriter(AuditStore* store, JobStore* jobs, BrokerMetrics* metrics, AuditSweep sweep = {},
               ToolStore* tools = nullptr)

@@ -70,7 +70,7 @@ Dispatcher::Dispatcher(DispatcherOptions options, common::UniqueFd wake, Dispatc
                 {.candidates = [this] { return Candidates(); },
                  .start = [this](const std::vector<StartedJob>& s) { StartAll(s); },
                  .ack = [this](const std::string& worker,
-                               const std::string& id) { Send(worker, protocol::ResultAck{id}); }}),
+                               const std::string& id) { acks_.Add(worker, id, Clock::now()); }}),
       renewals_(static_cast<int64_t>(options_.heartbeat_interval.count()) * options_.liveness) {}
 
 Dispatcher::~Dispatcher() = default;
@@ -213,14 +213,19 @@ void Dispatcher::Run(std::stop_token stop) {
       next_pump_ = now + options_.pump_interval;
     }
     finisher_.Flush();  // the ends the tick decided (lost workers, overdue jobs)
+    for (auto& [worker, id] : acks_.TakeDue(Clock::now())) {
+      Send(worker, protocol::ResultAck{std::move(id)});
+    }
     auto until = std::min(next_tick_, pump_due_ ? next_pump_ : next_tick_);
+    if (auto due = acks_.NextDue()) until = std::min(until, *due);
     // Wake at least every 100 ms to notice a stop request; at once while
     // output waits to be stored.
     auto wait = std::min<Clock::duration>(until - Clock::now(), std::chrono::milliseconds(100));
     if (!output_.empty()) wait = Clock::duration::zero();
     pollfd p{wake_.get(), POLLIN, 0};
     int n = ::poll(&p, 1,
-                   static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                   // Rounded up: a wait cut short would spin until its deadline.
+                   static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(
                                         std::max<Clock::duration>(wait, Clock::duration::zero()))
                                         .count()));
     if (n > 0) {
@@ -241,6 +246,9 @@ void Dispatcher::Run(std::stop_token stop) {
     }
   }
   finisher_.Flush();
+  for (auto& [worker, id] : acks_.TakeDue(Clock::time_point::max())) {
+    Send(worker, protocol::ResultAck{std::move(id)});
+  }
   // Workers are told we are going (by the gateway, as it stops), so they
   // fail over at once instead of after their liveness timeout. Our jobs in
   // flight stay in Redis for another broker (or this one, restarted) to take
@@ -318,6 +326,7 @@ void Dispatcher::SendStart(StartRequest req) {
     return;
   }
   // If the gateway cannot hand it over, an Undeliverable event requeues it.
+  for (auto& ack : acks_.TakeFor(req.worker)) Send(req.worker, protocol::ResultAck{std::move(ack)});
   Send(req.worker, protocol::Message(std::move(execute)));
   table_.Assign(req.worker, id, common::NowMs());
   if (options_.metrics) options_.metrics->Started(spec.tenant, spec.language);

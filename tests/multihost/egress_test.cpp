@@ -195,17 +195,22 @@ TEST_F(EgressTest, WhatTheListDoesNotNameIsRefusedAndAudited) {
   EXPECT_EQ(why["broker.example.test"], "address_refused");
   EXPECT_EQ(cluster_->WebLog().find("other.example.test"), std::string::npos)
       << "an off-list name reached the web host";
-  // The audit trail has the job's destinations, refusals included.
-  HttpReply audit = cluster_->Request("GET", "/v1/audit?count=10000", "", HostCluster::kAdminToken);
-  ASSERT_EQ(audit.status, 200) << audit.raw;
-  bool found = false;
-  for (const auto& e : audit.body["entries"]) {
-    if (e["entry"]["job_id"] != r.body["id"]) continue;
-    found = true;
-    ASSERT_TRUE(e["entry"].contains("network")) << e.dump();
-    EXPECT_EQ(e["entry"]["network"]["destinations"], n["destinations"]);
-  }
-  EXPECT_TRUE(found) << "no audit entry for " << r.body["id"];
+  // The audit trail has the job's destinations, refusals included. Entries
+  // are written after the answer (docs/audit.md): wait for it.
+  json entry;
+  WaitFor(
+      [&] {
+        HttpReply audit =
+            cluster_->Request("GET", "/v1/audit?count=10000", "", HostCluster::kAdminToken);
+        for (const auto& e : audit.body["entries"]) {
+          if (e["entry"]["job_id"] == r.body["id"]) entry = e["entry"];
+        }
+        return !entry.is_null();
+      },
+      10s);
+  ASSERT_FALSE(entry.is_null()) << "no audit entry for " << r.body["id"];
+  ASSERT_TRUE(entry.contains("network")) << entry.dump();
+  EXPECT_EQ(entry["network"]["destinations"], n["destinations"]);
 }
 
 TEST_F(EgressTest, ATenantWithoutAnAllowlistHasNoNetworkAtAll) {

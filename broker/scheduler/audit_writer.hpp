@@ -7,13 +7,13 @@
 //
 // Entries queue in memory and are appended by Run() in order, those that
 // queue within kLinger of each other in one round trip
-// (AuditStore::AppendMany); Run() drains the queue before it returns. Every ended job is also in
-// Redis's pending set until its entry is written (AuditStore), so the entry of a job whose broker
-// died first is not lost: Run() sweeps, every sweep_interval, the jobs pending
-// for longer than sweep_after and writes their entries from the stored
-// records. Appends only happen while the job is pending, so a job never gets
-// two entries, however many brokers sweep. Add() is thread-safe; Run()
-// belongs to one thread.
+// (AuditStore::AppendMany); Run() drains the queue before it returns. Every
+// ended job is also in Redis's pending set until its entry is written
+// (AuditStore), so the entry of a job whose broker died first is not lost:
+// Run() sweeps, every sweep_interval, the jobs pending for longer than
+// sweep_after and writes their entries from the stored records. Appends only
+// happen while the job is pending, so a job never gets two entries, however
+// many brokers sweep. Add() is thread-safe; Run() belongs to one thread.
 #pragma once
 
 #include <chrono>

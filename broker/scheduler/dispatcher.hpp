@@ -16,14 +16,17 @@
 // record goes through the JobFinisher, which stores it before waiters are
 // told, so whatever a client reads back is stored; then the worker gets a
 // ResultAck (until then it keeps the Result and sends it again after every
-// reconnect), with its next Execute or within ResultAcks::kHold. When Redis refuses a record it is
-// kept in memory (bounded) and retried every tick. A worker the gateway declares dead (silent for
-// heartbeat_interval x liveness) has its running jobs end WORKER_LOST (they are not re-run: code
-// may have side effects) and its sessions lost; a worker that reconnects as the same incarnation
-// keeps the jobs it says it holds. Every tick renews this broker's leases and registration in Redis
-// and takes over the jobs of brokers that stopped renewing theirs (dispatcher_recovery.cpp). Run()
-// belongs to one thread (it runs the gateway on another); every other method is thread-safe (they
-// post to the loop through an eventfd-signalled inbox, or read a snapshot).
+// reconnect), with its next Execute or within ResultAcks::kHold. When Redis
+// refuses a record it is kept in memory (bounded) and retried every tick. A
+// worker the gateway declares dead (silent for heartbeat_interval x
+// liveness) has its running jobs end WORKER_LOST (they are not re-run: code
+// may have side effects) and its sessions lost; a worker that reconnects as
+// the same incarnation keeps the jobs it says it holds. Every tick renews
+// this broker's leases and registration in Redis and takes over the jobs of
+// brokers that stopped renewing theirs (dispatcher_recovery.cpp).
+// Run() belongs to one thread (it runs the gateway on another); every other
+// method is thread-safe (they post to the loop through an eventfd-signalled
+// inbox, or read a snapshot).
 #pragma once
 
 #include <chrono>

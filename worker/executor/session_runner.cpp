@@ -67,11 +67,12 @@ SessionRun RunSessionExecution(const protocol::Execute& job, SessionSandbox& s,
     common::Status st = sb.process->Freeze(false);
     return FreezeOk(st, "thaw") ? common::Status::Ok() : st.WithContext("thawing the session");
   };
-  if (sb.process->LimitsWhileFrozen()) spec.resume = thaw;
+  const bool thaw_first = !sb.process->LimitsWhileFrozen();
+  if (!thaw_first) spec.resume = thaw;
   ExecutionDriver driver(job, sb, options, std::move(spec));
   auto frame = runtime.EncodeExecution(job.code, job.input_json, job.env, job.stdin_data);
   if (!frame.ok()) return fail(frame.status(), false);
-  if (!sb.process->LimitsWhileFrozen()) {
+  if (thaw_first) {
     if (auto st = thaw(); !st.ok()) return fail(st, true);
   }
 

@@ -2,8 +2,6 @@
 
 #include <sys/eventfd.h>
 
-#include <thread>
-
 #include "common/json/bounded_json.hpp"
 #include "common/log/logging.hpp"
 #include "common/network_policy.hpp"
@@ -65,10 +63,10 @@ common::Status Executor::Start(protocol::Execute job, std::string broker) {
     ++threads_;
     if (metrics_) metrics_->SetRunning(running_.size());
   }
-  std::thread([this, job = std::move(job), broker = std::move(broker), cancel_fd,
-               answers = std::move(answers)]() mutable {
+  job_threads_.Run([this, job = std::move(job), broker = std::move(broker), cancel_fd,
+                    answers = std::move(answers)]() mutable {
     RunOne(std::move(job), std::move(broker), cancel_fd, answers.get());
-  }).detach();
+  });
   return common::Status::Ok();
 }
 

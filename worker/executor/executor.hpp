@@ -1,7 +1,7 @@
-// Executor: runs jobs on a fixed number of slots, one thread per running job,
-// and reports their Results through the EventQueue. One-shot jobs take a
-// fresh warm sandbox each; session executions run in their session's
-// long-lived sandbox (SessionTable).
+// Executor: runs jobs on a fixed number of slots, one thread per running job
+// (reused from job to job: JobThreads), and reports their Results through the EventQueue. One-shot
+// jobs take a fresh warm sandbox each; session executions run in their session's long-lived sandbox
+// (SessionTable).
 //
 //   Executor ex(options, &pool, &events);
 //   RETURN_IF_ERROR(ex.Start(execute, broker));   // from the event loop
@@ -25,6 +25,7 @@
 #include "worker/egress/egress_gateway.hpp"
 #include "worker/executor/event_queue.hpp"
 #include "worker/executor/job_runner.hpp"
+#include "worker/executor/job_threads.hpp"
 #include "worker/executor/session_table.hpp"
 #include "worker/executor/tool_channel.hpp"
 #include "worker/executor/warm_pool.hpp"
@@ -105,7 +106,9 @@ class Executor {
     std::shared_ptr<ToolMailbox> tool_answers;
   };
   std::map<std::string, RunningJob> running_;  // by job id
-  uint32_t threads_ = 0;                       // job threads alive, including sandbox teardown
+  uint32_t threads_ = 0;                       // jobs on a thread, including sandbox teardown
+  // Last: destroyed first, after the destructor has waited for every job.
+  JobThreads job_threads_;
 };
 
 // Network on request for one execution in `process`'s sandbox (a one-shot

@@ -502,6 +502,22 @@ TEST(PythonSession, InterruptEndsTheCodeAndTheSessionSurvives) {
   EXPECT_EQ(Result(s.Run("result = x + 1")), 8);
 }
 
+// A statement that replaces the SIGINT handler (and ends) does not keep the
+// next one from being interrupted: the driver puts its own back.
+TEST(PythonSession, ReplacedSigintHandlerIsRestoredForTheNextExecution) {
+  Session s(Language::kPython);
+  for (const char* replace : {"import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)",
+                              "import signal\nsignal.signal(signal.SIGINT, lambda *a: None)"}) {
+    EXPECT_EQ(OutcomeOf(s.Run(replace)).exit_code, 0);
+    milliseconds took{};
+    Execution e = InterruptWhenStarted(
+        s, "import time\nprint('started', flush=True)\ntime.sleep(100)", &took);
+    EXPECT_EQ(OutcomeOf(e).exit_code, 130) << replace;
+    EXPECT_LT(took.count(), 5000);
+  }
+  EXPECT_EQ(OutcomeOf(s.Run("x = 1")).exit_code, 0);
+}
+
 TEST(PythonSession, SigintWhileIdleIsHarmless) {
   Session s(Language::kPython);
   EXPECT_EQ(OutcomeOf(s.Run("x = 3")).exit_code, 0);

@@ -1728,6 +1728,17 @@ TEST_P(CgroupPoolTest, AGivenBackCgroupServesTheNextSandboxFromZero) {
   pid_t child = Spinner(**first);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_GT((*first)->Stats().cpu_ms.value_or(0), 50) << "not spinning in the cgroup";
+  // Only what is asked for is read.
+  const CgroupStats cpu_only = (*first)->Stats(stats::kCpu);
+  EXPECT_GT(cpu_only.cpu_ms.value_or(0), 50);
+  EXPECT_FALSE(cpu_only.peak_bytes.has_value());
+  EXPECT_FALSE(cpu_only.current_bytes.has_value());
+  const CgroupStats memory_only = (*first)->Stats(stats::kCurrent);
+  EXPECT_FALSE(memory_only.cpu_ms.has_value());
+  EXPECT_FALSE(memory_only.peak_bytes.has_value());
+  if (GetParam() == "v1") {
+    EXPECT_TRUE(memory_only.current_bytes.has_value());
+  }
   (*first)->KillAll();
   ASSERT_EQ(::waitpid(child, nullptr, 0), child);
   EXPECT_TRUE((*first)->Destroy().ok());

@@ -39,7 +39,7 @@ common::Status ExecutionDriver::Setup() {
   }
   setup_ms_ = common::MsSince(start_);
   const auto clock = spec_.clock_after_setup ? common::SteadyClock::now() : start_;
-  if (spec_.cpu_from_start) cpu_start_ms_ = sb_.process->Usage().cpu_ms;
+  if (spec_.cpu_from_start) cpu_start_ms_ = sb_.process->CpuMs();
   const uint64_t timeout_ms =
       std::min(job_.limits.timeout_ms ? job_.limits.timeout_ms : options_.max_timeout_ms,
                options_.max_timeout_ms);
@@ -67,9 +67,7 @@ common::Status ExecutionDriver::Run(std::string frame, int cancel_fd) {
       return st;
     }
   }
-  const std::function<double()> cpu_ms = [this] {
-    return sb_.process->Usage().cpu_ms - cpu_start_ms_;
-  };
+  const std::function<double()> cpu_ms = [this] { return sb_.process->CpuMs() - cpu_start_ms_; };
   auto apply = [&](StopAction action) {
     if (action == StopAction::kInterrupt) sb_.process->Interrupt();
     if (action == StopAction::kKill) sb_.process->Kill();

@@ -12,7 +12,7 @@ class CgroupPool::Leased final : public SandboxCgroup {
 
   Status SetLimits(const SandboxLimits& limits) override { return cg_->SetLimits(limits); }
   const std::vector<common::UniqueFd>& join_fds() const override { return cg_->join_fds(); }
-  CgroupStats Stats() const override { return cg_->Stats(); }
+  CgroupStats Stats(unsigned wanted) const override { return cg_->Stats(wanted); }
   Status Freeze(bool frozen) override { return cg_->Freeze(frozen); }
   void KillAll() override { cg_->KillAll(); }
   Status Destroy() override {

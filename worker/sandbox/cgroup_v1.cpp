@@ -78,14 +78,20 @@ class CgroupV1 final : public ReusableCgroup {
 
   const std::vector<UniqueFd>& join_fds() const override { return join_fds_; }
 
-  CgroupStats Stats() const override {
+  CgroupStats Stats(unsigned wanted) const override {
     CgroupStats s;
-    if (cpu_usage_.valid()) {
+    if ((wanted & stats::kCpu) && cpu_usage_.valid()) {
       if (auto ns = cpu_usage_.ReadU64(); ns.ok()) s.cpu_ms = CountedSince(*ns, base_.cpu_ns) / 1e6;
     }
-    if (auto peak = mem_peak_.ReadU64(); peak.ok())
-      s.peak_bytes = CountedSince(*peak, base_.memory);
-    if (auto now = mem_now_.ReadU64(); now.ok()) s.current_bytes = CountedSince(*now, base_.memory);
+    if (wanted & stats::kPeak) {
+      if (auto peak = mem_peak_.ReadU64(); peak.ok())
+        s.peak_bytes = CountedSince(*peak, base_.memory);
+    }
+    if (wanted & stats::kCurrent) {
+      if (auto now = mem_now_.ReadU64(); now.ok())
+        s.current_bytes = CountedSince(*now, base_.memory);
+    }
+    if (!(wanted & stats::kOom)) return s;
     if (auto oom = oom_control_.Read(); oom.ok()) {
       auto kills = ParseKeyedU64(*oom, "oom_kill");
       if (kills.has_value()) {

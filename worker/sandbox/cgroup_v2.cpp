@@ -79,13 +79,20 @@ class CgroupV2 final : public ReusableCgroup {
 
   const std::vector<UniqueFd>& join_fds() const override { return join_fds_; }
 
-  CgroupStats Stats() const override {
+  CgroupStats Stats(unsigned wanted) const override {
     CgroupStats s;
-    if (auto us = CpuUsec()) s.cpu_ms = CountedSince(*us, base_.cpu_usec) / 1e3;
-    if (auto peak = mem_peak_.ReadU64(); peak.ok())
-      s.peak_bytes = CountedSince(*peak, base_.memory);
-    if (auto now = mem_now_.ReadU64(); now.ok()) s.current_bytes = CountedSince(*now, base_.memory);
-    s.oom_killed = OomKills() > base_.oom_kills;
+    if (wanted & stats::kCpu) {
+      if (auto us = CpuUsec()) s.cpu_ms = CountedSince(*us, base_.cpu_usec) / 1e3;
+    }
+    if (wanted & stats::kPeak) {
+      if (auto peak = mem_peak_.ReadU64(); peak.ok())
+        s.peak_bytes = CountedSince(*peak, base_.memory);
+    }
+    if (wanted & stats::kCurrent) {
+      if (auto now = mem_now_.ReadU64(); now.ok())
+        s.current_bytes = CountedSince(*now, base_.memory);
+    }
+    if (wanted & stats::kOom) s.oom_killed = OomKills() > base_.oom_kills;
     return s;
   }
 

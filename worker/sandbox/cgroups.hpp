@@ -38,6 +38,13 @@ struct CgroupStats {
   bool oom_killed = false;                // the kernel's OOM killer acted in it
 };
 
+// Which of CgroupStats' fields a caller wants: each is a file read (or
+// two), and a session statement reads its sandbox's counters three times.
+namespace stats {
+inline constexpr unsigned kCpu = 1, kPeak = 2, kCurrent = 4, kOom = 8;
+inline constexpr unsigned kAll = kCpu | kPeak | kCurrent | kOom;
+}  // namespace stats
+
 // Every sandbox under <prefix> together (warm, running and session ones),
 // from the prefix cgroup's hierarchical counters. A field is unset when the
 // host lacks its file (v1 without a cpuacct hierarchy, v2 without memory).
@@ -57,7 +64,8 @@ class SandboxCgroup {
   virtual common::Status SetLimits(const SandboxLimits& limits) = 0;
   // Writable cgroup.procs descriptors (O_CLOEXEC), one per hierarchy.
   virtual const std::vector<common::UniqueFd>& join_fds() const = 0;
-  virtual CgroupStats Stats() const = 0;
+  // The fields in `wanted` (stats::k*); the others stay unset.
+  virtual CgroupStats Stats(unsigned wanted = stats::kAll) const = 0;
   // Stops (true) or resumes (false) every process in the cgroup; returns
   // once they are all stopped. v2: cgroup.freeze; v1: the freezer hierarchy,
   // joined only by sandboxes created `freezable` (UNAVAILABLE otherwise, or

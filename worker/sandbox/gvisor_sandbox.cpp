@@ -248,14 +248,18 @@ class GvisorProcess final : public SandboxProcess {
 
   ExitStatus Usage() const override {
     ExitStatus st;
-    CgroupStats cs = cgroup_->Stats();
+    CgroupStats cs = cgroup_->Stats(stats::kCpu | stats::kPeak | stats::kOom);
     if (cs.cpu_ms) st.cpu_ms = *cs.cpu_ms;
     if (cs.peak_bytes) st.max_rss_kb = *cs.peak_bytes / 1024;
     st.oom_killed = cs.oom_killed;
     return st;
   }
 
-  std::optional<uint64_t> MemoryBytes() const override { return cgroup_->Stats().current_bytes; }
+  double CpuMs() const override { return cgroup_->Stats(stats::kCpu).cpu_ms.value_or(0); }
+
+  std::optional<uint64_t> MemoryBytes() const override {
+    return cgroup_->Stats(stats::kCurrent).current_bytes;
+  }
 
   void Interrupt() override {
     if (pid_ <= 0 || reaped_) return;

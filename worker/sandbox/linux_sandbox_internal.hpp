@@ -116,6 +116,7 @@ class LinuxSandboxProcess final : public SandboxProcess {
 
   ExitStatus Usage() const override;
 
+  double CpuMs() const override;
   std::optional<uint64_t> MemoryBytes() const override;
 
   void Interrupt() override;

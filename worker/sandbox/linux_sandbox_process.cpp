@@ -300,7 +300,7 @@ StatusOr<CollectedFiles> LinuxSandboxProcess::CollectFiles(const std::vector<std
 ExitStatus LinuxSandboxProcess::Usage() const {
   ExitStatus st;
   if (cgroup_) {
-    CgroupStats cs = cgroup_->Stats();
+    CgroupStats cs = cgroup_->Stats(stats::kCpu | stats::kPeak | stats::kOom);
     if (cs.cpu_ms) st.cpu_ms = *cs.cpu_ms;
     if (cs.peak_bytes) st.max_rss_kb = *cs.peak_bytes / 1024;
     st.oom_killed = cs.oom_killed;
@@ -308,9 +308,13 @@ ExitStatus LinuxSandboxProcess::Usage() const {
   return st;
 }
 
+double LinuxSandboxProcess::CpuMs() const {
+  return cgroup_ ? cgroup_->Stats(stats::kCpu).cpu_ms.value_or(0) : 0;
+}
+
 std::optional<uint64_t> LinuxSandboxProcess::MemoryBytes() const {
   if (!cgroup_) return std::nullopt;
-  return cgroup_->Stats().current_bytes;
+  return cgroup_->Stats(stats::kCurrent).current_bytes;
 }
 
 void LinuxSandboxProcess::Interrupt() {

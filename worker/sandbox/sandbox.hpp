@@ -151,6 +151,9 @@ class SandboxProcess {
   // read from the cgroup without reaping: lets a job end before the kernel
   // has torn the sandbox down.
   virtual ExitStatus Usage() const = 0;
+  // Usage().cpu_ms alone (one file read instead of four): the execution
+  // loop's CPU-limit check and a session statement's starting point.
+  virtual double CpuMs() const = 0;
   // Memory charged to the sandbox now (cgroup), if the host reports it.
   virtual std::optional<uint64_t> MemoryBytes() const = 0;
   // SIGINT to every process of the sandbox (its pid 1 leads their process

@@ -86,18 +86,26 @@ void Dispatcher::Start(JobSpec spec, std::string worker, std::optional<SessionEp
 
 void Dispatcher::StartAll(const std::vector<StartedJob>& started) {
   if (started.empty()) return;
+  // Parsed before the lock: the HTTP threads' Start waits on it.
+  std::vector<StartRequest> requests;
+  requests.reserve(started.size());
+  for (const auto& s : started) {
+    if (auto spec = queued_specs_.Take(s.job_id)) {
+      requests.push_back({std::move(*spec), s.worker, s.session_epoch, s.decided_ms});
+      continue;
+    }
+    auto j = common::ParseJson(s.spec_json);
+    auto spec = j.ok() ? JobSpec::FromJson(*j) : common::StatusOr<JobSpec>(j.status());
+    if (!spec.ok()) {
+      // Cannot happen unless Redis holds garbage; the job ends overdue.
+      kLog.Error({.job = s.job_id}, "damaged spec in Redis: {}", spec.status().ToString());
+      continue;
+    }
+    requests.push_back({std::move(*spec), s.worker, s.session_epoch, s.decided_ms});
+  }
   {
     std::lock_guard lock(mu_);
-    for (const auto& s : started) {
-      auto j = common::ParseJson(s.spec_json);
-      auto spec = j.ok() ? JobSpec::FromJson(*j) : common::StatusOr<JobSpec>(j.status());
-      if (!spec.ok()) {
-        // Cannot happen unless Redis holds garbage; the job ends overdue.
-        kLog.Error({.job = s.job_id}, "damaged spec in Redis: {}", spec.status().ToString());
-        continue;
-      }
-      inbox_.push_back({std::move(*spec), s.worker, s.session_epoch, s.decided_ms});
-    }
+    for (auto& r : requests) inbox_.push_back(std::move(r));
   }
   Wake();
 }
@@ -106,6 +114,11 @@ void Dispatcher::Unconfirmed(std::string job_id, int64_t decided_ms) {
   std::lock_guard lock(mu_);
   if (unconfirmed_.size() >= kMaxUnconfirmed) unconfirmed_.pop_front();
   unconfirmed_.emplace_back(std::move(job_id), decided_ms);
+}
+
+void Dispatcher::Queued(JobSpec spec) {
+  queued_specs_.Put(std::move(spec));
+  Poke();
 }
 
 void Dispatcher::Poke() {

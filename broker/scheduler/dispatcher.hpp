@@ -50,6 +50,7 @@
 #include "broker/scheduler/output_buffer.hpp"
 #include "broker/scheduler/renewal_gate.hpp"
 #include "broker/scheduler/result_acks.hpp"
+#include "broker/scheduler/spec_cache.hpp"
 #include "broker/scheduler/worker_gateway.hpp"
 #include "broker/scheduler/worker_table.hpp"
 #include "broker/store/job_store.hpp"
@@ -138,6 +139,9 @@ class Dispatcher {
   void StartAll(const std::vector<StartedJob>& started);
   // A job was queued: look for a slot soon.
   void Poke();
+  // The submit script queued this job: Poke, and keep its spec for when a
+  // script starts it (SpecCache).
+  void Queued(JobSpec spec);
   // A submit whose answer from Redis was lost (SubmitOutcome::kUnconfirmed):
   // once Redis answers, if the script did start the job, it is sent (nobody
   // else ever will).
@@ -275,6 +279,7 @@ class Dispatcher {
   size_t queued_total_ = 0;  // every tenant's queue, from the last tick
   std::vector<WorkerView> worker_views_;
   std::vector<WorkerSlots> candidates_;
+  SpecCache queued_specs_;  // thread-safe on its own
 };
 
 }  // namespace kiln::broker

@@ -204,7 +204,7 @@ common::StatusOr<SubmitResult> SubmitService::Submit(const Caller& caller, std::
   } else if (out->kind == SubmitOutcome::Kind::kHeld) {
     result.status = "awaiting_approval";
   } else {
-    dispatcher_->Poke();
+    dispatcher_->Queued(std::move(spec));
   }
   if (metrics_) metrics_->Submitted(caller.tenant, language);
   return result;

@@ -1024,6 +1024,41 @@ TEST_P(SandboxTest, AddFilesRefusesSpecialFilesWithoutBlocking) {
 // A frozen sandbox uses no CPU until thawed, whatever it runs (a session
 // between executions), and is still killed at once. Only a freezable spawn
 // can be frozen on v1 (the freezer is one more hierarchy to join).
+// A process's state letter from /proc/<pid>/stat ('T': stopped), '?' if gone.
+char ProcState(pid_t pid) {
+  std::string stat = ReadFileString("/proc/" + std::to_string(pid) + "/stat").value_or("");
+  size_t paren = stat.rfind(')');
+  return paren == std::string::npos || paren + 2 >= stat.size() ? '?' : stat[paren + 2];
+}
+
+// Every process below `root` (children, their children, ...).
+std::vector<pid_t> Descendants(pid_t root) {
+  std::multimap<pid_t, pid_t> children;  // ppid -> pid
+  DIR* d = ::opendir("/proc");
+  while (struct dirent* e = ::readdir(d)) {
+    pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+    if (pid <= 0) continue;
+    std::string stat = ReadFileString(std::string("/proc/") + e->d_name + "/stat").value_or("");
+    size_t paren = stat.rfind(')');
+    long ppid = 0;
+    if (paren != std::string::npos && std::sscanf(stat.c_str() + paren + 1, " %*c %ld", &ppid) == 1)
+      children.emplace(static_cast<pid_t>(ppid), pid);
+  }
+  ::closedir(d);
+  std::vector<pid_t> out;
+  std::vector<pid_t> todo{root};
+  while (!todo.empty()) {
+    pid_t p = todo.back();
+    todo.pop_back();
+    auto [first, last] = children.equal_range(p);
+    for (auto it = first; it != last; ++it) {
+      out.push_back(it->second);
+      todo.push_back(it->second);
+    }
+  }
+  return out;
+}
+
 TEST_P(SandboxTest, FreezeStopsEveryProcessUntilThawed) {
   auto spin = [&](bool freezable) {
     SpawnSpec spec;
@@ -1049,6 +1084,15 @@ TEST_P(SandboxTest, FreezeStopsEveryProcessUntilThawed) {
   ASSERT_GT(cpu_over(p, std::chrono::milliseconds(300)), 50) << "not spinning";
   ASSERT_TRUE(p.Freeze(true).ok());
   EXPECT_LT(cpu_over(p, std::chrono::milliseconds(500)), 5) << "ran while frozen";
+  if (std::string(GetParam()) == "v1") {
+    // The job's processes are stopped; kiln-init (pid 1), which runs nothing
+    // of the job's, is left waiting for signals rather than stopped and
+    // woken for nothing on every freeze and thaw.
+    const std::vector<pid_t> job = Descendants(p.pid());
+    EXPECT_EQ(job.size(), 2u);  // the program and its child
+    for (pid_t pid : job) EXPECT_EQ(ProcState(pid), 'T') << pid;
+    EXPECT_NE(ProcState(p.pid()), 'T');
+  }
   ASSERT_TRUE(p.Freeze(false).ok());
   EXPECT_GT(cpu_over(p, std::chrono::milliseconds(300)), 50) << "not running after the thaw";
   ASSERT_TRUE(p.Freeze(true).ok());

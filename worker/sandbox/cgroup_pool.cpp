@@ -13,7 +13,7 @@ class CgroupPool::Leased final : public SandboxCgroup {
   Status SetLimits(const SandboxLimits& limits) override { return cg_->SetLimits(limits); }
   const std::vector<common::UniqueFd>& join_fds() const override { return cg_->join_fds(); }
   CgroupStats Stats(unsigned wanted) const override { return cg_->Stats(wanted); }
-  Status Freeze(bool frozen) override { return cg_->Freeze(frozen); }
+  Status Freeze(bool frozen, pid_t init) override { return cg_->Freeze(frozen, init); }
   void KillAll() override { cg_->KillAll(); }
   Status Destroy() override {
     if (!cg_) return Status::Ok();

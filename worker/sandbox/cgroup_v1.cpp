@@ -132,12 +132,13 @@ class CgroupV1 final : public ReusableCgroup {
   // gets SIGSTOP (none can fork meanwhile), then the cgroup is thawed and
   // each stops before running another instruction of its own. Stopped
   // processes die of SIGKILL. Resuming is SIGCONT to each (none forked).
-  Status Freeze(bool frozen) override {
+  // `init` gets neither signal: it only waits for signals of its own, and
+  // each would wake it for nothing (it is frozen for the atomic moment only).
+  Status Freeze(bool frozen, pid_t init) override {
     if (freezer_.empty()) return common::Unavailable("cgroup v1: no freezer for this sandbox");
     if (!frozen) {
-      // The job's processes first (pid 1, lowest, last): the program is
-      // running again before kiln-init, which has nothing to do, is.
-      SignalCgroupProcs(freezer_, SIGCONT, /*newest_first=*/true);
+      // Newest first: a parent resumes after the children it may wait for.
+      SignalCgroupProcs(freezer_, SIGCONT, /*newest_first=*/true, init);
       return Status::Ok();
     }
     RETURN_IF_ERROR(freezer_state_.Write("FROZEN"));
@@ -147,7 +148,7 @@ class CgroupV1 final : public ReusableCgroup {
           return state.ok() && state->rfind("FROZEN", 0) == 0;
         },
         "cgroup v1: " + freezer_ + " did not freeze");
-    if (st.ok()) SignalCgroupProcs(freezer_, SIGSTOP);
+    if (st.ok()) SignalCgroupProcs(freezer_, SIGSTOP, /*newest_first=*/false, init);
     // Thawed, each task returns into the kernel's signal path it was frozen
     // in (or from a syscall that now sees the pending signal) and stops
     // there: no waiting for it, and SIGKILL works on it from here on.

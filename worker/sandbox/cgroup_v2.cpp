@@ -114,7 +114,7 @@ class CgroupV2 final : public ReusableCgroup {
     return true;
   }
 
-  Status Freeze(bool frozen) override {
+  Status Freeze(bool frozen, pid_t /*init*/) override {
     RETURN_IF_ERROR(freeze_.Write(frozen ? "1" : "0"));
     if (!frozen) return Status::Ok();
     return WaitUntil(

@@ -7,9 +7,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
-#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -38,14 +38,17 @@ Status RemoveCgroupDir(const std::string& dir) {
 
 void KillCgroupProcs(const std::string& dir) { SignalCgroupProcs(dir, SIGKILL); }
 
-void SignalCgroupProcs(const std::string& dir, int sig, bool newest_first) {
+void SignalCgroupProcs(const std::string& dir, int sig, bool newest_first, pid_t spare) {
   auto text = ReadFileString(dir + "/cgroup.procs");
   if (!text.ok()) return;
-  std::istringstream in(*text);
   std::vector<pid_t> pids;
-  long pid;
-  while (in >> pid) {
-    if (pid > 0) pids.push_back(static_cast<pid_t>(pid));
+  const char* p = text->data();
+  const char* end = p + text->size();
+  while (p < end) {  // one decimal pid per line
+    pid_t pid = 0;
+    auto [next, ec] = std::from_chars(p, end, pid);
+    if (ec == std::errc() && pid > 0 && pid != spare) pids.push_back(pid);
+    p = next == p ? p + 1 : next;
   }
   if (newest_first) std::reverse(pids.begin(), pids.end());
   for (pid_t p : pids) ::kill(p, sig);

@@ -330,14 +330,14 @@ void LinuxSandboxProcess::Kill() {
   // Without a pid namespace the rest of the tree is not killed with pid 1.
   if (!shared_->Has("pid_ns") && cgroup_) cgroup_->KillAll();
   // A v1-frozen process dies of SIGKILL only once thawed.
-  if (frozen_ && cgroup_) (void)cgroup_->Freeze(false);
+  if (frozen_ && cgroup_) (void)cgroup_->Freeze(false, pid_);
 }
 
 Status LinuxSandboxProcess::Freeze(bool frozen) {
   if (!cgroup_) return common::Unavailable("no cgroups: the sandbox cannot be frozen");
   if (pid_ <= 0 || reaped_) return common::Internal("no process");
   RETURN_IF_ERROR(EnsureContained());
-  Status st = cgroup_->Freeze(frozen);
+  Status st = cgroup_->Freeze(frozen, pid_);
   // A failed freeze may have stopped some: counted as frozen, so Kill thaws.
   frozen_ = frozen || !st.ok();
   return st;

@@ -73,22 +73,73 @@ local function tenant_conf(t)
   return 0, 1
 end
 
+-- Lease counts for one pop, read once and kept current as it starts jobs
+-- (counted): trying a queue's entries one after another then costs no
+-- recount of every lease set per entry. Without one (admit), pick_worker
+-- counts afresh.
+local function new_counts(ctx)
+  local c = {busy = {}, tenant = {}, conf = {}, global = nil, any_free = false}
+  for _, w in ipairs(ctx.workers) do
+    local busy = count_live(K.lease_w .. w.id, ctx.now)
+    c.busy[w.id] = busy
+    if busy < w.slots then c.any_free = true end
+  end
+  return c
+end
+
+local function counted(ctx, c, tenant, worker)
+  c.busy[worker] = c.busy[worker] + 1
+  c.any_free = false
+  for _, w in ipairs(ctx.workers) do
+    if c.busy[w.id] < w.slots then c.any_free = true end
+  end
+  if c.global then c.global = c.global + 1 end
+  if c.tenant[tenant] then c.tenant[tenant] = c.tenant[tenant] + 1 end
+end
+
+local function tenant_conf_in(c, t)
+  if not c then return tenant_conf(t) end
+  local v = c.conf[t]
+  if not v then
+    local limit, weight = tenant_conf(t)
+    v = {limit, weight}
+    c.conf[t] = v
+  end
+  return v[1], v[2]
+end
+
 -- The least-loaded worker that may run a job now, or nil and why it waits.
 -- `placement`: the job's placement token (its language, and its isolation
--- level unless standard), which the worker must offer.
-local function pick_worker(ctx, tenant, placement, pinned, new_session)
-  if ctx.global_limit > 0 and count_live(K.lease_global, ctx.now) >= ctx.global_limit then
-    return nil, 'global'
+-- level unless standard), which the worker must offer. `c`: a pop's counts
+-- (new_counts), or nil.
+local function pick_worker(ctx, tenant, placement, pinned, new_session, c)
+  if ctx.global_limit > 0 then
+    local n
+    if c then
+      c.global = c.global or count_live(K.lease_global, ctx.now)
+      n = c.global
+    else
+      n = count_live(K.lease_global, ctx.now)
+    end
+    if n >= ctx.global_limit then return nil, 'global' end
   end
-  local tlimit = tenant_conf(tenant)
-  if tlimit > 0 and count_live(K.lease_t .. tenant, ctx.now) >= tlimit then
-    return nil, 'tenant'
+  local tlimit = tenant_conf_in(c, tenant)
+  if tlimit > 0 then
+    local n
+    if c then
+      c.tenant[tenant] = c.tenant[tenant] or count_live(K.lease_t .. tenant, ctx.now)
+      n = c.tenant[tenant]
+    else
+      n = count_live(K.lease_t .. tenant, ctx.now)
+    end
+    if n >= tlimit then return nil, 'tenant' end
   end
   local best, best_load, best_busy, offered = nil, 0, 0, false
   for _, w in ipairs(ctx.workers) do
     if (pinned == '' or w.id == pinned) and string.find(w.runtimes, ',' .. placement .. ',', 1, true) then
       offered = true
-      local busy = count_live(K.lease_w .. w.id, ctx.now)
+      local busy
+      if c then busy = c.busy[w.id] else busy = count_live(K.lease_w .. w.id, ctx.now) end
       if busy < w.slots and (not new_session or
           redis.call('SCARD', K.sessions_w .. w.id) < ctx.wsess_cap) then
         local load = busy / w.slots
@@ -149,15 +200,21 @@ end
 -- ctx.scan entries are tried so one job waiting for a busy session worker
 -- does not hold up the others. Returns id, worker, spec, epoch per job; a
 -- worker of '' marks an execution of a lost session (its worker died): the
--- caller ends it SESSION_LOST, and until then every pop names it again.
+-- caller ends it SESSION_LOST, and until then every pop that walks past it
+-- names it again.
 local function pop(ctx)
   local out = {}
   if late(ctx) then return out end
   local started = 0
   local lost = {}
+  local c = nil  -- new_counts, once there is a queue to walk
   while started < ctx.budget do
+    -- Once this pop has taken the last free slot nothing more can start:
+    -- the queue is not walked again (the next pop walks it).
+    if c and not c.any_free then break end
     local active = redis.call('ZRANGE', K.active, 0, -1, 'WITHSCORES')
     if #active == 0 then break end
+    c = c or new_counts(ctx)
     local placed = false
     for a = 1, #active, 2 do
       local tenant, pass = active[a], active[a + 1]
@@ -191,12 +248,13 @@ local function pop(ctx)
               end
             else
               -- Jobs queued before placement tokens existed hold only a language.
-              w, why = pick_worker(ctx, tenant, f[4] or f[1], pinned, sid ~= '' and pinned == '')
+              w, why = pick_worker(ctx, tenant, f[4] or f[1], pinned, sid ~= '' and pinned == '', c)
             end
             if w then
               redis.call('ZREM', qk, id)
               local epoch = start_job(ctx, id, tenant, w, sid)
-              local _, weight = tenant_conf(tenant)
+              counted(ctx, c, tenant, w)
+              local _, weight = tenant_conf_in(c, tenant)
               redis.call('SET', K.vtime, pass)
               redis.call('ZINCRBY', K.active, 1000000 / weight, tenant)
               if redis.call('ZCARD', qk) == 0 then redis.call('ZREM', K.active, tenant) end

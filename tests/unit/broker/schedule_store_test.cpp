@@ -347,6 +347,42 @@ TEST_F(ScheduleStoreTest, WorkerSlotsAreALimit) {
   EXPECT_EQ(Zcard("{kiln}:lease:w:a"), 1);
 }
 
+// A finish that frees one slot starts one queued job and then stops: it
+// does not walk the rest of the queue (each entry's job and session read,
+// every lease set recounted) once no slot is left. Counted with Redis's own
+// command counter, which includes the commands scripts run.
+TEST_F(ScheduleStoreTest, AFinishThatFillsTheLastSlotDoesNotWalkTheRestOfTheQueue) {
+  std::vector<WorkerSlots> w = {Worker("a", 2), Worker("b", 2)};
+  std::vector<std::string> running;
+  for (int i = 0; i < 4; ++i) {
+    JobSpec s = Spec("t");
+    EXPECT_EQ(Submit(s, w).kind, SubmitOutcome::Kind::kStarted);
+    running.push_back(s.id);
+  }
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(Submit(Spec("t"), w).kind, SubmitOutcome::Kind::kQueued);
+  auto commands = [&] {
+    auto r = pool_->Acquire()->Command({"INFO", "stats"});
+    const std::string text = r.ok() ? r->str : "";
+    const size_t at = text.find("total_commands_processed:");
+    return at == std::string::npos ? -1 : std::atoll(text.c_str() + at + 25);
+  };
+  // The job's record is loaded first (as the broker has it in memory).
+  auto rec = jobs_->Load(running[0]);
+  ASSERT_TRUE(rec.ok());
+  JobRecord r = *rec;
+  r.status = JobStatus::kSucceeded;
+  const long long before = commands();
+  auto fin = sched_->Finish(r, FinishExpect::kAny, w, common::NowMs());
+  const long long used = commands() - before - 1;  // less the INFO
+  ASSERT_TRUE(fin.ok()) << fin.status().ToString();
+  EXPECT_EQ(fin->kind, FinishOutcome::Kind::kStored);
+  ASSERT_EQ(fin->started.size(), 1u);
+  EXPECT_EQ(Zcard("{kiln}:q:t"), 7);
+  // The finish's own ~20, the start ~10, the counts once: a walk of the 7
+  // left would add ~6 per entry.
+  EXPECT_LT(used, 50) << "commands for one finish";
+}
+
 TEST_F(ScheduleStoreTest, WeightedRoundRobinAcrossTenants) {
   // One slot; a flood from `a` (weight 1) queued before `b` (weight 2).
   ASSERT_TRUE(sched_->PublishTenants({{"a", 0, 1}, {"b", 0, 2}}).ok());

@@ -1,7 +1,7 @@
 // Executor: runs jobs on a fixed number of slots, one thread per running job
-// (reused from job to job: JobThreads), and reports their Results through the EventQueue. One-shot
-// jobs take a fresh warm sandbox each; session executions run in their session's long-lived sandbox
-// (SessionTable).
+// (reused from job to job: JobThreads), and reports their Results through
+// the EventQueue. One-shot jobs take a fresh warm sandbox each; session
+// executions run in their session's long-lived sandbox (SessionTable).
 //
 //   Executor ex(options, &pool, &events);
 //   RETURN_IF_ERROR(ex.Start(execute, broker));   // from the event loop

@@ -2,7 +2,8 @@
 // that waits for work if there is one, else a new thread; a thread that has
 // finished its job waits for the next. Reusing threads spares each job (a
 // session statement included) a clone, a fresh stack, its release and an
-// exit: about 1/8 of the worker's CPU per statement before (docs/performance.md).
+// exit: a sixth of the worker's CPU per session statement
+// (docs/performance.md).
 //
 // The count grows to the most jobs ever running at once plus those still
 // tearing down their sandbox (a slot is free before its thread is) and never

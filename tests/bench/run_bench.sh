@@ -226,6 +226,7 @@ EOF
 done
 
 WORKER_IDS=()
+WORKER_PIDS=()
 for i in 0 1; do
   id="bench-w$i-$SUFFIX"
   WORKER_IDS+=("$id")
@@ -247,6 +248,7 @@ ${PRELOAD_YAML}log: {level: warn}
 EOF
   "$WORKER_BIN" --config "$TMP/worker$i.yaml" >"$TMP/worker$i.log" 2>&1 &
   PIDS+=($!)
+  WORKER_PIDS+=($!)
 done
 workers_listed() {  # on every broker
   local body port
@@ -270,17 +272,23 @@ cpu_ticks() {  # cpu_ticks PID...: user + system CPU time of the processes, in c
   for p in "$@"; do t=$(( t + $(awk '{print $14 + $15}' "/proc/$p/stat") )); done
   echo "$t"
 }
+# The machine's busy CPU time in clock ticks (user, nice, system, irq, softirq
+# of every core): the bench client, the sandboxes and the kernel included.
+machine_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
 run() {  # run NAME ARGS...: one kiln-bench run, printed with its command line
   local name=$1; shift
   [[ -z "$ONLY" || "$ONLY" == *",$name,"* ]] || return 0
   local cmd=("$BIN/kiln-bench" "${TARGET_ARGS[@]}" --token "$TOKEN" "$@")
   echo
   echo "\$ ${cmd[*]}"
-  local r0 b0
+  local r0 b0 w0 m0
   r0=$(cpu_ticks "$REDIS_PID"); b0=$(cpu_ticks "${BROKER_PIDS[@]}")
+  w0=$(cpu_ticks "${WORKER_PIDS[@]}"); m0=$(machine_ticks)
   if ! "${cmd[@]}" --json-file "$TMP/$name.json"; then FAILED_RUNS+=("$name"); fi
-  # Redis's and the brokers' CPU over the run (warmup jobs included).
+  # Redis's, the brokers', the workers' (their sandboxes not included) and
+  # the whole machine's CPU over the run (warmup jobs included).
   echo "$(( $(cpu_ticks "$REDIS_PID") - r0 )) $(( $(cpu_ticks "${BROKER_PIDS[@]}") - b0 ))" \
+    "$(( $(cpu_ticks "${WORKER_PIDS[@]}") - w0 )) $(( $(machine_ticks) - m0 ))" \
     >"$TMP/$name.cpu"
   RESULTS+=("$name")
 }
@@ -320,20 +328,22 @@ run shell-c1-newconn --lang shell --concurrency 1 --jobs "$JOBS" --new-connectio
 if command -v jq >/dev/null; then
   echo
   echo "== summary (ms; e2e = client end to end over succeeded jobs; dur/queued = server medians;"
-  echo "   redis/broker = their CPU µs per job over the run, warmup jobs counted, ±1 clock tick)"
-  printf '%-17s %5s %5s %8s %8s %8s %8s %8s %8s %8s %9s %6s %6s\n' run ok fail 'jobs/s' 'e2e p50' \
-    'e2e p90' 'e2e p99' 'e2e max' 'dur p50' 'que p50' 'overhead' redis broker
+  echo "   redis/broker/worker = their CPU µs per job over the run, warmup jobs counted, ±1 clock"
+  echo "   tick; all = the machine's, the client, the sandboxes and the kernel included)"
+  printf '%-17s %5s %5s %8s %8s %8s %8s %8s %8s %8s %9s %6s %6s %6s %6s\n' run ok fail 'jobs/s' \
+    'e2e p50' 'e2e p90' 'e2e p99' 'e2e max' 'dur p50' 'que p50' 'overhead' redis broker worker all
   TICK_US=$(( 1000000 / $(getconf CLK_TCK) ))
   for name in "${RESULTS[@]}"; do
-    read -r rticks bticks <"$TMP/$name.cpu"
+    read -r rticks bticks wticks mticks <"$TMP/$name.cpu"
     jq -r --arg n "$name" '[$n, .succeeded, .failed, .throughput_jobs_per_s, .latency_ms.p50,
         .latency_ms.p90, .latency_ms.p99, .latency_ms.max, .server_duration_ms.p50,
         .server_queued_ms.p50, .overhead_outside_sandbox_ms, .succeeded + .failed + .warmup] | @tsv' \
         "$TMP/$name.json" |
       while IFS=$'\t' read -r n ok fail tput p50 p90 p99 max dur que ovh all; do
-        printf '%-17s %5s %5s %8.1f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f %6d %6d\n' \
+        printf '%-17s %5s %5s %8.1f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f %6d %6d %6d %6d\n' \
           "$n" "$ok" "$fail" "$tput" "$p50" "$p90" "$p99" "$max" "$dur" "$que" "$ovh" \
-          $(( rticks * TICK_US / all )) $(( bticks * TICK_US / all ))
+          $(( rticks * TICK_US / all )) $(( bticks * TICK_US / all )) \
+          $(( wticks * TICK_US / all )) $(( mticks * TICK_US / all ))
       done
   done
 fi

@@ -83,14 +83,8 @@ class CgroupV1 final : public ReusableCgroup {
     if ((wanted & stats::kCpu) && cpu_usage_.valid()) {
       if (auto ns = cpu_usage_.ReadU64(); ns.ok()) s.cpu_ms = CountedSince(*ns, base_.cpu_ns) / 1e6;
     }
-    if (wanted & stats::kPeak) {
-      if (auto peak = mem_peak_.ReadU64(); peak.ok())
-        s.peak_bytes = CountedSince(*peak, base_.memory);
-    }
-    if (wanted & stats::kCurrent) {
-      if (auto now = mem_now_.ReadU64(); now.ok())
-        s.current_bytes = CountedSince(*now, base_.memory);
-    }
+    if (wanted & stats::kPeak) s.peak_bytes = mem_peak_.ReadU64Since(base_.memory);
+    if (wanted & stats::kCurrent) s.current_bytes = mem_now_.ReadU64Since(base_.memory);
     if (!(wanted & stats::kOom)) return s;
     if (auto oom = oom_control_.Read(); oom.ok()) {
       auto kills = ParseKeyedU64(*oom, "oom_kill");

@@ -84,14 +84,8 @@ class CgroupV2 final : public ReusableCgroup {
     if (wanted & stats::kCpu) {
       if (auto us = CpuUsec()) s.cpu_ms = CountedSince(*us, base_.cpu_usec) / 1e3;
     }
-    if (wanted & stats::kPeak) {
-      if (auto peak = mem_peak_.ReadU64(); peak.ok())
-        s.peak_bytes = CountedSince(*peak, base_.memory);
-    }
-    if (wanted & stats::kCurrent) {
-      if (auto now = mem_now_.ReadU64(); now.ok())
-        s.current_bytes = CountedSince(*now, base_.memory);
-    }
+    if (wanted & stats::kPeak) s.peak_bytes = mem_peak_.ReadU64Since(base_.memory);
+    if (wanted & stats::kCurrent) s.current_bytes = mem_now_.ReadU64Since(base_.memory);
     if (wanted & stats::kOom) s.oom_killed = OomKills() > base_.oom_kills;
     return s;
   }

@@ -61,6 +61,12 @@ StatusOr<uint64_t> HeldFile::ReadU64() const {
   return static_cast<uint64_t>(v);
 }
 
+std::optional<uint64_t> HeldFile::ReadU64Since(uint64_t base) const {
+  auto v = ReadU64();
+  if (!v.ok()) return std::nullopt;
+  return *v > base ? *v - base : 0;
+}
+
 Status HeldFile::Write(std::string_view value) const {
   if (!fd_.valid()) return ErrnoStatus("open " + path_, open_errno_);
   ssize_t n = ::pwrite(fd_.get(), value.data(), value.size(), 0);

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -34,6 +35,9 @@ class HeldFile {
   common::StatusOr<std::string> Read() const;
   // A file holding one unsigned decimal number.
   common::StatusOr<uint64_t> ReadU64() const;
+  // ReadU64() less `base` (0 below it: a counter counted from a reset);
+  // unset when the file cannot be read.
+  std::optional<uint64_t> ReadU64Since(uint64_t base) const;
   // One write of `value` at offset 0.
   common::Status Write(std::string_view value) const;
 

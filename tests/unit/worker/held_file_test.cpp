@@ -61,6 +61,16 @@ TEST_F(HeldFileTest, NotANumberAndAMissingFileAreErrors) {
   EXPECT_NE(v.status().message().find("none"), std::string::npos) << v.status().ToString();
 }
 
+// A counter counted from a baseline: never below 0, unset when unreadable.
+TEST_F(HeldFileTest, ACounterSinceItsBaseline) {
+  HeldFile f = HeldFile::Open(Put("counter", "100\n"), O_RDONLY);
+  EXPECT_EQ(f.ReadU64Since(40), std::optional<uint64_t>(60));
+  EXPECT_EQ(f.ReadU64Since(100), std::optional<uint64_t>(0));
+  EXPECT_EQ(f.ReadU64Since(250), std::optional<uint64_t>(0));
+  EXPECT_EQ(HeldFile::Open(dir_ + "/none", O_RDONLY).ReadU64Since(0), std::nullopt);
+  EXPECT_EQ(HeldFile::Open(Put("word2", "max\n"), O_RDONLY).ReadU64Since(0), std::nullopt);
+}
+
 TEST_F(HeldFileTest, AKernelNumberFile) {
   HeldFile f = HeldFile::Open("/proc/sys/kernel/pid_max", O_RDONLY);
   ASSERT_TRUE(f.valid());

@@ -4,10 +4,20 @@
 
 namespace kiln::broker {
 
+// Every part a submission sizes: what a tenant's queued jobs may hold here
+// is bounded by what they sent, tools' schemas (up to 1 MiB a job) included.
 size_t SpecCache::BytesOf(const JobSpec& spec) {
-  size_t n = 512 + spec.code.size() + spec.input_json.size() + spec.stdin_data.size();
-  for (const auto& f : spec.files) n += f.path.size() + f.content.size();
-  for (const auto& [k, v] : spec.env) n += k.size() + v.size();
+  size_t n = 512 + spec.id.size() + spec.tenant.size() + spec.session_id.size() +
+             spec.conversation_id.size() + spec.code.size() + spec.input_json.size() +
+             spec.stdin_data.size() + spec.callback_url.size();
+  for (const auto& f : spec.files) n += 32 + f.path.size() + f.content.size();
+  for (const auto& [k, v] : spec.env) n += 64 + k.size() + v.size();
+  for (const auto* list : {&spec.warnings, &spec.collect, &spec.packages, &spec.network_allow}) {
+    for (const auto& item : *list) n += 32 + item.size();
+  }
+  for (const auto& t : spec.tools) {
+    n += 96 + t.name.size() + t.description.size() + t.parameters_json.size();
+  }
   return n;
 }
 

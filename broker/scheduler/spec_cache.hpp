@@ -7,10 +7,10 @@
 //   cache.Put(std::move(spec));                  // after the submit script queued it
 //   if (auto spec = cache.Take(id)) ... else parse the stored JSON
 //
-// Bounded by entries and by the bytes of code, input, stdin and files
-// (oldest out first): jobs that never start here (cancelled, started by
-// another broker) only wait to be evicted. Thread-safe: HTTP threads put,
-// the dispatcher's loop takes.
+// Bounded by entries and by the bytes of everything a spec holds (code,
+// input, stdin, files, env, tools' schemas and the lists; oldest out first): jobs that never start
+// here (cancelled, started by another broker) only wait to be evicted. Thread-safe: HTTP threads
+// put, the dispatcher's loop takes.
 #pragma once
 
 #include <cstddef>

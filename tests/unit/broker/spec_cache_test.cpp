@@ -56,6 +56,25 @@ TEST(SpecCache, TheOldestGoFirstPastTheByteBound) {
   EXPECT_FALSE(cache.Take("huge").has_value());
 }
 
+// A spec of little code and tools' schemas at their limits (32 x 32 KiB)
+// counts the schemas: a tenant's queue of such jobs cannot pin more than
+// kMaxBytes here.
+TEST(SpecCache, ToolSchemasCountTowardsTheByteBound) {
+  SpecCache cache;
+  for (int i = 0; i < 64; ++i) {
+    JobSpec s = Spec("tools" + std::to_string(i));
+    for (int t = 0; t < 32; ++t) {
+      s.tools.push_back({"tool" + std::to_string(t), "", std::string(32 << 10, 'x')});
+    }
+    cache.Put(std::move(s));
+  }
+  EXPECT_GE(cache.bytes(), cache.size() * (32u << 15));
+  EXPECT_LE(cache.bytes(), SpecCache::kMaxBytes);
+  EXPECT_LT(cache.size(), 64u);
+  EXPECT_FALSE(cache.Take("tools0").has_value());
+  EXPECT_TRUE(cache.Take("tools63").has_value());
+}
+
 TEST(SpecCache, AnOldEntryNobodyTakesStaysWhileOthersComeAndGo) {
   SpecCache cache;
   cache.Put(Spec("old"));

@@ -57,7 +57,20 @@ int main(int argc, char** argv) {
   std::map<worker::runtimes::Language, worker::runtimes::Runtime> runtimes;
   for (const auto& name : cfg->runtimes) {
     auto lang = worker::runtimes::ParseLanguage(name);
-    auto rt = worker::runtimes::Runtime::Create(*lang, cfg->runtime_paths, cfg->python_preload);
+    // Python jobs that import nothing beyond the standard library are
+    // served by the zygote without the preloads (Runtime::NeedsPreload).
+    worker::runtimes::ModuleSet lean;
+    if (*lang == worker::runtimes::Language::kPython && !cfg->python_preload.empty()) {
+      lean = worker::runtimes::PythonStdlibModules(cfg->runtime_paths.python);
+      if (lean.empty()) {
+        spdlog::warn(
+            "{} did not list its standard library: python jobs that import anything "
+            "run in the preloaded zygote",
+            cfg->runtime_paths.python);
+      }
+    }
+    auto rt = worker::runtimes::Runtime::Create(*lang, cfg->runtime_paths, cfg->python_preload,
+                                                std::move(lean));
     if (!rt.ok()) {
       spdlog::critical("runtime {}: {}", name, rt.status().ToString());
       return 2;

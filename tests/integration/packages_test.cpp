@@ -2,8 +2,9 @@
 // and its sandboxes): python jobs import the Debian-packaged data stack that
 // deploy/install-deps.sh installs, javascript jobs `require` and `import()`
 // the pinned tree the sandbox shows at /node_modules, both read-only; the
-// python zygote has imported packages.preload.python before it forks, and a
-// worker configured without preloads has not.
+// python zygote has imported packages.preload.python before it forks for a
+// job that may import beyond the standard library (not for one that does
+// not), and a worker configured without preloads has not.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -62,6 +63,29 @@ result = {'sum': int(df['a'].sum()), 'mean_b': float(df['b'].mean()), 'preloaded
   // packages.preload.python defaults to numpy and pandas: the zygote that
   // forked this sandbox had imported them.
   EXPECT_EQ(r["result"]["preloaded"], true) << r.dump();
+}
+
+// Two zygotes: a job that imports nothing beyond the standard library is
+// forked from the lean one (a smaller fork; docs/performance.md, "Two python
+// zygotes"), one that may import more, statically or not, from the one with
+// the preloads.
+TEST_F(PackagesTest, JobsThatNeedNoPreloadRunWithoutThem) {
+  json lean = Run(*cluster_, "python",
+                  "import sys, json\nresult = sorted(m for m in ('numpy', 'pandas') "
+                  "if m in sys.modules)");
+  ASSERT_EQ(lean.value("status", ""), "succeeded") << lean.dump();
+  EXPECT_EQ(lean["result"], json::array()) << lean.dump();
+  json dynamic = Run(*cluster_, "python",
+                     "import sys, importlib\nresult = 'pandas' in sys.modules\n"
+                     "importlib.import_module('numpy')");
+  ASSERT_EQ(dynamic.value("status", ""), "succeeded") << dynamic.dump();
+  EXPECT_EQ(dynamic["result"], true) << dynamic.dump();
+  // The lean sandbox can still import a preloaded module itself.
+  json late = Run(*cluster_, "python",
+                  "import sys\nm = 'num' + 'py'\nbefore = m in sys.modules\n"
+                  "exec('imp' + 'ort ' + m)\nresult = [before, numpy.int64(2).item()]");
+  ASSERT_EQ(late.value("status", ""), "succeeded") << late.dump();
+  EXPECT_EQ(late["result"], json::array({false, 2})) << late.dump();
 }
 
 TEST_F(PackagesTest, ThePythonSetImportsAndIsReadOnly) {

@@ -106,12 +106,13 @@ void Executor::RunOne(protocol::Execute job, std::string broker, int cancel_fd,
     // A one-shot sandbox (and the package set it sees) lives until this
     // block ends: after the Result left. Packages are installed before a
     // warm sandbox is taken, so none idles out of the pool for the install.
+    const runtimes::Runtime& runtime = pool_->runtimes().at(*language);
     common::StatusOr<std::shared_ptr<const PackageSet>> set = std::shared_ptr<const PackageSet>();
     if (!job.packages.empty())
       set = AcquirePackages(job.tenant, job.language, job.packages, cancel_fd);
     if (!set.ok()) {
       deliver(PackageErrorResult(job, set.status()));
-    } else if (auto sb = pool_->Take(*language); !sb.ok()) {
+    } else if (auto sb = pool_->Take(*language, runtime.NeedsPreload(job.code)); !sb.ok()) {
       deliver(ErrorResult(job, sb.status()));
     } else if (common::Status mounted =
                    *set ? sb->process->MountPackages((*set)->path()) : common::Status::Ok();
@@ -121,7 +122,7 @@ void Executor::RunOne(protocol::Execute job, std::string broker, int cancel_fd,
       deliver(ErrorResult(job, egress.status()));
     } else {
       if (*egress) opts.network_limit_fd = (*egress)->limit_fd();
-      protocol::Result result = RunJob(job, *sb, pool_->runtimes().at(*language), opts, cancel_fd);
+      protocol::Result result = RunJob(job, *sb, runtime, opts, cancel_fd);
       FinishEgress(egress->get(), &result);
       deliver(std::move(result));
     }

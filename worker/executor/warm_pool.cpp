@@ -50,33 +50,47 @@ WarmPool::WarmPool(sandbox::Sandbox* sandbox,
       per_runtime_(per_runtime),
       metrics_(metrics),
       refill_hold_(refill_hold) {
+  for (const auto& [language, rt] : runtimes_) {
+    if (rt.has_preload()) kinds_.push_back({language, false});
+    kinds_.push_back({language, true});
+  }
   std::lock_guard lock(mu_);
   for (const auto& [language, rt] : runtimes_) PublishReady(language);
 }
 
-void WarmPool::PublishReady(runtimes::Language language) {
-  if (!metrics_) return;
-  auto it = stock_.find(language);
-  metrics_->SetWarm(std::string(runtimes::LanguageName(language)),
-                    it == stock_.end() ? 0 : it->second.size());
+WarmKind WarmPool::KindOf(runtimes::Language language, bool preloaded) const {
+  auto rt = runtimes_.find(language);
+  return {language, preloaded || rt == runtimes_.end() || !rt->second.has_preload()};
 }
 
-common::StatusOr<WarmSandbox> WarmPool::SpawnOne(runtimes::Language language) {
-  return Spawn(language, /*session=*/false);
+void WarmPool::PublishReady(runtimes::Language language) {
+  if (!metrics_) return;
+  size_t ready = 0;
+  for (bool preloaded : {false, true}) {
+    auto it = stock_.find({language, preloaded});
+    if (it != stock_.end()) ready += it->second.size();
+  }
+  metrics_->SetWarm(std::string(runtimes::LanguageName(language)), ready);
+}
+
+common::StatusOr<WarmSandbox> WarmPool::SpawnOne(runtimes::Language language, bool preloaded) {
+  return Spawn(KindOf(language, preloaded), /*session=*/false);
 }
 
 common::StatusOr<WarmSandbox> WarmPool::SpawnSession(runtimes::Language language) {
-  return Spawn(language, /*session=*/true);
+  return Spawn({language, true}, /*session=*/true);
 }
 
-common::StatusOr<WarmSandbox> WarmPool::Spawn(runtimes::Language language, bool session) {
+common::StatusOr<WarmSandbox> WarmPool::Spawn(WarmKind kind, bool session) {
+  const runtimes::Language language = kind.language;
   auto rt = runtimes_.find(language);
   if (rt == runtimes_.end()) {
     return common::Status(
         common::Code::kRuntimeUnavailable,
         std::string(runtimes::LanguageName(language)) + " is not offered by this worker");
   }
-  runtimes::Launch launch = session ? rt->second.SessionLaunch() : rt->second.OneShotLaunch();
+  runtimes::Launch launch =
+      session ? rt->second.SessionLaunch() : rt->second.OneShotLaunch(kind.preloaded);
   ASSIGN_OR_RETURN(Pipe in, MakePipe());
   ASSIGN_OR_RETURN(Pipe out, MakePipe());
   ASSIGN_OR_RETURN(Pipe err, MakePipe());
@@ -128,16 +142,17 @@ void WarmPool::CountJob(const WarmSandbox* taken) {
   refill_at_ = common::SteadyClock::now() + refill_hold_;
 }
 
-common::StatusOr<WarmSandbox> WarmPool::Take(runtimes::Language language) {
+common::StatusOr<WarmSandbox> WarmPool::Take(runtimes::Language language, bool preloaded) {
+  const WarmKind kind = KindOf(language, preloaded);
   {
     std::unique_lock lock(mu_);
-    auto& q = stock_[language];
+    auto& q = stock_[kind];
     // The refill is building one: wait for it rather than build a second
     // next to it (two builds on a small host take as long as both in a row).
     // One Take waits per build; the others start their own.
-    if (q.empty() && refilling_ == language && !refill_claimed_) {
+    if (q.empty() && refilling_ == kind && !refill_claimed_) {
       refill_claimed_ = true;
-      wake_.wait(lock, [&] { return !q.empty() || refilling_ != language; });
+      wake_.wait(lock, [&] { return !q.empty() || refilling_ != kind; });
       refill_claimed_ = false;
     }
     while (!q.empty()) {
@@ -156,7 +171,7 @@ common::StatusOr<WarmSandbox> WarmPool::Take(runtimes::Language language) {
     CountJob(nullptr);
   }
   wake_.notify_all();
-  return SpawnOne(language);
+  return Spawn(kind, /*session=*/false);
 }
 
 void WarmPool::JobDone() {
@@ -168,15 +183,15 @@ void WarmPool::JobDone() {
   wake_.notify_all();
 }
 
-size_t WarmPool::Ready(runtimes::Language language) const {
+size_t WarmPool::Ready(runtimes::Language language, bool preloaded) const {
   std::lock_guard lock(mu_);
-  auto it = stock_.find(language);
+  auto it = stock_.find(KindOf(language, preloaded));
   return it == stock_.end() ? 0 : it->second.size();
 }
 
-bool WarmPool::Refilling(runtimes::Language language) const {
+bool WarmPool::Refilling(runtimes::Language language, bool preloaded) const {
   std::lock_guard lock(mu_);
-  return refilling_ == language;
+  return refilling_ == KindOf(language, preloaded);
 }
 
 void WarmPool::Run(std::stop_token stop) {
@@ -189,28 +204,25 @@ void WarmPool::Run(std::stop_token stop) {
     if (stop.stop_requested()) break;
     bool spawned = false;
     bool failed = false;
-    for (const auto& [language, rt] : runtimes_) {
+    for (const WarmKind& kind : kinds_) {
       if (stop.stop_requested()) break;
       {
         std::lock_guard lock(mu_);
-        if (stock_[language].size() >= per_runtime_) continue;
+        if (stock_[kind].size() >= per_runtime_) continue;
+        refilling_ = kind;
       }
-      {
-        std::lock_guard lock(mu_);
-        refilling_ = language;
-      }
-      auto sb = SpawnOne(language);
+      auto sb = Spawn(kind, /*session=*/false);
       {
         std::lock_guard lock(mu_);
         refilling_.reset();
         if (sb.ok()) {
-          stock_[language].push_back(std::move(*sb));
-          PublishReady(language);
+          stock_[kind].push_back(std::move(*sb));
+          PublishReady(kind.language);
         }
       }
       wake_.notify_all();  // a Take may be waiting for this one
       if (!sb.ok()) {
-        kLog.Error({}, "cannot start a warm {} sandbox: {}", runtimes::LanguageName(language),
+        kLog.Error({}, "cannot start a warm {} sandbox: {}", runtimes::LanguageName(kind.language),
                    sb.status().ToString());
         failed = true;
         continue;
@@ -226,8 +238,8 @@ void WarmPool::Run(std::stop_token stop) {
     }
     // Stock full: sleep until a Take or a stop.
     wake_.wait_for(lock, stop, std::chrono::seconds(1), [&] {
-      for (const auto& [language, rt] : runtimes_) {
-        if (stock_[language].size() < per_runtime_) return true;
+      for (const WarmKind& kind : kinds_) {
+        if (stock_[kind].size() < per_runtime_) return true;
       }
       return false;
     });

@@ -4,6 +4,10 @@
 //   std::jthread refill([&](std::stop_token st) { pool.Run(st); });
 //   ASSIGN_OR_RETURN(WarmSandbox sb, pool.Take(Language::kPython));  // ready or cold
 //
+// A python runtime with preloads has two stocks: sandboxes forked from the
+// zygote with the preloads, and from the lean one (Runtime::OneShotLaunch);
+// Take's `preloaded` picks (Runtime::NeedsPreload).
+//
 // Every sandbox serves exactly one job and is destroyed afterwards (per-attempt
 // isolation): the pool pre-builds, it never reuses. A sandbox that died while
 // waiting is discarded at Take(). Take() and JobDone() are thread-safe; Run()
@@ -25,6 +29,7 @@
 #include <mutex>
 #include <optional>
 #include <stop_token>
+#include <vector>
 
 #include "common/clock.hpp"
 #include "common/status.hpp"
@@ -60,6 +65,14 @@ inline constexpr std::chrono::milliseconds kSettledAge{50};
 // can only be lowered, so the spawn's is the ceiling).
 inline constexpr uint64_t kSessionCpuRlimitMs = 7ull * 24 * 3600 * 1000;
 
+// A stock: one-shot sandboxes of a language, and whether they come from the
+// preloaded zygote (always true for a runtime without preloads).
+struct WarmKind {
+  runtimes::Language language = runtimes::Language::kPython;
+  bool preloaded = true;
+  auto operator<=>(const WarmKind&) const = default;
+};
+
 class WarmPool {
  public:
   WarmPool(sandbox::Sandbox* sandbox, std::map<runtimes::Language, runtimes::Runtime> runtimes,
@@ -67,26 +80,26 @@ class WarmPool {
            WorkerMetrics* metrics = nullptr,  // optional; outlives the pool
            std::chrono::milliseconds refill_hold = kRefillHold);
 
-  // A ready sandbox when one is in stock, else the one the refill loop is
-  // building (for one caller at a time), else one started now.
-  // RUNTIME_UNAVAILABLE for a runtime this worker does not offer. Every call,
-  // failed or not, is to be followed by one JobDone().
-  common::StatusOr<WarmSandbox> Take(runtimes::Language language);
+  // A ready sandbox of that kind when one is in stock, else the one the
+  // refill loop is building (for one caller at a time), else one started
+  // now. RUNTIME_UNAVAILABLE for a runtime this worker does not offer. Every
+  // call, failed or not, is to be followed by one JobDone().
+  common::StatusOr<WarmSandbox> Take(runtimes::Language language, bool preloaded = true);
   // The job that called Take() is over (its Result sent, its sandbox torn
   // down) or could not start: the refill may start now.
   void JobDone();
-  // Whether the refill loop is building a sandbox for `language` now.
-  bool Refilling(runtimes::Language language) const;
-  // Starts one sandbox for `language` (what Take does when the stock is empty).
-  common::StatusOr<WarmSandbox> SpawnOne(runtimes::Language language);
+  // Whether the refill loop is building a sandbox of that kind now.
+  bool Refilling(runtimes::Language language, bool preloaded = true) const;
+  // Starts one sandbox of that kind (what Take does when the stock is empty).
+  common::StatusOr<WarmSandbox> SpawnOne(runtimes::Language language, bool preloaded = true);
   // Starts a session sandbox: the language's REPL driver (never stocked).
   common::StatusOr<WarmSandbox> SpawnSession(runtimes::Language language);
 
-  size_t Ready(runtimes::Language language) const;
+  size_t Ready(runtimes::Language language, bool preloaded = true) const;
   const std::map<runtimes::Language, runtimes::Runtime>& runtimes() const { return runtimes_; }
   sandbox::Sandbox* sandbox() const { return sandbox_; }
 
-  // Keeps per_runtime sandboxes ready for every runtime until stop; then
+  // Keeps per_runtime sandboxes ready of every kind until stop; then
   // destroys the stock.
   void Run(std::stop_token stop);
 
@@ -97,21 +110,24 @@ class WarmPool {
   size_t per_runtime_;
   WorkerMetrics* metrics_;
   std::chrono::milliseconds refill_hold_;
+  std::vector<WarmKind> kinds_;  // every stock, lean python first
 
   mutable std::mutex mu_;
   std::condition_variable_any wake_;
-  std::map<runtimes::Language, std::deque<WarmSandbox>> stock_;
+  std::map<WarmKind, std::deque<WarmSandbox>> stock_;
   // The refill loop starts no sandbox before this; in the past when no hold
   // is in force.
   common::SteadyClock::time_point refill_at_{};
   size_t jobs_ = 0;  // Take() calls not yet followed by JobDone()
-  // The language the refill loop is building a sandbox for, if any, and
-  // whether a Take() with an empty stock already waits for that one.
-  std::optional<runtimes::Language> refilling_;
+  // The kind the refill loop is building a sandbox of, if any, and whether
+  // a Take() with an empty stock already waits for that one.
+  std::optional<WarmKind> refilling_;
   bool refill_claimed_ = false;
 
-  common::StatusOr<WarmSandbox> Spawn(runtimes::Language language, bool session);
-  // Reports the stock of `language`; mu_ held.
+  // `kind` as a stock's key: preloaded for a runtime without preloads.
+  WarmKind KindOf(runtimes::Language language, bool preloaded) const;
+  common::StatusOr<WarmSandbox> Spawn(WarmKind kind, bool session);
+  // Reports the stock of `language`, its kinds added up; mu_ held.
   void PublishReady(runtimes::Language language);
   // Counts a job in; holds the refill if it is the only one and `taken` (the
   // sandbox it got, or null) had settled in the stock; mu_ held.

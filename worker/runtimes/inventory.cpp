@@ -15,6 +15,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <vector>
 
 #include "common/unique_fd.hpp"
 
@@ -23,8 +24,9 @@ extern char** environ;
 namespace kiln::worker::runtimes {
 namespace {
 
-constexpr auto kVersionWait = std::chrono::seconds(5);
+constexpr auto kInterpreterWait = std::chrono::seconds(5);
 constexpr size_t kMaxVersionOutput = 4096;
+constexpr size_t kMaxStdlibOutput = 64 << 10;  // ~2.5 KiB for python 3.11's 305 names
 
 std::string ReadSmallFile(const std::string& path) {
   std::ifstream f(path);
@@ -74,7 +76,12 @@ std::string ParseVersionOutput(Language language, const std::string& output) {
   return v.size() <= 64 ? v : "";
 }
 
-std::string InterpreterVersion(Language language, const std::string& interpreter) {
+namespace {
+
+// What `argv` (argv[0] an absolute path) prints on stdout and stderr, at most
+// about `max_bytes` (a read more at most), waiting at most kInterpreterWait;
+// "" when it cannot start.
+std::string OutputOf(const std::vector<const char*>& argv, size_t max_bytes) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return "";
   common::UniqueFd read_end(fds[0]), write_end(fds[1]);
@@ -83,17 +90,18 @@ std::string InterpreterVersion(Language language, const std::string& interpreter
   posix_spawn_file_actions_adddup2(&actions, write_end.get(), 1);
   posix_spawn_file_actions_adddup2(&actions, write_end.get(), 2);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  const char* argv[] = {interpreter.c_str(), "--version", nullptr};
+  std::vector<const char*> args = argv;
+  args.push_back(nullptr);
   pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, interpreter.c_str(), &actions, nullptr,
-                         const_cast<char* const*>(argv), environ);
+  int rc = ::posix_spawn(&pid, args[0], &actions, nullptr, const_cast<char* const*>(args.data()),
+                         environ);
   posix_spawn_file_actions_destroy(&actions);
   write_end.Reset();
   if (rc != 0) return "";
   std::string out;
-  const auto deadline = std::chrono::steady_clock::now() + kVersionWait;
-  char buf[512];
-  while (out.size() < kMaxVersionOutput) {
+  const auto deadline = std::chrono::steady_clock::now() + kInterpreterWait;
+  char buf[4096];
+  while (out.size() < max_bytes) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) break;
@@ -106,7 +114,29 @@ std::string InterpreterVersion(Language language, const std::string& interpreter
   ::kill(pid, SIGKILL);  // done or too slow: it has nothing more to say
   int status = 0;
   ::waitpid(pid, &status, 0);
-  return ParseVersionOutput(language, out);
+  return out;
+}
+
+}  // namespace
+
+std::string InterpreterVersion(Language language, const std::string& interpreter) {
+  return ParseVersionOutput(language,
+                            OutputOf({interpreter.c_str(), "--version"}, kMaxVersionOutput));
+}
+
+ModuleSet PythonStdlibModules(const std::string& interpreter) {
+  const std::string out =
+      OutputOf({interpreter.c_str(), "-I", "-c",
+                "import sys; print('kiln-stdlib', *sorted(sys.stdlib_module_names))"},
+               kMaxStdlibOutput);
+  ModuleSet names;
+  std::istringstream words(out);
+  std::string word;
+  if (!(words >> word) || word != "kiln-stdlib") return names;
+  while (words >> word) {
+    if (IsValidIdentifier(word)) names.insert(word);
+  }
+  return names;
 }
 
 std::vector<std::string> PythonPackageDirs() {

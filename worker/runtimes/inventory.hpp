@@ -5,11 +5,12 @@
 //
 //   auto v = InterpreterVersion(Language::kPython, "/usr/bin/python3");   // "3.11.2"
 //   auto py = PythonPackages(PythonPackageDirs());
+//   ModuleSet stdlib = PythonStdlibModules("/usr/bin/python3");  // for Runtime::Create
 //   auto js = JavascriptPackages("/usr/local/lib/kiln/javascript/node_modules");
 //
-// Taken once by kiln-worker's main at start; InterpreterVersion runs the
-// configured interpreter (trusted configuration, outside any sandbox), the
-// rest only reads folders. Any thread.
+// Taken once by kiln-worker's main at start; InterpreterVersion and
+// PythonStdlibModules run the configured interpreter (trusted configuration,
+// outside any sandbox), the rest only reads folders. Any thread.
 #pragma once
 
 #include <map>
@@ -29,6 +30,10 @@ struct PackageVersion {
 // The version `<interpreter> --version` prints ("3.11.2", "18.19.0",
 // "5.2.15(1)-release"), waiting at most 5 s; "" when it fails.
 std::string InterpreterVersion(Language language, const std::string& interpreter);
+// The top-level modules of `interpreter`'s standard library
+// (`sys.stdlib_module_names`, python 3.10+; the same 5 s bound); empty when
+// it cannot tell (an older python, a failed start).
+ModuleSet PythonStdlibModules(const std::string& interpreter);
 // Parses that output (the first line): "Python 3.11.2", "v18.19.0",
 // "GNU bash, version 5.2.15(1)-release (...)"; "" when it does not match.
 std::string ParseVersionOutput(Language language, const std::string& output);

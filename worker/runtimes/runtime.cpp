@@ -285,7 +285,7 @@ bool IsValidModulePath(std::string_view name) {
 }
 
 StatusOr<Runtime> Runtime::Create(Language language, const RuntimePaths& paths,
-                                  std::vector<std::string> preload) {
+                                  std::vector<std::string> preload, ModuleSet lean_modules) {
   for (const std::string& m : preload) {
     if (!IsValidModulePath(m))
       return common::InvalidRequest("preload: bad module name '" + m + "'");
@@ -305,20 +305,28 @@ StatusOr<Runtime> Runtime::Create(Language language, const RuntimePaths& paths,
     return Status(Code::kRuntimeUnavailable, what + " is not an executable file");
   }
   if (language != Language::kPython) preload.clear();
-  return Runtime(language, path, std::move(preload));
+  lean_modules.emplace("kiln");  // the wrappers' own (docs/runtimes.md, "Tool callbacks")
+  return Runtime(language, path, std::move(preload), std::move(lean_modules));
 }
 
-Launch Runtime::OneShotLaunch() const {
+bool Runtime::NeedsPreload(std::string_view code) const {
+  return has_preload() && MayImportBeyond(code, *lean_modules_);
+}
+
+Launch Runtime::OneShotLaunch(bool preloaded) const {
   Launch launch;
   launch.env = language_ == Language::kPython ? PythonEnv() : BaseEnv();
   switch (language_) {
     case Language::kPython: {
       std::string preload;
-      for (const std::string& m : preload_) preload += (preload.empty() ? "" : ",") + m;
+      if (preloaded) {
+        for (const std::string& m : preload_) preload += (preload.empty() ? "" : ",") + m;
+      }
       // -I: ignore PYTHON* variables and the user site; keep site-packages.
       launch.argv = {interpreter_, "-I", "-c", std::string(kPythonOneShotWrapper)};
       // The same wrapper, loaded once by a zygote that forks a sandbox per job,
-      // after importing the preloaded modules (comma-separated).
+      // after importing the preloaded modules (comma-separated; none: a
+      // second, lean zygote, as its argv differs).
       launch.zygote_argv = {
           interpreter_, "-I", "-c", std::string(kPythonZygote), std::string(kPythonOneShotWrapper),
           preload};

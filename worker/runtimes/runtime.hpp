@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -32,6 +33,7 @@
 
 #include "common/protocol/messages.hpp"
 #include "common/status.hpp"
+#include "worker/runtimes/python_imports.hpp"
 
 namespace kiln::worker::runtimes {
 
@@ -70,15 +72,31 @@ class Runtime {
 
   // RUNTIME_UNAVAILABLE when the interpreter is not an executable regular file.
   // `preload` (python only; IsValidModulePath names): modules the zygote
-  // imports before it forks, so jobs find them loaded.
+  // imports before it forks, so jobs find them loaded. `lean_modules`
+  // (python only): the top-level modules a job may import and still be
+  // served by the zygote without the preloads (the interpreter's standard
+  // library, inventory.hpp's PythonStdlibModules): see NeedsPreload.
   static common::StatusOr<Runtime> Create(Language language, const RuntimePaths& paths,
-                                          std::vector<std::string> preload = {});
+                                          std::vector<std::string> preload = {},
+                                          ModuleSet lean_modules = {});
 
   Language language() const { return language_; }
   const std::string& interpreter() const { return interpreter_; }
+  // Whether one-shot sandboxes come in two kinds (python with preloads):
+  // OneShotLaunch(true) and OneShotLaunch(false) differ.
+  bool has_preload() const { return !preload_.empty(); }
 
   // argv and base environment of a warm sandbox; independent of any job.
-  Launch OneShotLaunch() const;
+  // `preloaded` false (python): the zygote that has loaded only the wrapper,
+  // a smaller process whose forks cost less (docs/performance.md, "Two
+  // python zygotes"); the same as true when there is nothing to preload.
+  Launch OneShotLaunch(bool preloaded = true) const;
+
+  // Whether a one-shot job with this code should run in a preloaded
+  // sandbox: there are preloads, and the code may import a module beyond
+  // `lean_modules` (python_imports.hpp; the wrapper's `kiln` counts as
+  // known). Only speed depends on it: every sandbox can import everything.
+  bool NeedsPreload(std::string_view code) const;
 
   // The bytes to write to the warm sandbox's stdin. `input_json` is a JSON
   // object or empty (none). `stdin_data` is what the code then reads on its
@@ -121,12 +139,17 @@ class Runtime {
                                                 std::string_view stdin_data = {}) const;
 
  private:
-  Runtime(Language language, std::string interpreter, std::vector<std::string> preload)
-      : language_(language), interpreter_(std::move(interpreter)), preload_(std::move(preload)) {}
+  Runtime(Language language, std::string interpreter, std::vector<std::string> preload,
+          ModuleSet lean_modules)
+      : language_(language),
+        interpreter_(std::move(interpreter)),
+        preload_(std::move(preload)),
+        lean_modules_(std::make_shared<const ModuleSet>(std::move(lean_modules))) {}
 
   Language language_;
   std::string interpreter_;
   std::vector<std::string> preload_;
+  std::shared_ptr<const ModuleSet> lean_modules_;  // shared: a Runtime is copied freely
 };
 
 // ControlStream: splits what a session driver writes to fd 3 ("<N>\n" + N

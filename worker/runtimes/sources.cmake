@@ -49,6 +49,7 @@ configure_file(${_kiln_rt_dir}/wrappers.cpp.in ${_kiln_rt_generated} @ONLY)
 
 set(KILN_RUNTIMES_SOURCES
   ${_kiln_rt_dir}/runtime.cpp
+  ${_kiln_rt_dir}/python_imports.cpp
   ${_kiln_rt_dir}/inventory.cpp
   ${_kiln_rt_generated}
 )

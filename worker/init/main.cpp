@@ -298,9 +298,24 @@ int main(int argc, char** argv) {
   const int sfd = connected ? signalfd(-1, &all, SFD_CLOEXEC) : -1;
   bool worker_open = connected;
 
+  // An adopted program may have ended before this init ran: the SIGCHLD it
+  // sent then was dropped (its action set to SIG_DFL above, or before the
+  // exec), so look once before waiting for the next one.
+  bool reap = adopted != 0;
   for (;;) {
+    if (reap) {
+      int status;
+      pid_t pid;
+      while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        if (pid != program) continue;  // an orphan, reaped
+        Report('X', status);
+        // Mirrored for anyone who reads only pid 1's status.
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+    }
     pid_t sender = 0;
     int sig = NextSignal(all, sfd, &worker_open, program, &sender);
+    reap = sig == SIGCHLD;
     if (sig < 0) continue;
     if (sig == SIGINT && connected && sender != getpid()) {
       kill(0, SIGINT);  // comes back here with our own pid: not passed on again
@@ -310,15 +325,6 @@ int main(int argc, char** argv) {
       for (int f : kForwarded) {
         if (f == sig) kill(program, sig);
       }
-      continue;
-    }
-    int status;
-    pid_t pid;
-    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-      if (pid != program) continue;  // an orphan, reaped
-      Report('X', status);
-      // Mirrored for anyone who reads only pid 1's status.
-      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     }
   }
 }

@@ -10,9 +10,11 @@
 // Then a python one-shot job (`pass`, through the real wrapper) from spawn to
 // exit, exec'd and forked from the zygote, against bare `python3 -c pass`;
 // and how many jobs per second 4 concurrent loops run, exec'd and zygote-born;
-// and what creating and removing a sandbox's cgroups costs, new or pooled.
+// and what creating and removing a sandbox's cgroups costs, new or pooled,
+// and what loading its seccomp filters costs.
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,6 +30,7 @@
 #include "worker/runtimes/runtime.hpp"
 #include "worker/sandbox/cgroups.hpp"
 #include "worker/sandbox/sandbox.hpp"
+#include "worker/sandbox/seccomp_policy.hpp"
 
 using namespace kiln::worker::sandbox;
 using Clock = std::chrono::steady_clock;
@@ -208,6 +211,47 @@ int main(int argc, char** argv) {
                     pooled ? "" : "\n", (*manager)->version().c_str(), pooled ? "pooled" : "new",
                     Summarize(create).median, Summarize(destroy).median);
       }
+    }
+  }
+  // What installing the two seccomp filters costs a sandbox's contain steps
+  // (in a fresh child each time, as a sandbox does; the kernel checks, JITs
+  // and emulates each filter for every syscall number at load).
+  if (auto filters = CompileSeccompFilters(); filters.ok()) {
+    std::vector<double> first, second;
+    for (int i = 0; i < runs * 4; ++i) {
+      int p[2];
+      if (::pipe(p) != 0) break;
+      pid_t pid = ::fork();
+      if (pid == 0) {
+        ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+        double ms[2];
+        auto t0 = Clock::now();
+        int listener = -1;
+        LoadSeccompFilter(filters->syscalls.data(),
+                          static_cast<unsigned short>(filters->syscalls.size()), &listener);
+        auto t1 = Clock::now();
+        LoadSeccompFilter(filters->arguments.data(),
+                          static_cast<unsigned short>(filters->arguments.size()));
+        ms[0] = Ms(t0, t1);
+        ms[1] = Ms(t1, Clock::now());
+        (void)!::write(p[1], ms, sizeof ms);
+        ::_exit(0);
+      }
+      double ms[2] = {0, 0};
+      if (pid > 0 && ::read(p[0], ms, sizeof ms) == sizeof ms) {
+        first.push_back(ms[0]);
+        second.push_back(ms[1]);
+      }
+      ::close(p[0]);
+      ::close(p[1]);
+      if (pid > 0) ::waitpid(pid, nullptr, 0);
+    }
+    if (!first.empty()) {
+      std::printf(
+          "seccomp: syscall filter (%zu insns, with listener) load p50 %.3f ms, "
+          "argument filter (%zu insns) p50 %.3f ms\n",
+          filters->syscalls.size(), Summarize(first).median, filters->arguments.size(),
+          Summarize(second).median);
     }
   }
   // Throughput: `threads` loops, each running zygote-born jobs back to back.

@@ -155,7 +155,8 @@ StatusOr<Ctx> NewContext(uint32_t default_action, uint32_t bad_arch_action) {
   Ctx ctx(seccomp_init(default_action));
   if (!ctx) return common::Internal("seccomp_init failed");
   if (seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, bad_arch_action) != 0 ||
-      seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_NNP, 0) != 0) {
+      seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_NNP, 0) != 0 ||
+      seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_OPTIMIZE, 2) != 0) {
     return common::Internal("seccomp_attr_set failed");
   }
   return ctx;

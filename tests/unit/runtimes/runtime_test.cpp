@@ -380,6 +380,24 @@ TEST(PythonWrapper, ResultIsReadAfterThreadsFinishAndMainIsAModule) {
   EXPECT_EQ(Result(j), json::parse(R"(["__main__", 5])")) << j.run.stderr_data;
 }
 
+// Once the control frame is written the worker has the whole job; the
+// interpreter's teardown (module dicts cleared, objects freed: a third of a
+// zygote child's CPU, docs/performance.md) is skipped, so a global's
+// __del__ does not run, and the exit code is still the job's.
+TEST(PythonWrapper, NoInterpreterTeardownAfterTheFrame) {
+  char dir[] = "/tmp/kiln-teardown-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string mark = std::string(dir) + "/deleted";
+  Job j = RunJob(Language::kPython,
+                 "import sys\nclass D:\n    def __del__(self, _open=open):\n        _open('" +
+                     mark + "', 'w').close()\nd = D()\nresult = 1\nsys.exit(3)");
+  EXPECT_EQ(j.run.exit_status, 3);
+  EXPECT_EQ(Result(j), 1) << j.run.stderr_data;
+  EXPECT_NE(::access(mark.c_str(), F_OK), 0) << "the interpreter tore its objects down";
+  ::unlink(mark.c_str());
+  ::rmdir(dir);
+}
+
 TEST(PythonWrapper, OsExitWritesNoFrame) {
   Job j = RunJob(Language::kPython, "import os\nresult = 1\nos._exit(4)");
   EXPECT_EQ(j.run.exit_status, 4);

@@ -915,9 +915,10 @@ TEST_P(SandboxTest, LimitsSetAgainAreKeptAndOtherLimitsStillApply) {
 }
 
 // A worker without CAP_SYS_RESOURCE cannot prlimit a process of another uid:
-// SetLimits falls back to a helper running as the sandbox's uid. Here the
-// calling thread drops the capability from its effective set (capset is per
-// thread), so the fallback is what applies the limits.
+// SetLimits switches the calling thread's real uid and gid to the sandbox's
+// for the calls, and back. Here the calling thread drops the capability
+// from its effective set (capset is per thread), so that path is what
+// applies the limits; the thread ends with its own ids and capabilities.
 TEST_P(SandboxTest, WarmSandboxGetsLimitsWithoutCapSysResource) {
   SandboxLimits job;
   job.cpu_ms = 3000;
@@ -938,6 +939,16 @@ TEST_P(SandboxTest, WarmSandboxGetsLimitsWithoutCapSysResource) {
       if (::syscall(SYS_capset, &hdr, data) != 0) return;
       dropped = true;
       st = p.SetLimits(job);
+      uid_t ids[3];
+      gid_t gids[3];
+      ASSERT_EQ(::getresuid(&ids[0], &ids[1], &ids[2]), 0);
+      ASSERT_EQ(::getresgid(&gids[0], &gids[1], &gids[2]), 0);
+      EXPECT_EQ(std::vector<uid_t>(ids, ids + 3), std::vector<uid_t>(3, 0));
+      EXPECT_EQ(std::vector<gid_t>(gids, gids + 3), std::vector<gid_t>(3, 0));
+      __user_cap_data_struct after[2]{};
+      ASSERT_EQ(::syscall(SYS_capget, &hdr, after), 0);
+      EXPECT_EQ(after[0].effective, data[0].effective);
+      EXPECT_EQ(after[0].permitted, data[0].permitted);
     });
     t.join();
     ASSERT_TRUE(dropped) << "capset: " << std::strerror(errno);

@@ -1,7 +1,6 @@
 #include "worker/sandbox/rlimits.hpp"
 
 #include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -9,7 +8,6 @@
 #include <sstream>
 
 #include "worker/sandbox/fs_util.hpp"
-#include "worker/sandbox/namespaces.hpp"
 
 namespace kiln::worker::sandbox {
 
@@ -47,9 +45,9 @@ RlimitSet RlimitsFor(const SandboxLimits& limits) {
 
 namespace {
 // Lowers pid's limits to `set` (hard limits clamped to the current ones: a
-// limit is never raised). Raw calls only: also runs in the helper child.
-// 0 or an errno; EPERM from the first call when the caller may not prlimit
-// pid at all, before anything changed. `set` becomes the values applied.
+// limit is never raised). 0 or an errno; EPERM from the first call when the
+// caller may not prlimit pid at all, before anything changed. `set` becomes
+// the values applied.
 int LowerLimits(pid_t pid, RlimitSet& set) {
   for (int i = 0; i < kRlimitCount; ++i) {
     auto res = static_cast<__rlimit_resource>(set.resource[i]);
@@ -63,26 +61,30 @@ int LowerLimits(pid_t pid, RlimitSet& set) {
   return 0;
 }
 
-struct PrlimitArgs {
-  pid_t pid;
-  uid_t uid;
-  gid_t gid;
-  RlimitSet set;
-  int err;
-};
-
-// Runs in a CLONE_VM child: raw calls only.
-int PrlimitAsSandboxUser(void* arg) {
-  auto* a = static_cast<PrlimitArgs*>(arg);
-  a->err = 0;
-  if (::syscall(SYS_setresgid, a->gid, a->gid, a->gid) != 0 ||
-      ::syscall(SYS_setresuid, a->uid, a->uid, a->uid) != 0) {
-    a->err = errno;
-    ::_exit(1);
+// Lowers pid's limits from this thread with its real uid and gid switched to
+// the sandbox's: prlimit lets a caller whose real ids are the target's do
+// so without CAP_SYS_RESOURCE. Raw syscalls change only this thread's
+// credentials; its effective and saved ids stay root, so it keeps its
+// capabilities and switches back. Nothing of the sandbox can reach the
+// thread meanwhile (own pid namespace, no ptrace). 0 or an errno (EPERM as
+// LowerLimits, or when the ids cannot be switched: not root).
+int LowerLimitsWithRealIds(pid_t pid, uid_t uid, gid_t gid, RlimitSet& set) {
+  uid_t ruid, euid, suid;
+  gid_t rgid, egid, sgid;
+  if (::getresuid(&ruid, &euid, &suid) != 0 || ::getresgid(&rgid, &egid, &sgid) != 0) return errno;
+  if (::syscall(SYS_setresgid, gid, -1, -1) != 0) return errno;
+  int err = 0;
+  if (::syscall(SYS_setresuid, uid, -1, -1) != 0) {
+    err = errno;
+  } else {
+    err = LowerLimits(pid, set);
+    // A worker thread must never go on with a sandbox's id.
+    if (::syscall(SYS_setresuid, ruid, -1, -1) != 0) std::abort();
   }
-  a->err = LowerLimits(a->pid, a->set);
-  ::_exit(a->err == 0 ? 0 : 1);
+  if (::syscall(SYS_setresgid, rgid, -1, -1) != 0) std::abort();
+  return err;
 }
+
 }  // namespace
 
 int ApplyRlimits(const RlimitSet& set) {
@@ -125,16 +127,12 @@ common::StatusOr<bool> ApplyJobRlimits(pid_t pid, uid_t uid, gid_t gid,
   int err = LowerLimits(pid, set);
   if (err == 0) return settled(set);
   if (err != EPERM) return common::ErrnoStatus("prlimit on the sandbox", err);
-  // Without it, a process with the sandbox's uid may: a short-lived helper.
-  PrlimitArgs args{pid, uid, gid, set, -1};
-  int pidfd = -1;
-  pid_t helper = CloneVforked(0, PrlimitAsSandboxUser, &args, &pidfd);
-  if (helper < 0) return common::ErrnoStatus("clone for prlimit", -helper);
-  siginfo_t info{};
-  ::waitid(P_PID, static_cast<id_t>(helper), &info, WEXITED);
-  if (pidfd >= 0) ::close(pidfd);
-  if (args.err != 0) return common::ErrnoStatus("prlimit on the sandbox", args.err);
-  return settled(args.set);
+  // Without it (a root worker whose bounding set lacks CAP_SYS_RESOURCE), a
+  // caller with the sandbox's ids may: this thread, its real ids switched
+  // for the calls. (EPERM comes from the first call, before `set` changed.)
+  err = LowerLimitsWithRealIds(pid, uid, gid, set);
+  if (err != 0) return common::ErrnoStatus("prlimit on the sandbox", err);
+  return settled(set);
 }
 
 }  // namespace kiln::worker::sandbox

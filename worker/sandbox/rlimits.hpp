@@ -24,13 +24,13 @@ int ApplyRlimits(const RlimitSet& set);
 // its pid 1 with prlimit. RLIMIT_CPU counts from now: the CPU the process has
 // already used (the interpreter's start) is added. Limits can only be
 // lowered (hard limits are clamped to the current ones). A worker holding
-// CAP_SYS_RESOURCE (the usual root worker) calls prlimit itself; one without
-// it (including root on hosts whose capability bounding set drops it, as
-// the development VM's does) runs prlimit in a short-lived helper with the
-// sandbox's own uid (same-uid processes may lower each other's limits),
-// which costs the job about a millisecond (docs/performance.md, "Warm-job
-// cost"). True when every soft limit applied equals its hard one: the same
-// limits applied again would change nothing.
+// CAP_SYS_RESOURCE (the usual root worker) calls prlimit itself; root
+// without it (hosts whose capability bounding set drops it, as the
+// development VM's does) calls it from the calling thread with that
+// thread's real uid and gid switched to the sandbox's for the calls (a
+// caller with the target's ids may lower its limits; this replaced a
+// helper process that cost each job ~0.4 ms: docs/performance.md). True when every soft limit
+// applied equals its hard one: the same limits applied again would change nothing.
 common::StatusOr<bool> ApplyJobRlimits(pid_t pid, uid_t uid, gid_t gid,
                                        const SandboxLimits& limits);
 

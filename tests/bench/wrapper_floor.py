@@ -34,9 +34,15 @@ def launch(lang):
     def text(name):
         with open(os.path.join(WRAPPERS, name)) as f:
             body = f.read()
-        # As worker/runtimes/sources.cmake embeds it: with its shared part.
-        with open(os.path.join(WRAPPERS, "javascript_packages.js")) as f:
-            return body.replace("  // kiln-include: javascript_packages.js\n", f.read())
+        # As worker/runtimes/sources.cmake embeds it: with its shared parts.
+        for line, part in (("  // kiln-include: javascript_packages.js\n", "javascript_packages.js"),
+                           ("  // kiln-include: javascript_tools.js\n", "javascript_tools.js"),
+                           ("# kiln-include: python_tools.py\n", "python_tools.py"),
+                           ("# kiln-include: shell_tools.sh\n", "shell_tools.sh")):
+            if line in body:
+                with open(os.path.join(WRAPPERS, part)) as f:
+                    body = body.replace(line, f.read())
+        return body
 
     if lang == "python":
         return ["/usr/bin/python3", "-I", "-c", text("python_oneshot.py")], b'{"input":{},"env":{}}\nx = 1'

@@ -42,7 +42,10 @@ TEST(KilnInit, AnAdoptedProgramThatEndedFirstIsReaped) {
     std::memset(&dfl, 0, sizeof dfl);
     dfl.sa_handler = SIG_DFL;
     ::sigaction(SIGCHLD, &dfl, nullptr);
-    if (::dup2(status_pipe[1], 5) != 5) ::_exit(126);
+    // fd 5 without close-on-exec (a dup2 onto itself would keep the flag).
+    if (status_pipe[1] == 5 ? ::fcntl(5, F_SETFD, 0) != 0 : ::dup2(status_pipe[1], 5) != 5) {
+      ::_exit(126);
+    }
     const std::string pid = std::to_string(b);
     ::execl(KILN_BINARY_DIR "/bin/kiln-init", "kiln-init", "--adopt", pid.c_str(), nullptr);
     ::_exit(127);

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <thread>
+#include <vector>
 
 #include "common/allocator_tuning.hpp"
 #include "common/log/logging.hpp"
@@ -57,10 +58,13 @@ int main(int argc, char** argv) {
   std::map<worker::runtimes::Language, worker::runtimes::Runtime> runtimes;
   for (const auto& name : cfg->runtimes) {
     auto lang = worker::runtimes::ParseLanguage(name);
-    // Python jobs that import nothing beyond the standard library are
-    // served by the zygote without the preloads (Runtime::NeedsPreload).
+    // Preloads are a zygote's (exec'd sandboxes import on first use), and
+    // python jobs that import nothing beyond the standard library are served
+    // by the zygote without them (Runtime::NeedsPreload).
+    const bool zygotes = cfg->sandbox.zygote && cfg->sandbox.isolation == "standard";
+    std::vector<std::string> preload = zygotes ? cfg->python_preload : std::vector<std::string>{};
     worker::runtimes::ModuleSet lean;
-    if (*lang == worker::runtimes::Language::kPython && !cfg->python_preload.empty()) {
+    if (*lang == worker::runtimes::Language::kPython && !preload.empty()) {
       lean = worker::runtimes::PythonStdlibModules(cfg->runtime_paths.python);
       if (lean.empty()) {
         spdlog::warn(
@@ -69,7 +73,7 @@ int main(int argc, char** argv) {
             cfg->runtime_paths.python);
       }
     }
-    auto rt = worker::runtimes::Runtime::Create(*lang, cfg->runtime_paths, cfg->python_preload,
+    auto rt = worker::runtimes::Runtime::Create(*lang, cfg->runtime_paths, std::move(preload),
                                                 std::move(lean));
     if (!rt.ok()) {
       spdlog::critical("runtime {}: {}", name, rt.status().ToString());

@@ -1,5 +1,7 @@
 #include "worker/runtimes/python_imports.hpp"
 
+#include <algorithm>
+
 namespace kiln::worker::runtimes {
 namespace {
 
@@ -58,22 +60,49 @@ std::string_view DottedName(std::string_view code, size_t pos, size_t* end) {
   return code.substr(pos, first_end - pos);
 }
 
-// `import a.b as c, d`: every first component, from just after `import`.
-void ImportList(std::string_view code, size_t pos, std::vector<std::string_view>* out) {
+// `import a.b as c, d`: every first component, from just after `import`,
+// to `visit`; where the list ends, or npos once `visit` said stop.
+template <typename Visit>
+size_t ImportList(std::string_view code, size_t pos, const Visit& visit) {
   for (;;) {
     pos = SkipBlanks(code, pos);
     size_t end = pos;
     std::string_view top = DottedName(code, pos, &end);
-    if (top.empty()) return;
-    out->push_back(top);
+    if (top.empty()) return pos;
+    if (!visit(top)) return std::string_view::npos;
     pos = SkipBlanks(code, end);
     if (WordAt(code, pos, "as")) {
       pos = SkipBlanks(code, pos + 2);
       while (pos < code.size() && IsIdentChar(code[pos])) ++pos;
       pos = SkipBlanks(code, pos);
     }
-    if (pos >= code.size() || code[pos] != ',') return;
+    if (pos >= code.size() || code[pos] != ',') return pos;
     ++pos;
+  }
+}
+
+// Every statement's top-level modules, in order, to `visit` (false: stop).
+// Linear in the code: the scan goes on after each statement it read, so no
+// text is read twice (a continued line must not start a second pass over
+// the rest of a hostile job's code).
+template <typename Visit>
+void ForEachImport(std::string_view code, const Visit& visit) {
+  size_t pos = 0;
+  while (pos < code.size()) {
+    const char c = code[pos];
+    size_t next = pos + 1;
+    if (c == 'i' && WordAt(code, pos, "import") && AtStatementStart(code, pos)) {
+      next = ImportList(code, pos + 6, visit);
+    } else if (c == 'f' && WordAt(code, pos, "from") && AtStatementStart(code, pos)) {
+      size_t p = SkipBlanks(code, pos + 4);
+      if (p < code.size() && code[p] != '.') {  // relative imports name no module
+        std::string_view top = DottedName(code, p, &next);
+        if (!top.empty() && !visit(top)) return;
+      }
+      next = std::max(next, pos + 4);
+    }
+    if (next == std::string_view::npos) return;
+    pos = std::max(next, pos + 1);
   }
 }
 
@@ -81,19 +110,10 @@ void ImportList(std::string_view code, size_t pos, std::vector<std::string_view>
 
 std::vector<std::string_view> StaticImports(std::string_view code) {
   std::vector<std::string_view> out;
-  for (size_t pos = 0; pos < code.size(); ++pos) {
-    const char c = code[pos];
-    if (c != 'i' && c != 'f') continue;
-    if (WordAt(code, pos, "import") && AtStatementStart(code, pos)) {
-      ImportList(code, pos + 6, &out);
-    } else if (WordAt(code, pos, "from") && AtStatementStart(code, pos)) {
-      size_t p = SkipBlanks(code, pos + 4);
-      if (p < code.size() && code[p] == '.') continue;  // relative
-      size_t end = p;
-      std::string_view top = DottedName(code, p, &end);
-      if (!top.empty()) out.push_back(top);
-    }
-  }
+  ForEachImport(code, [&](std::string_view top) {
+    out.push_back(top);
+    return true;
+  });
   return out;
 }
 
@@ -102,10 +122,12 @@ bool MayImportBeyond(std::string_view code, const ModuleSet& known) {
       code.find("import_module") != std::string_view::npos) {
     return true;
   }
-  for (std::string_view top : StaticImports(code)) {
-    if (known.find(top) == known.end()) return true;
-  }
-  return false;
+  bool beyond = false;
+  ForEachImport(code, [&](std::string_view top) {
+    beyond = known.find(top) == known.end();
+    return !beyond;
+  });
+  return beyond;
 }
 
 }  // namespace kiln::worker::runtimes

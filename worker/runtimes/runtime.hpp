@@ -88,8 +88,8 @@ class Runtime {
 
   // argv and base environment of a warm sandbox; independent of any job.
   // `preloaded` false (python): the zygote that has loaded only the wrapper,
-  // a smaller process whose forks cost less (docs/performance.md, "Two
-  // python zygotes"); the same as true when there is nothing to preload.
+  // a smaller process whose forks cost less (docs/runtimes.md, "Package
+  // sets"); the same as true when there is nothing to preload.
   Launch OneShotLaunch(bool preloaded = true) const;
 
   // Whether a one-shot job with this code should run in a preloaded

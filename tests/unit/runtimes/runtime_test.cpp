@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -395,6 +397,34 @@ TEST(PythonWrapper, NoInterpreterTeardownAfterTheFrame) {
   EXPECT_EQ(Result(j), 1) << j.run.stderr_data;
   EXPECT_NE(::access(mark.c_str(), F_OK), 0) << "the interpreter tore its objects down";
   ::unlink(mark.c_str());
+  ::rmdir(dir);
+}
+
+// The frame is written straight after the code when nothing else would run
+// at exit; a handler the code registered still runs first, and sees the code's
+// globals as the frame will.
+TEST(PythonWrapper, AtexitHandlersRunBeforeTheFrame) {
+  Job j = RunJob(Language::kPython,
+                 "import atexit\nresult = 1\n"
+                 "def later():\n    global result\n    result = result + 1\n"
+                 "atexit.register(later)\n");
+  EXPECT_EQ(j.run.exit_status, 0) << j.run.stderr_data;
+  EXPECT_EQ(Result(j), 2) << j.run.stderr_data;
+}
+
+// A file object among the globals is flushed before the frame, however the
+// job ends.
+TEST(PythonWrapper, FilesLeftOpenInTheGlobalsAreFlushed) {
+  char dir[] = "/tmp/kiln-flush-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  for (const char* end : {"", "raise ValueError('x')\n"}) {
+    const std::string path = std::string(dir) + "/out.txt";
+    Job j = RunJob(Language::kPython, "f = open('" + path + "', 'w')\nf.write('kept')\n" + end);
+    std::ifstream in(path);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(text, "kept") << end << j.run.stderr_data;
+    ::unlink(path.c_str());
+  }
   ::rmdir(dir);
 }
 

@@ -47,6 +47,10 @@ struct WorkerConfig {
   // A session execution past its timeout is interrupted; if it has not
   // stopped this much later, the session's sandbox is destroyed.
   uint32_t session_interrupt_grace_ms = 2000;
+  // An execution that starts on a calm worker has its thread poll its
+  // sandbox without sleeping for up to this long (worker/executor/busy_poll.hpp).
+  // 0: never.
+  uint32_t busy_poll_us = 2000;
   // Memory idle (frozen) sessions may hold on this worker, in all and per
   // tenant; past it the least recently used are destroyed. 0: no bound.
   uint64_t idle_session_memory_mb = 4096;

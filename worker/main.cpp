@@ -1,5 +1,6 @@
 // kiln-worker: parses flags, loads the config, checks the sandbox and wires
 // the parts together.
+#include <sched.h>
 #include <spdlog/spdlog.h>
 #include <sys/signalfd.h>
 
@@ -122,6 +123,10 @@ int main(int argc, char** argv) {
   run_options.max_output_bytes = cfg->max_output_bytes;
   run_options.max_collect_bytes = cfg->max_collect_bytes;
   run_options.interrupt_grace = std::chrono::milliseconds(cfg->session_interrupt_grace_ms);
+  // With one CPU the polling thread would only take it from the sandbox.
+  if (cpu_set_t cpus; ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) >= 2) {
+    run_options.busy_poll.window = std::chrono::microseconds(cfg->busy_poll_us);
+  }
   run_options.idle_sessions = {.worker_bytes = cfg->idle_session_memory_mb << 20,
                                .tenant_bytes = cfg->idle_session_memory_per_tenant_mb << 20};
   zmq::context_t ctx(1);

@@ -1,17 +1,22 @@
 // WarmPool with real sandboxes: the refill timing (a sandbox a lone job took
 // from the stock is replaced once the job is done or the hold has passed,
 // not while the job runs next to it; overlapping jobs hold nothing), and the
-// SessionTable built on it.
+// SessionTable built on it; and a job's thread busy polling its sandbox
+// (RunJob with RunOptions::poll_without_sleep).
 #include "worker/executor/warm_pool.hpp"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 
+#include "worker/executor/job_runner.hpp"
 #include "worker/executor/session_runner.hpp"
 #include "worker/executor/session_table.hpp"
 
@@ -234,5 +239,50 @@ TEST_F(WarmPoolTest, IdleSessionsOverTheirMemoryBudgetAreReclaimedOldestFirst) {
   }
 }
 
+// A one-shot job's thread polls its sandbox without sleeping for as long as
+// the Executor asked (BusyPoll), and sleeps in poll() otherwise: whether the
+// thread went to sleep while a job slept 300 ms tells which (its voluntary
+// context switches; its CPU time depends on what else the host runs, as the
+// polling thread yields to anything runnable).
+TEST_F(WarmPoolTest, AJobThreadPollsItsSandboxOnlyWhenAsked) {
+  WarmPool pool(sandbox_.get(), shell_, sandbox::SandboxLimits{}, 0, nullptr);
+  const runtimes::Runtime& runtime = shell_.at(Language::kShell);
+  auto sleeps = [] {  // this thread's voluntary context switches so far
+    std::ifstream in("/proc/thread-self/status");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.starts_with("voluntary_ctxt_switches:")) return std::stol(line.substr(24));
+    }
+    return -1L;
+  };
+  auto run = [&](std::chrono::microseconds poll) {
+    auto sb = pool.Take(Language::kShell);
+    EXPECT_TRUE(sb.ok()) << sb.status().ToString();
+    if (!sb.ok()) return -1L;
+    common::protocol::Execute job;
+    job.job_id = "busy-poll";
+    job.language = "shell";
+    job.code = "sleep 0.3; echo done";
+    job.limits.timeout_ms = 10'000;
+    job.limits.memory_mb = 256;
+    job.limits.max_pids = 16;
+    RunOptions opts;
+    opts.poll_without_sleep = poll;
+    const long before = sleeps();
+    common::protocol::Result r = RunJob(job, *sb, runtime, opts, -1);
+    const long slept = sleeps() - before;
+    EXPECT_EQ(r.stdout_data, "done\n") << r.worker_error << r.stderr_data;
+    pool.JobDone();
+    return slept;
+  };
+  const long sleeping = run(0us);
+  const long polling = run(10s);  // the whole job
+  std::printf("voluntary context switches: %ld sleeping, %ld polling\n", sleeping, polling);
+  // Polling, the thread may still sleep once or twice outside the loop (a
+  // cgroup write, the reaping); sleeping, it waits in poll() each time the
+  // sandbox has nothing to say (6-9 times here).
+  EXPECT_LE(polling, 2);
+  EXPECT_GE(sleeping, polling + 3);
+}
 }  // namespace
 }  // namespace kiln::worker

@@ -1,6 +1,7 @@
 #include "worker/executor/execution_driver.hpp"
 
 #include <poll.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,6 +39,7 @@ common::Status ExecutionDriver::Setup() {
     }
   }
   setup_ms_ = common::MsSince(start_);
+  poll_until_ = common::SteadyClock::now() + options_.poll_without_sleep;
   const auto clock = spec_.clock_after_setup ? common::SteadyClock::now() : start_;
   if (spec_.cpu_from_start) cpu_start_ms_ = sb_.process->CpuMs();
   const uint64_t timeout_ms =
@@ -125,7 +127,11 @@ common::Status ExecutionDriver::Run(std::string frame, int cancel_fd) {
     if (auto flush = pump_->NextFlush()) until = std::min(until, *flush);
     int wait_ms = static_cast<int>(std::max<int64_t>(
         1, std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1));
-    int n = ::poll(fds.data(), nfds, wait_ms);
+    // Busy polling (busy_poll.hpp): no sleep, so this CPU stays awake; a
+    // yield lets anything else runnable here (the sandbox itself) go first.
+    const bool spin = now < poll_until_;
+    int n = ::poll(fds.data(), nfds, spin ? 0 : wait_ms);
+    if (n == 0 && spin) ::sched_yield();
     if (n < 0 && errno != EINTR) {
       const int err = errno;
       sb_.process->Kill();

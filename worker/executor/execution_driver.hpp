@@ -100,6 +100,7 @@ class ExecutionDriver {
   double cpu_budget_ms_ = 0;
   double cpu_start_ms_ = 0;
   double setup_ms_ = 0;
+  common::SteadyClock::time_point poll_until_{};  // busy polling ends (RunOptions)
   double exit_seen_ms_ = 0;
   bool sandbox_lost_ = false;
   bool network_limit_seen_ = false;

@@ -2,6 +2,7 @@
 
 #include <sys/eventfd.h>
 
+#include "common/clock.hpp"
 #include "common/json/bounded_json.hpp"
 #include "common/log/logging.hpp"
 #include "common/network_policy.hpp"
@@ -87,10 +88,16 @@ void Executor::RunOne(protocol::Execute job, std::string broker, int cancel_fd,
     }
     std::lock_guard lock(mu_);
     running_.erase(job.job_id);
+    last_end_ = common::SteadyClock::now();
     if (metrics_) metrics_->SetRunning(running_.size());
     events_->Post({broker, std::move(result)});
   };
   RunOptions opts = options_;
+  {
+    std::lock_guard lock(mu_);
+    opts.poll_without_sleep = options_.busy_poll.For(static_cast<uint32_t>(running_.size()),
+                                                     common::SteadyClock::now(), last_end_);
+  }
   opts.tool_answers = tool_answers;
   opts.on_tool_call = [this, &broker](protocol::ToolCall c) {
     events_->Post({broker, std::move(c)});

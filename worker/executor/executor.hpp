@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,8 @@ class Executor {
 
   mutable std::mutex mu_;
   std::condition_variable idle_;
+  // When the last execution ended (its Result posted), for BusyPoll.
+  std::optional<std::chrono::steady_clock::time_point> last_end_;
   struct RunningJob {
     common::UniqueFd cancel;  // eventfd
     std::shared_ptr<ToolMailbox> tool_answers;

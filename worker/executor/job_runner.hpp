@@ -16,6 +16,7 @@
 #include <functional>
 
 #include "common/protocol/messages.hpp"
+#include "worker/executor/busy_poll.hpp"
 #include "worker/executor/session_table.hpp"
 #include "worker/executor/warm_pool.hpp"
 #include "worker/runtimes/runtime.hpp"
@@ -44,6 +45,11 @@ struct RunOptions {
   // sent; without them the sandbox's fd 6 is not read (its calls wait).
   ToolMailbox* tool_answers = nullptr;
   std::function<void(common::protocol::ToolCall)> on_tool_call;
+  // Busy polling (busy_poll.hpp): the worker's policy, and what the Executor
+  // decided for this execution: how long its thread polls the sandbox
+  // without sleeping once the execution starts.
+  BusyPoll busy_poll;
+  std::chrono::microseconds poll_without_sleep{0};
 };
 
 common::protocol::Result RunJob(const common::protocol::Execute& job, WarmSandbox& sandbox,

@@ -309,6 +309,9 @@ run python-pandas-c4 --lang python --concurrency 4 --jobs "$PACED" --code "$PAND
 # Sessions: a trivial statement in a live interpreter (no sandbox is built;
 # the warmup jobs create the sessions).
 run python-session --lang python --concurrency 1 --jobs "$JOBS" --session bench-py
+# A statement now and then in a live session, as an agent that thinks between them.
+run python-session-paced --lang python --concurrency 1 --jobs "$PACED" --pause-ms "$PAUSE_MS" \
+  --session bench-pyp
 run javascript-session --lang javascript --concurrency 1 --jobs "$JOBS" --session bench-js
 run shell-session --lang shell --concurrency 1 --jobs "$JOBS" --session bench-sh
 run python-session-c4 --lang python --concurrency 4 --jobs "$JOBS" --session bench-py4

@@ -284,5 +284,6 @@ TEST_F(WarmPoolTest, AJobThreadPollsItsSandboxOnlyWhenAsked) {
   EXPECT_LE(polling, 2);
   EXPECT_GE(sleeping, polling + 3);
 }
+
 }  // namespace
 }  // namespace kiln::worker

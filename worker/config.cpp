@@ -45,6 +45,7 @@ common::StatusOr<WorkerConfig> LoadWorkerConfig(const std::string& file) {
   w.Get("drain_timeout_ms", &c.drain_timeout_ms, 0, 24u * 3600 * 1000);
   w.Get("session_interrupt_grace_ms", &c.session_interrupt_grace_ms, 100, 600'000);
   w.Get("busy_poll_us", &c.busy_poll_us, 0, 100'000);
+  w.Get("session_stop_after_ms", &c.session_stop_after_ms, 0, 1000);
   w.Get("idle_session_memory_mb", &c.idle_session_memory_mb, 0, 1u << 24);
   w.Get("idle_session_memory_per_tenant_mb", &c.idle_session_memory_per_tenant_mb, 0, 1u << 24);
   w.Get("metrics_endpoint", &c.metrics_endpoint);

@@ -51,6 +51,10 @@ struct WorkerConfig {
   // sandbox without sleeping for up to this long (worker/executor/busy_poll.hpp).
   // 0: never.
   uint32_t busy_poll_us = 2000;
+  // A session stays running this long after an execution before it is
+  // stopped (SessionTable::Rest); what runs meanwhile counts to its next
+  // execution. 0: stopped at once.
+  uint32_t session_stop_after_ms = 10;
   // Memory idle (frozen) sessions may hold on this worker, in all and per
   // tenant; past it the least recently used are destroyed. 0: no bound.
   uint64_t idle_session_memory_mb = 4096;

@@ -123,6 +123,7 @@ int main(int argc, char** argv) {
   run_options.max_output_bytes = cfg->max_output_bytes;
   run_options.max_collect_bytes = cfg->max_collect_bytes;
   run_options.interrupt_grace = std::chrono::milliseconds(cfg->session_interrupt_grace_ms);
+  run_options.session_stop_after = std::chrono::milliseconds(cfg->session_stop_after_ms);
   // With one CPU the polling thread would only take it from the sandbox.
   if (cpu_set_t cpus; ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) >= 2) {
     run_options.busy_poll.window = std::chrono::microseconds(cfg->busy_poll_us);

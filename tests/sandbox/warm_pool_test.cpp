@@ -239,6 +239,61 @@ TEST_F(WarmPoolTest, IdleSessionsOverTheirMemoryBudgetAreReclaimedOldestFirst) {
   }
 }
 
+// With a stop delay, a session is left running after an execution (Rest)
+// and stopped once it has been idle that long: a busy loop its code left
+// behind keeps running in between, and that CPU counts to the next
+// execution, which needs no resume; once stopped the loop gets no CPU, and
+// the next execution resumes the session as usual.
+TEST_F(WarmPoolTest, ASessionLeftRunningIsStoppedLaterAndBilledForTheGap) {
+  WarmPool pool(sandbox_.get(), shell_, sandbox::SandboxLimits{}, 0, nullptr);
+  constexpr auto kStopAfter = 600ms;
+  SessionTable table(&pool, {}, kStopAfter);
+  const runtimes::Runtime& shell = shell_.at(Language::kShell);
+  std::shared_ptr<SessionSandbox> session;
+  auto run = [&](const std::string& code) {
+    common::protocol::Execute job;
+    job.job_id = "j";
+    job.language = "shell";
+    job.session_id = "gap";
+    job.session_epoch = 1;
+    job.tenant = "t";
+    job.session_ttl_ms = 60000;
+    job.limits.timeout_ms = 10000;
+    job.limits.memory_mb = 256;
+    job.limits.max_pids = 16;
+    job.code = code;
+    auto lease = table.Acquire(job);
+    EXPECT_TRUE(lease.ok()) << lease.status().ToString();
+    if (!lease.ok()) return common::protocol::Result{};
+    SessionRun r = RunSessionExecution(job, *lease->session, shell, RunOptions{}, -1, 2s);
+    EXPECT_EQ(r.result.reason, common::protocol::EndReason::kExit) << r.result.worker_error;
+    EXPECT_FALSE(r.destroy);
+    session = lease->session;
+    table.Rest(lease->session);
+    return r.result;
+  };
+  auto cpu_over = [&](std::chrono::milliseconds span) {
+    const double before = session->sandbox.process->CpuMs();
+    std::this_thread::sleep_for(span);
+    return session->sandbox.process->CpuMs() - before;
+  };
+  run("( while :; do :; done ) &");
+  const auto rested = std::chrono::steady_clock::now();
+  // Left running: the loop burns CPU (even beside two busy loops of the
+  // host's, it gets a good part of a core).
+  EXPECT_GT(cpu_over(200ms), 40) << "stopped at once";
+  std::this_thread::sleep_until(rested + 350ms);
+  auto billed = run("echo ok");
+  EXPECT_EQ(billed.stdout_data, "ok\n");
+  EXPECT_GT(billed.cpu_ms, 100) << "the loop's CPU since the last execution was not counted";
+  // Stopped once idle for the delay (its stop runs on the table's thread).
+  std::this_thread::sleep_for(kStopAfter + 1s);
+  EXPECT_LT(cpu_over(300ms), 20) << "still running after the stop delay";
+  auto resumed = run("echo again");
+  EXPECT_EQ(resumed.stdout_data, "again\n");
+  EXPECT_LT(resumed.cpu_ms, 150) << "billed for time it spent stopped";
+}
+
 // A one-shot job's thread polls its sandbox without sleeping for as long as
 // the Executor asked (BusyPoll), and sleeps in poll() otherwise: whether the
 // thread went to sleep while a job slept 300 ms tells which (its voluntary

@@ -41,7 +41,7 @@ common::Status ExecutionDriver::Setup() {
   setup_ms_ = common::MsSince(start_);
   poll_until_ = common::SteadyClock::now() + options_.poll_without_sleep;
   const auto clock = spec_.clock_after_setup ? common::SteadyClock::now() : start_;
-  if (spec_.cpu_from_start) cpu_start_ms_ = sb_.process->CpuMs();
+  if (spec_.cpu_from_start) cpu_start_ms_ = spec_.cpu_start_ms.value_or(sb_.process->CpuMs());
   const uint64_t timeout_ms =
       std::min(job_.limits.timeout_ms ? job_.limits.timeout_ms : options_.max_timeout_ms,
                options_.max_timeout_ms);

@@ -42,6 +42,10 @@ struct DriverSpec {
   bool clock_after_setup = false;
   // Sessions: cpu time counts from this execution's start, not the sandbox's.
   bool cpu_from_start = false;
+  // With cpu_from_start: the sandbox's CPU (SandboxProcess::CpuMs) to count
+  // from instead of its value at the start: a session left running since its
+  // last execution counts from that one's end (SessionSandbox::awake).
+  std::optional<double> cpu_start_ms;
   // One-shot: stdin is closed once the frame is written (EOF starts the job).
   bool close_stdin = false;
   // Sessions: the driver's frames are read from the control pipe through

@@ -35,7 +35,7 @@ Executor::Executor(RunOptions options, uint32_t slots, WarmPool* pool, EventQueu
       metrics_(metrics),
       packages_(packages),
       egress_(egress),
-      sessions_(pool, options_.idle_sessions) {}
+      sessions_(pool, options_.idle_sessions, options_.session_stop_after) {}
 
 Executor::~Executor() {
   CancelAll();
@@ -185,16 +185,15 @@ void Executor::RunSession(const protocol::Execute& job, const RunOptions& opts, 
   run.result.session_reset = lease->state_lost || run.destroy;
   const std::string reason(protocol::EndReasonName(run.result.reason));
   deliver(std::move(run.result));
-  // Off the Result's path, still holding the session: nothing of it runs
-  // until its next execution (session_runner.hpp).
-  bool destroy = run.destroy || !FreezeBetweenExecutions(*lease->session);
-  if (destroy) {
+  // Off the Result's path, still holding the session: it is stopped until
+  // its next execution, now or once idle for worker.session_stop_after_ms.
+  if (run.destroy) {
     kSessionsLog.Info(
         {.job = job.job_id, .session = SessionIdOf(job.session_id), .tenant = job.tenant},
-        "session sandbox destroyed after the execution ({})",
-        run.destroy ? reason : std::string("it could not be frozen"));
+        "session sandbox destroyed after the execution ({})", reason);
   }
-  size_t reclaimed = sessions_.Release(lease->session, destroy);
+  size_t reclaimed =
+      run.destroy ? sessions_.Release(lease->session, true) : sessions_.Rest(lease->session);
   if (metrics_) {
     metrics_->SetSessions(sessions_.size());
     metrics_->SetIdleSessionMemory(sessions_.IdleBytes());

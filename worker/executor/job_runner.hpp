@@ -36,6 +36,9 @@ struct RunOptions {
   std::chrono::milliseconds interrupt_grace{2000};
   // Memory idle sessions may hold (session_table.hpp).
   IdleSessionBudget idle_sessions;
+  // How long a session stays running after an execution before it is
+  // stopped (SessionTable::Rest); 0: at once.
+  std::chrono::milliseconds session_stop_after{0};
   // Called with each piece of output as it is read (streaming), if set.
   std::function<void(common::protocol::OutputChunk)> on_chunk;
   // Network on request: the egress lease's limit fd (EgressLease), readable

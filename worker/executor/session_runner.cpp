@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <utility>
 
 #include "common/clock.hpp"
 #include "common/log/logging.hpp"
@@ -58,20 +59,25 @@ SessionRun RunSessionExecution(const protocol::Execute& job, SessionSandbox& s,
     return run;
   };
   WarmSandbox& sb = s.sandbox;
+  auto frame = runtime.EncodeExecution(job.code, job.input_json, job.env, job.stdin_data);
+  if (!frame.ok()) return fail(frame.status(), false);
   DriverSpec spec = SessionSpec(s, interrupt_grace);
-  // Nothing of a session runs between its executions: it was frozen after
-  // the last one (whatever its code left running, or a control frame the
-  // code forged to end early); from here on its CPU is this execution's.
-  // Resumed once its frame is in the pipe, where it can be.
+  // Nothing of a session runs between its executions uncounted: it was
+  // stopped after the last one (whatever its code left running, or a control
+  // frame the code forged to end early), and from here on its CPU is this
+  // execution's; resumed once its frame is in the pipe, where it can be. Or
+  // the last one ended moments ago and it was left running (awake,
+  // SessionTable::Rest): then no resume, and what ran since that end counts
+  // to this execution too.
+  const bool awake = std::exchange(s.awake, false);
+  if (awake) spec.cpu_start_ms = s.cpu_at_end_ms;
   auto thaw = [&sb]() -> common::Status {
     common::Status st = sb.process->Freeze(false);
     return FreezeOk(st, "thaw") ? common::Status::Ok() : st.WithContext("thawing the session");
   };
-  const bool thaw_first = !sb.process->LimitsWhileFrozen();
-  if (!thaw_first) spec.resume = thaw;
+  const bool thaw_first = !awake && !sb.process->LimitsWhileFrozen();
+  if (!awake && !thaw_first) spec.resume = thaw;
   ExecutionDriver driver(job, sb, options, std::move(spec));
-  auto frame = runtime.EncodeExecution(job.code, job.input_json, job.env, job.stdin_data);
-  if (!frame.ok()) return fail(frame.status(), false);
   if (thaw_first) {
     if (auto st = thaw(); !st.ok()) return fail(st, true);
   }

@@ -3,8 +3,7 @@
 //
 //   SessionRun run = RunSessionExecution(execute, *lease.session, runtime, options, cancel_fd);
 //   send(run.result);
-//   bool destroy = run.destroy || !FreezeBetweenExecutions(*lease.session);
-//   table.Release(lease.session, destroy);
+//   run.destroy ? table.Release(lease.session, true) : table.Rest(lease.session);
 //
 // Writes the execution frame to the REPL driver (stdin stays open), pumps
 // stdout/stderr through the same filter and cap as one-shot jobs, and ends
@@ -38,8 +37,8 @@ SessionRun RunSessionExecution(const common::protocol::Execute& job, SessionSand
                                int cancel_fd, std::chrono::milliseconds interrupt_grace);
 
 // Freezes the session's sandbox (every process stopped, no CPU) until the
-// next RunSessionExecution thaws it. Call after the execution's Result has
-// left, still holding the session: the freeze waits for every task to stop
+// next RunSessionExecution thaws it. SessionTable::Rest calls it, after the
+// execution's Result has left, holding the session: the freeze waits for every task to stop
 // (up to ~1 ms for a sleeping interpreter, longer for node's threads). False:
 // it could not be frozen and must be destroyed. A host without a freezer
 // logs that once and keeps the session running (true).

@@ -2,10 +2,12 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "common/log/logging.hpp"
 #include "common/protocol/session_key.hpp"
+#include "worker/executor/session_runner.hpp"
 
 namespace kiln::worker {
 
@@ -24,8 +26,15 @@ bool Exited(const WarmSandbox& sb) {
 
 }  // namespace
 
-SessionTable::SessionTable(WarmPool* pool, IdleSessionBudget budget)
-    : pool_(pool), budget_(budget), spawner_([this](std::stop_token st) { SpawnLoop(st); }) {}
+SessionTable::SessionTable(WarmPool* pool, IdleSessionBudget budget,
+                           std::chrono::milliseconds stop_after)
+    : pool_(pool),
+      budget_(budget),
+      stop_after_(std::max(stop_after, std::chrono::milliseconds(0))),
+      spawner_([this](std::stop_token st) { SpawnLoop(st); }) {
+  if (stop_after_.count() > 0)
+    stopper_ = std::jthread([this](std::stop_token st) { StopLoop(st); });
+}
 
 common::StatusOr<WarmSandbox> SessionTable::Spawn(runtimes::Language language) {
   std::future<common::StatusOr<WarmSandbox>> done;
@@ -53,6 +62,10 @@ void SessionTable::SpawnLoop(std::stop_token stop) {
 }
 
 SessionTable::~SessionTable() {
+  if (stopper_.joinable()) {
+    stopper_.request_stop();
+    stopper_.join();
+  }
   std::lock_guard lock(mu_);
   sessions_.clear();  // each SandboxProcess kills and reaps its driver
 }
@@ -118,7 +131,7 @@ common::StatusOr<SessionTable::Lease> SessionTable::Acquire(const common::protoc
 size_t SessionTable::Release(const std::shared_ptr<SessionSandbox>& session, bool destroy) {
   std::shared_ptr<SessionSandbox> doomed;
   std::vector<std::shared_ptr<SessionSandbox>> reclaimed;
-  // Read before taking the lock (a file read); the session is frozen by now.
+  // Read before taking the lock (a file read).
   const uint64_t bytes = destroy ? 0 : session->sandbox.process->MemoryBytes().value_or(0);
   {
     std::lock_guard lock(mu_);
@@ -144,6 +157,79 @@ size_t SessionTable::Release(const std::shared_ptr<SessionSandbox>& session, boo
   // Leaving, the SandboxProcess destructors kill and reap the drivers of
   // `doomed` and `reclaimed` (not under the lock).
   return reclaimed.size();
+}
+
+size_t SessionTable::Rest(const std::shared_ptr<SessionSandbox>& session) {
+  if (stop_after_.count() == 0) {
+    const bool stopped = FreezeBetweenExecutions(*session);
+    if (!stopped) {
+      kLog.Info({.session = SessionIdOf(session->id), .tenant = session->tenant},
+                "session sandbox destroyed after the execution (it could not be stopped)");
+    }
+    return Release(session, !stopped);
+  }
+  // Read before taking the lock (a file read).
+  session->cpu_at_end_ms = session->sandbox.process->CpuMs();
+  const auto due = std::chrono::steady_clock::now() + stop_after_;
+  {
+    std::lock_guard lock(mu_);
+    session->awake = true;
+    session->stop_due = due;
+    stops_.push_back({due, session});
+  }
+  stop_cv_.notify_one();
+  return Release(session, false);
+}
+
+void SessionTable::StopLoop(std::stop_token stop) {
+  std::unique_lock lock(mu_);
+  while (!stop.stop_requested()) {
+    if (stops_.empty()) {
+      stop_cv_.wait(lock, stop, [&] { return !stops_.empty(); });
+      continue;
+    }
+    const DueStop next = stops_.front();
+    if (std::chrono::steady_clock::now() < next.due) {
+      stop_cv_.wait_until(lock, stop, next.due, [] { return false; });
+      continue;
+    }
+    stops_.pop_front();
+    std::shared_ptr<SessionSandbox> s = next.session.lock();
+    // Taken by an execution since (busy, or released again with a later
+    // stop), or no longer the table's: nothing to do here.
+    auto it = s ? sessions_.find(s->id) : sessions_.end();
+    if (it == sessions_.end() || it->second != s || s->busy || !s->awake ||
+        s->stop_due != next.due) {
+      lock.unlock();
+      s.reset();  // the last owner may be here: its sandbox dies off the lock
+      lock.lock();
+      continue;
+    }
+    s->busy = true;  // an Acquire meanwhile waits for the stop (kBusyWait)
+    lock.unlock();
+    const bool stopped = FreezeBetweenExecutions(*s);
+    const uint64_t bytes = stopped ? s->sandbox.process->MemoryBytes().value_or(0) : 0;
+    std::shared_ptr<SessionSandbox> doomed;
+    lock.lock();
+    s->busy = false;
+    s->awake = false;
+    s->idle_bytes = bytes;
+    const bool closing = closing_.erase(s->id) > 0;
+    it = sessions_.find(s->id);
+    if ((!stopped || closing) && it != sessions_.end() && it->second == s) {
+      doomed = std::move(it->second);
+      sessions_.erase(it);
+    }
+    released_.notify_all();
+    lock.unlock();
+    if (!stopped) {
+      kLog.Info({.session = SessionIdOf(s->id), .tenant = s->tenant},
+                "idle session sandbox destroyed: it could not be stopped");
+    }
+    s.reset();
+    doomed.reset();
+    lock.lock();
+  }
 }
 
 void SessionTable::ReclaimLocked(const std::string& tenant,

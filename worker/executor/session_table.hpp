@@ -13,7 +13,10 @@
 // sandbox (it expired here, died, or was destroyed), the Lease says
 // `state_lost`: the broker must give the session a new epoch. Idle sandboxes
 // are destroyed after the session's TTL (plus a margin: the broker's expiry
-// comes first). Thread-safe.
+// comes first). Between executions a session is stopped (session_runner.hpp,
+// FreezeBetweenExecutions): at once, or, with a stop delay, once it has been
+// idle that long, on the table's own thread, so back-to-back executions pay
+// neither the stop nor the resume (Rest). Thread-safe.
 #pragma once
 
 #include <chrono>
@@ -48,6 +51,14 @@ struct SessionSandbox {
   std::chrono::steady_clock::time_point last_used;
   bool busy = false;
   uint64_t idle_bytes = 0;  // memory it held when last released (frozen)
+  // Left running after its last execution until `stop_due` (Rest with a
+  // stop delay): its next execution needs no resume, and counts its CPU from
+  // `cpu_at_end_ms`, the sandbox's CPU when the last one ended, so what ran
+  // in between is that execution's. Written by the lease holder, or by the
+  // table while the session is not busy.
+  bool awake = false;
+  double cpu_at_end_ms = 0;
+  std::chrono::steady_clock::time_point stop_due;
   // Packages on request mounted at /packages (sorted specs, every execution's
   // together) and the cache entry that holds them on the host.
   std::vector<std::string> packages;
@@ -65,7 +76,10 @@ class SessionTable {
   // Idle sandboxes live this much longer than the broker's TTL for them.
   static constexpr std::chrono::seconds kTtlMargin{30};
 
-  explicit SessionTable(WarmPool* pool, IdleSessionBudget budget = {});
+  // `stop_after`: how long a session stays running after an execution
+  // before it is stopped (Rest); 0: at once.
+  explicit SessionTable(WarmPool* pool, IdleSessionBudget budget = {},
+                        std::chrono::milliseconds stop_after = {});
   ~SessionTable();
   SessionTable(const SessionTable&) = delete;
   SessionTable& operator=(const SessionTable&) = delete;
@@ -86,6 +100,12 @@ class SessionTable {
   // like expired ones (their next execution starts a fresh interpreter,
   // `session_reset`). Returns how many were reclaimed.
   size_t Release(const std::shared_ptr<SessionSandbox>& session, bool destroy);
+  // After an execution that left the sandbox usable, off its Result's path:
+  // stops the session until its next execution and releases it. With a stop
+  // delay the session is released running (awake) and stopped once it has
+  // been idle that long, unless an execution took it first. A session that
+  // cannot be stopped is destroyed. Returns what Release returns.
+  size_t Rest(const std::shared_ptr<SessionSandbox>& session);
   // Memory held by idle sessions now (as of their release).
   uint64_t IdleBytes() const;
   // The session was deleted: destroy its sandbox (at once if idle, else when
@@ -102,8 +122,12 @@ class SessionTable {
   common::StatusOr<WarmSandbox> Spawn(runtimes::Language language);
   void SpawnLoop(std::stop_token stop);
 
+  // The deferred stops, in the order they fall due (one delay for all).
+  void StopLoop(std::stop_token stop);
+
   WarmPool* pool_;
   IdleSessionBudget budget_;
+  std::chrono::milliseconds stop_after_;
   // Moves the least recently used idle sessions over the budget to `doomed`;
   // mu_ held.
   void ReclaimLocked(const std::string& tenant,
@@ -125,7 +149,14 @@ class SessionTable {
   // Epochs this worker has run, per session id (bounded): tells a lost state
   // from a first execution.
   std::map<std::string, uint64_t> ran_;
-  std::jthread spawner_;  // last: stopped and joined first
+  struct DueStop {
+    std::chrono::steady_clock::time_point due;
+    std::weak_ptr<SessionSandbox> session;
+  };
+  std::deque<DueStop> stops_;            // with mu_
+  std::condition_variable_any stop_cv_;  // a stop queued; with mu_
+  std::jthread stopper_;                 // runs StopLoop while stop_after_ > 0
+  std::jthread spawner_;                 // last: stopped and joined first
 };
 
 }  // namespace kiln::worker

@@ -250,9 +250,10 @@ TEST_F(WarmPoolTest, ASessionLeftRunningIsStoppedLaterAndBilledForTheGap) {
   SessionTable table(&pool, {}, kStopAfter);
   const runtimes::Runtime& shell = shell_.at(Language::kShell);
   std::shared_ptr<SessionSandbox> session;
-  auto run = [&](const std::string& code) {
+  auto run = [&](const std::string& code, std::vector<common::protocol::FileEntry> files = {}) {
     common::protocol::Execute job;
     job.job_id = "j";
+    job.files = std::move(files);
     job.language = "shell";
     job.session_id = "gap";
     job.session_epoch = 1;
@@ -266,7 +267,9 @@ TEST_F(WarmPoolTest, ASessionLeftRunningIsStoppedLaterAndBilledForTheGap) {
     EXPECT_TRUE(lease.ok()) << lease.status().ToString();
     if (!lease.ok()) return common::protocol::Result{};
     SessionRun r = RunSessionExecution(job, *lease->session, shell, RunOptions{}, -1, 2s);
-    EXPECT_EQ(r.result.reason, common::protocol::EndReason::kExit) << r.result.worker_error;
+    if (job.files.empty()) {
+      EXPECT_EQ(r.result.reason, common::protocol::EndReason::kExit) << r.result.worker_error;
+    }
     EXPECT_FALSE(r.destroy);
     session = lease->session;
     table.Rest(lease->session);
@@ -292,6 +295,16 @@ TEST_F(WarmPoolTest, ASessionLeftRunningIsStoppedLaterAndBilledForTheGap) {
   auto resumed = run("echo again");
   EXPECT_EQ(resumed.stdout_data, "again\n");
   EXPECT_LT(resumed.cpu_ms, 150) << "billed for time it spent stopped";
+  // An execution refused before its code runs (a file path out of the
+  // workspace) leaves a stopped session stopped: the next one resumes it
+  // (not taken for left running, it would wait for its timeout).
+  std::this_thread::sleep_for(kStopAfter + 1s);
+  auto refused = run("echo never", {{"../escape", "x"}});
+  EXPECT_EQ(refused.reason, common::protocol::EndReason::kError);
+  const auto start = std::chrono::steady_clock::now();
+  auto after = run("echo after");
+  EXPECT_EQ(after.stdout_data, "after\n") << after.worker_error;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
 }
 
 // A one-shot job's thread polls its sandbox without sleeping for as long as

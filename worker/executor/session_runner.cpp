@@ -69,11 +69,15 @@ SessionRun RunSessionExecution(const protocol::Execute& job, SessionSandbox& s,
   // the last one ended moments ago and it was left running (awake,
   // SessionTable::Rest): then no resume, and what ran since that end counts
   // to this execution too.
+  // An execution that fails before its code runs leaves cpu_at_end_ms as
+  // it was: the next one counts on from there.
   const bool awake = std::exchange(s.awake, false);
   if (awake) spec.cpu_start_ms = s.cpu_at_end_ms;
-  auto thaw = [&sb]() -> common::Status {
-    common::Status st = sb.process->Freeze(false);
-    return FreezeOk(st, "thaw") ? common::Status::Ok() : st.WithContext("thawing the session");
+  auto thaw = [&s]() -> common::Status {
+    common::Status st = s.sandbox.process->Freeze(false);
+    if (!FreezeOk(st, "thaw")) return st.WithContext("thawing the session");
+    s.stopped = false;
+    return common::Status::Ok();
   };
   const bool thaw_first = !awake && !sb.process->LimitsWhileFrozen();
   if (!awake && !thaw_first) spec.resume = thaw;
@@ -96,6 +100,7 @@ SessionRun RunSessionExecution(const protocol::Execute& job, SessionSandbox& s,
 
   const sandbox::ExitStatus usage = sb.process->Usage();
   result.cpu_ms = std::max(0.0, usage.cpu_ms - driver.cpu_start_ms());
+  s.cpu_at_end_ms = usage.cpu_ms;  // a session left running counts on from here
   result.max_rss_kb = usage.max_rss_kb;
   // A malformed frame: the driver (or code writing to its fd) broke the
   // channel; the session cannot be trusted any more.
@@ -144,7 +149,9 @@ SessionRun RunSessionExecution(const protocol::Execute& job, SessionSandbox& s,
 }
 
 bool FreezeBetweenExecutions(SessionSandbox& s) {
-  return FreezeOk(s.sandbox.process->Freeze(true), "freeze");
+  common::Status st = s.sandbox.process->Freeze(true);
+  if (st.ok()) s.stopped = true;
+  return FreezeOk(st, "freeze");
 }
 
 }  // namespace kiln::worker

@@ -160,6 +160,8 @@ size_t SessionTable::Release(const std::shared_ptr<SessionSandbox>& session, boo
 }
 
 size_t SessionTable::Rest(const std::shared_ptr<SessionSandbox>& session) {
+  // An execution that failed before it resumed the session: still stopped.
+  if (session->stopped) return Release(session, false);
   if (stop_after_.count() == 0) {
     const bool stopped = FreezeBetweenExecutions(*session);
     if (!stopped) {
@@ -168,66 +170,85 @@ size_t SessionTable::Rest(const std::shared_ptr<SessionSandbox>& session) {
     }
     return Release(session, !stopped);
   }
-  // Read before taking the lock (a file read).
-  session->cpu_at_end_ms = session->sandbox.process->CpuMs();
-  const auto due = std::chrono::steady_clock::now() + stop_after_;
+  // Normally the execution's own end; else (it failed early) from now.
+  if (!session->cpu_at_end_ms) session->cpu_at_end_ms = session->sandbox.process->CpuMs();
+  bool wake = false;
   {
     std::lock_guard lock(mu_);
     session->awake = true;
-    session->stop_due = due;
-    stops_.push_back({due, session});
+    session->stop_due = std::chrono::steady_clock::now() + stop_after_;
+    // One entry per session: the stopper moves it on when the session ran
+    // again since it was queued.
+    if (!session->stop_queued) {
+      session->stop_queued = true;
+      wake = stops_.empty();
+      stops_.emplace(session->stop_due, session);
+    }
   }
-  stop_cv_.notify_one();
+  if (wake) stop_cv_.notify_one();
   return Release(session, false);
 }
 
 void SessionTable::StopLoop(std::stop_token stop) {
+  // Stops due within half the delay of each other share one wake-up: a
+  // session is stopped between one and one and a half delays after its
+  // last execution.
+  const auto slack = stop_after_ / 2;
   std::unique_lock lock(mu_);
   while (!stop.stop_requested()) {
     if (stops_.empty()) {
       stop_cv_.wait(lock, stop, [&] { return !stops_.empty(); });
       continue;
     }
-    const DueStop next = stops_.front();
-    if (std::chrono::steady_clock::now() < next.due) {
-      stop_cv_.wait_until(lock, stop, next.due, [] { return false; });
+    if (const auto wake_at = stops_.begin()->first + slack;
+        std::chrono::steady_clock::now() < wake_at) {
+      stop_cv_.wait_until(lock, stop, wake_at, [] { return false; });
       continue;
     }
-    stops_.pop_front();
-    std::shared_ptr<SessionSandbox> s = next.session.lock();
-    // Taken by an execution since (busy, or released again with a later
-    // stop), or no longer the table's: nothing to do here.
-    auto it = s ? sessions_.find(s->id) : sessions_.end();
-    if (it == sessions_.end() || it->second != s || s->busy || !s->awake ||
-        s->stop_due != next.due) {
-      lock.unlock();
-      s.reset();  // the last owner may be here: its sandbox dies off the lock
-      lock.lock();
-      continue;
+    const auto now = std::chrono::steady_clock::now();
+    std::vector<std::shared_ptr<SessionSandbox>> due;
+    while (!stops_.empty() && stops_.begin()->first <= now) {
+      std::shared_ptr<SessionSandbox> s = stops_.begin()->second.lock();
+      stops_.erase(stops_.begin());
+      if (!s) continue;
+      s->stop_queued = false;
+      auto it = sessions_.find(s->id);
+      // Running an execution (whose end queues it again), already stopped,
+      // or no longer the table's: nothing to do.
+      if (it == sessions_.end() || it->second != s || s->busy || !s->awake) continue;
+      if (s->stop_due > now) {  // it ran again since: its stop moves on
+        s->stop_queued = true;
+        stops_.emplace(s->stop_due, s);
+        continue;
+      }
+      s->busy = true;  // an Acquire meanwhile waits for the stop (kBusyWait)
+      due.push_back(std::move(s));
     }
-    s->busy = true;  // an Acquire meanwhile waits for the stop (kBusyWait)
+    if (due.empty()) continue;
     lock.unlock();
-    const bool stopped = FreezeBetweenExecutions(*s);
-    const uint64_t bytes = stopped ? s->sandbox.process->MemoryBytes().value_or(0) : 0;
-    std::shared_ptr<SessionSandbox> doomed;
-    lock.lock();
-    s->busy = false;
-    s->awake = false;
-    s->idle_bytes = bytes;
-    const bool closing = closing_.erase(s->id) > 0;
-    it = sessions_.find(s->id);
-    if ((!stopped || closing) && it != sessions_.end() && it->second == s) {
-      doomed = std::move(it->second);
-      sessions_.erase(it);
+    for (const auto& s : due) {
+      const bool stopped = FreezeBetweenExecutions(*s);
+      const uint64_t bytes = stopped ? s->sandbox.process->MemoryBytes().value_or(0) : 0;
+      std::shared_ptr<SessionSandbox> doomed;
+      {
+        std::lock_guard relock(mu_);
+        s->busy = false;
+        s->awake = false;
+        s->idle_bytes = bytes;
+        const bool closing = closing_.erase(s->id) > 0;
+        auto it = sessions_.find(s->id);
+        if ((!stopped || closing) && it != sessions_.end() && it->second == s) {
+          doomed = std::move(it->second);
+          sessions_.erase(it);
+        }
+      }
+      released_.notify_all();
+      if (!stopped) {
+        kLog.Info({.session = SessionIdOf(s->id), .tenant = s->tenant},
+                  "idle session sandbox destroyed: it could not be stopped");
+      }
     }
-    released_.notify_all();
-    lock.unlock();
-    if (!stopped) {
-      kLog.Info({.session = SessionIdOf(s->id), .tenant = s->tenant},
-                "idle session sandbox destroyed: it could not be stopped");
-    }
-    s.reset();
-    doomed.reset();
+    due.clear();  // sandboxes that were the last of theirs die here, off the lock
     lock.lock();
   }
 }

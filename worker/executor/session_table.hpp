@@ -26,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stop_token>
 #include <string>
 #include <thread>
@@ -51,14 +52,18 @@ struct SessionSandbox {
   std::chrono::steady_clock::time_point last_used;
   bool busy = false;
   uint64_t idle_bytes = 0;  // memory it held when last released (frozen)
+  // Whoever holds the session (busy) writes these; the table reads them
+  // under its mutex while it is not busy.
+  // Its processes are stopped (FreezeBetweenExecutions), not resumed since.
+  bool stopped = false;
   // Left running after its last execution until `stop_due` (Rest with a
   // stop delay): its next execution needs no resume, and counts its CPU from
   // `cpu_at_end_ms`, the sandbox's CPU when the last one ended, so what ran
-  // in between is that execution's. Written by the lease holder, or by the
-  // table while the session is not busy.
+  // in between is that execution's.
   bool awake = false;
-  double cpu_at_end_ms = 0;
+  std::optional<double> cpu_at_end_ms;
   std::chrono::steady_clock::time_point stop_due;
+  bool stop_queued = false;  // in the table's deferred stops (with its mutex)
   // Packages on request mounted at /packages (sorted specs, every execution's
   // together) and the cache entry that holds them on the host.
   std::vector<std::string> packages;
@@ -122,7 +127,7 @@ class SessionTable {
   common::StatusOr<WarmSandbox> Spawn(runtimes::Language language);
   void SpawnLoop(std::stop_token stop);
 
-  // The deferred stops, in the order they fall due (one delay for all).
+  // Carries out the deferred stops.
   void StopLoop(std::stop_token stop);
 
   WarmPool* pool_;
@@ -149,11 +154,9 @@ class SessionTable {
   // Epochs this worker has run, per session id (bounded): tells a lost state
   // from a first execution.
   std::map<std::string, uint64_t> ran_;
-  struct DueStop {
-    std::chrono::steady_clock::time_point due;
-    std::weak_ptr<SessionSandbox> session;
-  };
-  std::deque<DueStop> stops_;            // with mu_
+  // Sessions left running, by when they were due to stop when queued.
+  std::multimap<std::chrono::steady_clock::time_point, std::weak_ptr<SessionSandbox>>
+      stops_;                            // with mu_
   std::condition_variable_any stop_cv_;  // a stop queued; with mu_
   std::jthread stopper_;                 // runs StopLoop while stop_after_ > 0
   std::jthread spawner_;                 // last: stopped and joined first

@@ -21,23 +21,41 @@ local function field(fields, name)
 end
 )lua";
 
-// KEYS: stream, head, anchor, pending. ARGV: prev, entry, hash, max_entries,
-// genesis, job id, only-if-pending ('1'/'0'). Returns {1, id} once appended,
-// {0, current head} when `prev` is stale, {2, ''} when the job is not pending.
-const std::string kAppendScript = std::string(kFieldFunction) + R"lua(
-if ARGV[7] == '1' and not redis.call('ZSCORE', KEYS[4], ARGV[6]) then return {2, ''} end
-local head = redis.call('GET', KEYS[2]) or ARGV[5]
-if head ~= ARGV[1] then return {0, head} end
-local id = redis.call('XADD', KEYS[1], '*', 'entry', ARGV[2], 'prev', ARGV[1], 'hash', ARGV[3])
-redis.call('SET', KEYS[2], ARGV[3])
-redis.call('ZREM', KEYS[4], ARGV[6])
-local max = tonumber(ARGV[4])
-if max > 0 and redis.call('XTRIM', KEYS[1], 'MAXLEN', '~', max) > 0 then
-  local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)[1]
-  redis.call('SET', KEYS[3], field(first[2], 'prev'))
+// ARGV: stream, head, anchor and pending keys, prev, max_entries, genesis,
+// only-if-pending ('1'/'0'), then per entry its job id, entry and hash, each
+// hash chained on the one before it (the first on prev). Appends them in
+// order while the head is still prev; with only-if-pending, stops after the
+// first entry whose job is not pending (the rest were chained on it).
+// Returns {0, current head} when prev is stale, else {1, id per entry tried}
+// where a job not pending answers ''.
+const RedisScript& AppendScript() {
+  static const RedisScript s(std::string(kFieldFunction) + R"lua(
+local stream, head_key, anchor_key, pending = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local prev, only_pending = ARGV[5], ARGV[8] == '1'
+local head = redis.call('GET', head_key) or ARGV[7]
+if head ~= prev then return {0, head} end
+local out, done = {1}, {}
+for i = 9, #ARGV, 3 do
+  if only_pending and not redis.call('ZSCORE', pending, ARGV[i]) then
+    out[#out + 1] = ''
+    break
+  end
+  out[#out + 1] = redis.call('XADD', stream, '*', 'entry', ARGV[i + 1], 'prev', prev, 'hash', ARGV[i + 2])
+  prev = ARGV[i + 2]
+  done[#done + 1] = ARGV[i]
 end
-return {1, id}
-)lua";
+if #done == 0 then return out end
+redis.call('SET', head_key, prev)
+redis.call('ZREM', pending, unpack(done))
+local max = tonumber(ARGV[6])
+if max > 0 and redis.call('XTRIM', stream, 'MAXLEN', '~', max) > 0 then
+  local first = redis.call('XRANGE', stream, '-', '+', 'COUNT', 1)[1]
+  redis.call('SET', anchor_key, field(first[2], 'prev'))
+end
+return out
+)lua");
+  return s;
+}
 
 // KEYS: stream, head, anchor. ARGV: keep, genesis. Returns the entries removed.
 const std::string kTrimScript = std::string(kFieldFunction) + R"lua(
@@ -117,62 +135,58 @@ std::vector<common::StatusOr<std::string>> AuditStore::AppendMany(
   size_t next = 0;
   int lost = 0;
   while (next < entries.size()) {
-    // The rest of the entries, each chained on the one before it.
+    // The rest of the entries (a batch's worth), each chained on the one
+    // before it, in one script run.
     const size_t end = std::min(entries.size(), next + kMaxBatch);
-    std::vector<std::vector<std::string>> commands;
+    std::vector<std::string> args = {
+        kStreamKey, kHeadKey,     kAnchorKey, kPendingKey,
+        prev,       max_entries_, kGenesis,   only_if_pending ? "1" : "0"};
     std::vector<std::string> hashes;
-    commands.reserve(end - next);
+    args.reserve(args.size() + 3 * (end - next));
     hashes.reserve(end - next);
     for (size_t i = next; i < end; ++i) {
       const std::string& link = i == next ? prev : hashes.back();
-      std::string hash = common::AuditLinkHash(link, texts[i]);
-      commands.push_back({"EVAL", kAppendScript, "4", kStreamKey, kHeadKey, kAnchorKey, kPendingKey,
-                          link, texts[i], hash, max_entries_, kGenesis, entries[i].job_id,
-                          only_if_pending ? "1" : "0"});
-      hashes.push_back(std::move(hash));
+      hashes.push_back(common::AuditLinkHash(link, texts[i]));
+      args.push_back(entries[i].job_id);
+      args.push_back(texts[i]);
+      args.push_back(hashes.back());
     }
-    auto replies = conn->Pipeline(commands);
-    if (!replies.ok()) {
+    auto r = conn->Eval(AppendScript(), args);
+    if (!r.ok()) {
       head_hint_.clear();  // some may have gone in: the next append learns the head
-      return fail_from(next, replies.status());
+      return fail_from(next, r.status());
     }
-    bool moved = false;
-    size_t i = next;
-    while (i < end && !moved) {
-      const RedisReply& r = (*replies)[i - next];
-      if (r.type != RedisReply::Type::kArray || r.elements.size() != 2) {
-        head_hint_.clear();
-        return fail_from(i, common::Internal("audit append: unexpected reply"));
-      }
-      const int64_t code = r.elements[0].integer;
-      if (code == 1) {  // appended: the next one was chained on it
-        out[i] = r.elements[1].str;
-        prev = hashes[i - next];
-        head_hint_ = prev;
-        ++i;
-      } else if (code == 2) {  // not pending: the next one was chained on nothing
-        out[i] = std::string();
-        ++i;
-        break;
-      } else {  // another broker appended first: chain onto its entry
-        prev = r.elements[1].str;
-        moved = true;
-      }
-    }
-    next = i;
-    if (!moved) continue;
-    if (++lost >= kMaxAttempts) {
+    if (r->type != RedisReply::Type::kArray || r->elements.size() < 2 ||
+        r->elements.size() > 1 + (end - next)) {
       head_hint_.clear();
-      return fail_from(next, common::Unavailable("the chain head moved " +
-                                                 std::to_string(kMaxAttempts) + " times in a row"));
+      return fail_from(next, common::Internal("audit append: unexpected reply"));
     }
-    // A broker starved of CPU can lose every race to a busy one; after a few
-    // losses, step aside for a random moment that grows with each loss.
-    if (lost > 4) {
-      thread_local std::minstd_rand rng{std::random_device{}()};
-      const int cap_us = 50 << std::min(lost - 5, 6);
-      std::this_thread::sleep_for(std::chrono::microseconds(rng() % cap_us));
+    if (r->elements[0].integer == 0) {  // another broker appended first: chain onto its entry
+      prev = r->elements[1].str;
+      if (++lost >= kMaxAttempts) {
+        head_hint_.clear();
+        return fail_from(
+            next, common::Unavailable("the chain head moved " + std::to_string(kMaxAttempts) +
+                                      " times in a row"));
+      }
+      // A broker starved of CPU can lose every race to a busy one; after a
+      // few losses, step aside for a random moment that grows with each loss.
+      if (lost > 4) {
+        thread_local std::minstd_rand rng{std::random_device{}()};
+        const int cap_us = 50 << std::min(lost - 5, 6);
+        std::this_thread::sleep_for(std::chrono::microseconds(rng() % cap_us));
+      }
+      continue;
     }
+    // One id per entry tried; '' for a job no longer pending, after which
+    // the rest (chained on it) go again from the last one appended.
+    for (size_t k = 1; k < r->elements.size(); ++k) {
+      const size_t i = next + k - 1;
+      out[i] = r->elements[k].str;
+      if (!r->elements[k].str.empty()) prev = hashes[i - next];
+    }
+    head_hint_ = prev;  // the head the script found, or what it appended
+    next += r->elements.size() - 1;
   }
   return out;
 }

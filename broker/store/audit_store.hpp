@@ -27,7 +27,8 @@
 // pause after a few losses so a CPU-starved broker is not beaten forever. Appends of one AuditStore
 // are serialised, so only brokers race with each other; each lost race means
 // another broker's append went through. Round trips: 1 per attempt (the head
-// is remembered between appends), or per batch of AppendMany; Read 1; Trim 1; Verify 1 per page.
+// is remembered between appends), or per batch of AppendMany (one script
+// run); Read 1; Trim 1; Verify 1 per page.
 // Thread-safe.
 #pragma once
 
@@ -67,10 +68,10 @@ class AuditStore {
   common::StatusOr<std::string> Append(const common::AuditEntry& entry,
                                        bool only_if_pending = false);
   // Appends `entries` in order, up to kMaxBatch per round trip: each one's
-  // hash is chained on the one before it here and their scripts go out in
-  // one pipeline. A script that finds the head moved, or its job no longer
-  // pending, breaks the chain there: the rest go again, on the head it
-  // answered. Each entry answers as Append would. An error (Redis away or
+  // hash is chained on the one before it here and one script run appends
+  // them all. If the head moved, the batch goes again on the head the script
+  // answered; a job no longer pending breaks the chain there, and the rest
+  // go again after it. Each entry answers as Append would. An error (Redis away or
   // refusing) answers every entry not known to be appended, though some of
   // them may be: retry those with only_if_pending.
   std::vector<common::StatusOr<std::string>> AppendMany(

@@ -204,7 +204,6 @@ end
 -- names it again.
 local function pop(ctx)
   local out = {}
-  if late(ctx) then return out end
   local started = 0
   local lost = {}
   local c = nil  -- new_counts, once there is a queue to walk
@@ -214,6 +213,8 @@ local function pop(ctx)
     if c and not c.any_free then break end
     local active = redis.call('ZRANGE', K.active, 0, -1, 'WITHSCORES')
     if #active == 0 then break end
+    -- Asked only when there is a queue: most pops find none.
+    if not c and late(ctx) then break end
     c = c or new_counts(ctx)
     local placed = false
     for a = 1, #active, 2 do
@@ -285,7 +286,7 @@ end
 -- joins its tenant's queue, else the session idles and its TTL runs.
 local function session_after(sid, id, tenant, now, ttl_ms)
   local sk = K.session .. sid
-  local s = redis.call('HMGET', sk, 'head', 'state')
+  local s = redis.call('HMGET', sk, 'head', 'state', 'executions')
   if not s[1] and not s[2] and redis.call('EXISTS', sk) == 0 then return end
   if s[1] ~= id then
     redis.call('LREM', K.sq .. sid, 0, id)
@@ -296,16 +297,17 @@ local function session_after(sid, id, tenant, now, ttl_ms)
     end
     return
   end
-  redis.call('HINCRBY', sk, 'executions', 1)
+  local executions = (tonumber(s[3]) or 0) + 1  -- counted in the HSET below
   local nxt = redis.call('LPOP', K.sq .. sid)
   if nxt then
-    redis.call('HSET', sk, 'last_used_ms', now, 'head', nxt)
+    redis.call('HSET', sk, 'last_used_ms', now, 'head', nxt, 'executions', executions)
     enqueue(tenant, nxt, redis.call('HGET', jobkey(nxt), 'score'))
   else
     if s[2] == 'busy' then
-      redis.call('HSET', sk, 'last_used_ms', now, 'head', '', 'state', 'idle')
+      redis.call('HSET', sk, 'last_used_ms', now, 'head', '', 'state', 'idle', 'executions',
+                 executions)
     else
-      redis.call('HSET', sk, 'last_used_ms', now, 'head', '')
+      redis.call('HSET', sk, 'last_used_ms', now, 'head', '', 'executions', executions)
     end
     redis.call('PEXPIRE', sk, ttl_ms)
   end
@@ -353,7 +355,8 @@ local function admit(ctx, id, tenant, placement, sid, score, known)
   if known then queued = known.queued else queued = redis.call('ZCARD', qk) end
   if queued == 0 then
     local w, why = pick_worker(ctx, tenant, placement, pinned, sid ~= '' and pinned == '')
-    if w and late(ctx) then w, why = nil, 'worker' end
+    -- The submit script asked at its start (known), moments ago.
+    if w and not known and late(ctx) then w, why = nil, 'worker' end
     if w then
       return {'dispatched', w,
               start_job(ctx, id, tenant, w, sid, {worker = pinned, epoch = epoch}, known ~= nil)}

@@ -207,6 +207,8 @@ void SessionTable::StopLoop(std::stop_token stop) {
     }
     const auto now = std::chrono::steady_clock::now();
     std::vector<std::shared_ptr<SessionSandbox>> due;
+    // Those left alone; one that was the last of its owners dies off the lock.
+    std::vector<std::shared_ptr<SessionSandbox>> skipped;
     while (!stops_.empty() && stops_.begin()->first <= now) {
       std::shared_ptr<SessionSandbox> s = stops_.begin()->second.lock();
       stops_.erase(stops_.begin());
@@ -215,17 +217,18 @@ void SessionTable::StopLoop(std::stop_token stop) {
       auto it = sessions_.find(s->id);
       // Running an execution (whose end queues it again), already stopped,
       // or no longer the table's: nothing to do.
-      if (it == sessions_.end() || it->second != s || s->busy || !s->awake) continue;
-      if (s->stop_due > now) {  // it ran again since: its stop moves on
+      if (it == sessions_.end() || it->second != s || s->busy || !s->awake) {
+        skipped.push_back(std::move(s));
+      } else if (s->stop_due > now) {  // it ran again since: its stop moves on
         s->stop_queued = true;
         stops_.emplace(s->stop_due, s);
-        continue;
+      } else {
+        s->busy = true;  // an Acquire meanwhile waits for the stop (kBusyWait)
+        due.push_back(std::move(s));
       }
-      s->busy = true;  // an Acquire meanwhile waits for the stop (kBusyWait)
-      due.push_back(std::move(s));
     }
-    if (due.empty()) continue;
     lock.unlock();
+    skipped.clear();
     for (const auto& s : due) {
       const bool stopped = FreezeBetweenExecutions(*s);
       const uint64_t bytes = stopped ? s->sandbox.process->MemoryBytes().value_or(0) : 0;

@@ -67,6 +67,19 @@ TEST(WorkerConfig, RefusesUnknownKeysRuntimesAndLayers) {
   EXPECT_THAT(e.status().message(), HasSubstr("worker.id"));
 }
 
+// How long a session runs on after an execution before it is stopped.
+TEST(WorkerConfig, SessionStopDelay) {
+  auto d = LoadWorkerConfig(Write("worker: {id: w1}\n"));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->session_stop_after_ms, 10u);
+  auto z = LoadWorkerConfig(Write("worker: {id: w1, session_stop_after_ms: 0}\n"));
+  ASSERT_TRUE(z.ok()) << z.status().ToString();
+  EXPECT_EQ(z->session_stop_after_ms, 0u);
+  auto big = LoadWorkerConfig(Write("worker: {id: w1, session_stop_after_ms: 1001}\n"));
+  ASSERT_FALSE(big.ok());
+  EXPECT_THAT(big.status().message(), HasSubstr("worker.session_stop_after_ms"));
+}
+
 TEST(WorkerConfig, PackagesOnRequest) {
   auto d = LoadWorkerConfig(Write("worker: {id: w7}\n"));
   ASSERT_TRUE(d.ok()) << d.status().ToString();

@@ -128,6 +128,14 @@ void WorkerLoop::Run(int stop_fd) {
       continue;
     }
     now = Clock::now();
+    // The stop first: an Execute that arrived in the same turn is refused
+    // (and requeued by its broker) rather than started.
+    if (!draining_ && (items[links_.size() + 1].revents & ZMQ_POLLIN)) {
+      draining_ = true;
+      drain_deadline = now + std::chrono::milliseconds(config_.drain_timeout_ms);
+      kLog.Info({}, "draining: {} jobs running, taking no new ones", executor_->Running());
+      for (auto& link : links_) link->Send(MakeHeartbeat());
+    }
     for (size_t i = 0; i < links_.size(); ++i) {
       BrokerLink& link = *links_[i];
       if (items[i].revents & ZMQ_POLLOUT) link.Unblock();
@@ -145,12 +153,6 @@ void WorkerLoop::Run(int stop_fd) {
         auto h = handlers_.find(protocol::TypeOf(*m));
         if (h != handlers_.end()) (this->*h->second)(link, *m);
       }
-    }
-    if (!draining_ && (items[links_.size() + 1].revents & ZMQ_POLLIN)) {
-      draining_ = true;
-      drain_deadline = now + std::chrono::milliseconds(config_.drain_timeout_ms);
-      kLog.Info({}, "draining: {} jobs running, taking no new ones", executor_->Running());
-      for (auto& link : links_) link->Send(MakeHeartbeat());
     }
     Tick();  // also sends what job threads posted
     if (!draining_) continue;

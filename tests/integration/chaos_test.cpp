@@ -649,6 +649,16 @@ TEST_F(ChaosTest, DrainingWorkerFinishesItsJobsGetsNoNewOnesAndExits) {
 
   auto term_at = Clock::now();
   cluster_->worker(0).Signal(SIGTERM);
+  // "After" from the broker's view: the signal is handled asynchronously, and
+  // a job dispatched before the worker said it drains may rightly run there.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const auto& w : Workers())
+          if (w.value("id", "") == w0) return w.value("draining", false);
+        return false;
+      },
+      3s))
+      << Workers().dump();
   std::vector<std::string> later;
   for (int i = 0; i < 4; ++i) {
     later.push_back(SubmitAsync({{"language", "python"},

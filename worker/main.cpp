@@ -12,6 +12,7 @@
 #include "common/allocator_tuning.hpp"
 #include "common/log/logging.hpp"
 #include "common/stop_signals.hpp"
+#include "common/thread_name.hpp"
 #include "worker/config.hpp"
 #include "worker/executor/executor.hpp"
 #include "worker/executor/warm_pool.hpp"
@@ -150,7 +151,10 @@ int main(int argc, char** argv) {
     }
     worker::Executor executor(run_options, cfg->slots, &pool, &events, metrics->get(), &packages,
                               egress.get());
-    std::jthread refill([&](std::stop_token st) { pool.Run(st); });
+    std::jthread refill([&](std::stop_token st) {
+      common::NameThisThread("kiln-pool-fill");
+      pool.Run(st);
+    });
     spdlog::info("worker {} ready: {} slots, runtimes [{}], sandbox layers [{}], brokers [{}]",
                  cfg->id, cfg->slots, fmt::join(cfg->runtimes, ","), fmt::join(layers, ","),
                  fmt::join(cfg->brokers, ","));

@@ -5,6 +5,7 @@
 
 #include "broker/http/http_server_impl.hpp"
 #include "common/log/logging.hpp"
+#include "common/thread_name.hpp"
 
 namespace kiln::broker {
 namespace {
@@ -133,6 +134,7 @@ void HttpServer::Start() {
   const uint32_t n = std::max<uint32_t>(1, impl_->options.io_threads);
   for (uint32_t i = 0; i < n; ++i) {
     impl_->threads.emplace_back([impl = impl_] {
+      common::NameThisThread("kiln-http-io");
       for (;;) {
         try {
           impl->ioc.run();

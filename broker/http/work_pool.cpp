@@ -1,10 +1,15 @@
 #include "broker/http/work_pool.hpp"
 
+#include "common/thread_name.hpp"
+
 namespace kiln::broker {
 
 WorkPool::WorkPool(size_t threads, size_t max_queued) : max_queued_(max_queued) {
   for (size_t i = 0; i < std::max<size_t>(1, threads); ++i) {
-    threads_.emplace_back([this] { Loop(); });
+    threads_.emplace_back([this] {
+      common::NameThisThread("kiln-http-work");
+      Loop();
+    });
   }
 }
 

@@ -17,6 +17,7 @@
 #include "common/json/bounded_json.hpp"
 #include "common/log/logging.hpp"
 #include "common/protocol/codec.hpp"
+#include "common/thread_name.hpp"
 
 namespace kiln::broker {
 namespace {
@@ -214,7 +215,10 @@ void Dispatcher::Run(std::stop_token stop) {
   started_at_ = Clock::now();
   next_tick_ = started_at_;
   next_pump_ = started_at_;
-  std::jthread io([this](std::stop_token st) { gateway_->Run(st); });
+  std::jthread io([this](std::stop_token st) {
+    common::NameThisThread("kiln-gateway");
+    gateway_->Run(st);
+  });
   while (!stop.stop_requested()) {
     auto now = Clock::now();
     if (now >= next_tick_) {

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "common/log/logging.hpp"
+#include "common/thread_name.hpp"
 
 namespace kiln::broker {
 namespace {
@@ -333,7 +334,10 @@ void OutputFollower::Run(std::stop_token stop) {
     cv_.notify_all();
   });
   conn_ = RedisConnection::Lazy(endpoint_);
-  std::jthread unblocker([this](std::stop_token st) { UnblockLoop(st); });
+  std::jthread unblocker([this](std::stop_token st) {
+    common::NameThisThread("kiln-unblocker");
+    UnblockLoop(st);
+  });
   auto next_check = Clock::now() + kCheckInterval;
   Clock::time_point failing_since{};  // epoch: Redis answers
   while (!stop.stop_requested()) {

@@ -12,6 +12,7 @@
 #include "common/clock.hpp"
 #include "common/log/logging.hpp"
 #include "common/network_policy.hpp"
+#include "common/thread_name.hpp"
 
 namespace kiln::broker {
 namespace {
@@ -54,7 +55,12 @@ void WebhookSender::Run(std::stop_token stop) {
     }
     // One slow receiver holds its own thread, not the others'.
     std::vector<std::jthread> deliveries;
-    for (const auto& d : *due) deliveries.emplace_back([this, d] { Deliver(d); });
+    for (const auto& d : *due) {
+      deliveries.emplace_back([this, d] {
+        common::NameThisThread("kiln-webhook-out");
+        Deliver(d);
+      });
+    }
   }
 }
 

@@ -3,6 +3,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
 #include <thread>
 
 #include "common/base64.hpp"
@@ -246,6 +250,29 @@ TEST_F(FoundationTest, WorkersListsBothWorkersWithTheirLayers) {
   }
   auto forbidden = cluster_->Request("GET", "/v1/workers");
   EXPECT_EQ(forbidden.status, 403);
+}
+
+// Operators tell a daemon's threads apart in top -H and perf by name
+// (docs/operations.md, "Troubleshooting").
+std::set<std::string> ThreadNames(pid_t pid) {
+  std::set<std::string> names;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  for (const auto& t : std::filesystem::directory_iterator(dir)) {
+    std::string comm;
+    std::getline(std::ifstream(t.path() / "comm"), comm);
+    names.insert(comm);
+  }
+  return names;
+}
+
+TEST_F(FoundationTest, DaemonThreadsAreNamed) {
+  EXPECT_THAT(
+      ThreadNames(cluster_->broker(0).pid()),
+      ::testing::IsSupersetOf({"kiln-http-io", "kiln-http-work", "kiln-dispatch", "kiln-gateway",
+                               "kiln-events", "kiln-audit", "kiln-follow", "kiln-unblocker",
+                               "kiln-webhooks", "kiln-tools", "kiln-probe"}));
+  EXPECT_THAT(ThreadNames(cluster_->worker(0).pid()),
+              ::testing::IsSupersetOf({"kiln-pool-fill", "kiln-sess-spawn", "kiln-sess-stop"}));
 }
 
 TEST_F(FoundationTest, ConcurrentJobsAllComplete) {

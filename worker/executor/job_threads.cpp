@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "common/thread_name.hpp"
+
 namespace kiln::worker {
 
 JobThreads::~JobThreads() {
@@ -24,7 +26,10 @@ void JobThreads::Run(std::function<void()> task) {
     work_.notify_one();
     return;
   }
-  threads_.emplace_back([this, task = std::move(task)]() mutable { Loop(std::move(task)); });
+  threads_.emplace_back([this, task = std::move(task)]() mutable {
+    common::NameThisThread("kiln-job");
+    Loop(std::move(task));
+  });
 }
 
 size_t JobThreads::Threads() const {

@@ -7,6 +7,7 @@
 
 #include "common/log/logging.hpp"
 #include "common/protocol/session_key.hpp"
+#include "common/thread_name.hpp"
 #include "worker/executor/session_runner.hpp"
 
 namespace kiln::worker {
@@ -31,9 +32,16 @@ SessionTable::SessionTable(WarmPool* pool, IdleSessionBudget budget,
     : pool_(pool),
       budget_(budget),
       stop_after_(std::max(stop_after, std::chrono::milliseconds(0))),
-      spawner_([this](std::stop_token st) { SpawnLoop(st); }) {
-  if (stop_after_.count() > 0)
-    stopper_ = std::jthread([this](std::stop_token st) { StopLoop(st); });
+      spawner_([this](std::stop_token st) {
+        common::NameThisThread("kiln-sess-spawn");
+        SpawnLoop(st);
+      }) {
+  if (stop_after_.count() > 0) {
+    stopper_ = std::jthread([this](std::stop_token st) {
+      common::NameThisThread("kiln-sess-stop");
+      StopLoop(st);
+    });
+  }
 }
 
 common::StatusOr<WarmSandbox> SessionTable::Spawn(runtimes::Language language) {

@@ -72,6 +72,7 @@ common::StatusOr<BrokerConfig> LoadBrokerConfig(const std::string& file) {
   clients.Get("max_connections_per_address", &c.native.max_connections_per_address, 1, 1'000'000);
   clients.Get("auth_timeout_ms", &c.native.auth_timeout_ms, 100, 600'000);
   clients.Get("write_timeout_ms", &c.native.write_timeout_ms, 100, 3'600'000);
+  clients.Get("threads", &c.native.threads, 1, 256);
   clients.Get("secret_key_file", &c.native.secret_key_file);
   YamlReader redis = b.Child("redis");
   redis.Get("url", &c.redis_url);

@@ -109,7 +109,8 @@ struct NativeConfig {
   uint32_t max_connections_per_address = 1024;
   uint32_t auth_timeout_ms = 10000;  // a connection without a valid request by then is closed
   uint32_t write_timeout_ms =
-      30000;  // a client holding unread frames, none taken for this long, is closed
+      30000;             // a client holding unread frames, none taken for this long, is closed
+  uint32_t threads = 8;  // serve the requests that call Redis
   // CURVE encryption (any client key; tokens authenticate): the broker's
   // secret key file. Empty: plain text, tokens in clear.
   std::string secret_key_file;

@@ -112,7 +112,7 @@ common::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Create(const BrokerConfig& c
                        [self](const HttpRequest* req, int status, size_t bytes) {
                          self->Observe(req, status, bytes);
                        }));
-  api->pool_ = std::make_unique<WorkPool>(h.threads, h.max_queued_requests);
+  api->pool_ = std::make_unique<WorkPool>(h.threads, h.max_queued_requests, "kiln-http-work");
   return api;
 }
 

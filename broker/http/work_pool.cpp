@@ -4,10 +4,10 @@
 
 namespace kiln::broker {
 
-WorkPool::WorkPool(size_t threads, size_t max_queued) : max_queued_(max_queued) {
+WorkPool::WorkPool(size_t threads, size_t max_queued, std::string name) : max_queued_(max_queued) {
   for (size_t i = 0; i < std::max<size_t>(1, threads); ++i) {
-    threads_.emplace_back([this] {
-      common::NameThisThread("kiln-http-work");
+    threads_.emplace_back([this, name] {
+      common::NameThisThread(name);
       Loop();
     });
   }

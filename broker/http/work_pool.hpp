@@ -2,7 +2,7 @@
 // Redis calls) from a bounded queue, so the I/O threads never block and a
 // flood is refused at once instead of queued without end.
 //
-//   WorkPool pool(/*threads=*/16, /*max_queued=*/1024);
+//   WorkPool pool(/*threads=*/16, /*max_queued=*/1024, "kiln-http-work");
 //   if (!pool.TryPost([=] { Handle(ex); })) ReplyBusy(ex);   // full: 503
 //
 // Tasks run in arrival order; Stop() (and the destructor) drops what has
@@ -14,6 +14,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -21,7 +22,8 @@ namespace kiln::broker {
 
 class WorkPool {
  public:
-  WorkPool(size_t threads, size_t max_queued);
+  // `name`: its threads' name (top -H), at most 15 bytes.
+  WorkPool(size_t threads, size_t max_queued, std::string name);
   ~WorkPool();
   WorkPool(const WorkPool&) = delete;
   WorkPool& operator=(const WorkPool&) = delete;

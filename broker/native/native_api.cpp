@@ -84,9 +84,12 @@ NativeApi::NativeApi(const BrokerConfig& config, zmq::context_t* ctx, ExecutionS
       service_(service),
       metrics_(metrics),
       follower_(follower),
-      unread_(unread) {}
+      unread_(unread),
+      pool_(std::make_unique<WorkPool>(config.native.threads, kMaxQueuedRequests,
+                                       "kiln-native-work")) {}
 
 NativeApi::~NativeApi() {
+  pool_->Stop();  // its tasks use what follows
   // The follower outlives this: its readers must not reach a gone outbox.
   for (auto& [identity, sub] : subs_) {
     sub->Close();
@@ -95,6 +98,7 @@ NativeApi::~NativeApi() {
 }
 
 void NativeApi::Run(std::stop_token stop) {
+  loop_thread_ = std::this_thread::get_id();
   zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
                              {nullptr, outbox_->fd(), ZMQ_POLLIN, 0},
                              {connections_->monitor().handle(), 0, ZMQ_POLLIN, 0}};
@@ -109,6 +113,7 @@ void NativeApi::Run(std::stop_token stop) {
       FlushPending();
       if (items[1].revents & ZMQ_POLLIN) {
         for (auto& item : outbox_->Take()) Deliver(std::move(item));
+        for (auto& task : outbox_->TakeTasks()) task();
         for (auto& sub : outbox_->TakeWakes()) follower_->Wake(sub->id());
       }
       for (int i = 0; i < kBurst && (items[0].revents & ZMQ_POLLIN); ++i) {
@@ -158,21 +163,27 @@ void NativeApi::HandleFrame(const std::string& identity, int fd, std::string_vie
       return connections_->BadFrame(fd);
     }
     connections_->Authenticated(fd);
-    (this->*handler)(identity, *caller, m);
+    handler(*caller);
+  };
+  // The requests that only call Redis run on the pool as they are.
+  auto pooled = [this, &identity, &frame](const Caller& caller, const auto& m, auto handler) {
+    Post({identity, m.request_id, caller, frame.size(),
+          [this, identity, caller, m, handler] { (this->*handler)(identity, caller, m); },
+          nullptr});
   };
   std::visit(
       [&](const auto& m) {
         using T = std::decay_t<decltype(m)>;
         if constexpr (std::is_same_v<T, client::Submit>) {
-          serve(m, &NativeApi::OnSubmit);
+          serve(m, [&](const Caller& c) { OnSubmit(identity, c, m); });
         } else if constexpr (std::is_same_v<T, client::Subscribe>) {
-          serve(m, &NativeApi::OnSubscribe);
+          serve(m, [&](const Caller& c) { OnSubscribe(identity, c, m); });
         } else if constexpr (std::is_same_v<T, client::Cancel>) {
-          serve(m, &NativeApi::OnCancel);
+          serve(m, [&](const Caller& c) { pooled(c, m, &NativeApi::OnCancel); });
         } else if constexpr (std::is_same_v<T, client::Get>) {
-          serve(m, &NativeApi::OnGet);
+          serve(m, [&](const Caller& c) { pooled(c, m, &NativeApi::OnGet); });
         } else if constexpr (std::is_same_v<T, client::ToolAnswer>) {
-          serve(m, &NativeApi::OnToolAnswer);
+          serve(m, [&](const Caller& c) { pooled(c, m, &NativeApi::OnToolAnswer); });
         } else {
           SendError(identity, m.request_id,
                     common::InvalidRequest(std::string(client::TypeName(client::TypeOf(*message))) +
@@ -197,13 +208,25 @@ void NativeApi::OnSubmit(const std::string& identity, const Caller& caller,
   if (m.subscribe) {
     if (auto st = Reserve(caller); !st.ok()) return SendError(identity, m.request_id, st);
   }
+  std::function<void()> refused;
+  if (m.subscribe) refused = [this, tenant = caller.tenant] { Release(tenant); };
+  Post({identity, m.request_id, caller, m.request_json.size(),
+        [this, identity, caller, m] { ServeSubmit(identity, caller, m); }, std::move(refused)});
+}
+
+void NativeApi::ServeSubmit(const std::string& identity, const Caller& caller,
+                            const client::Submit& m) {
   client::Accepted accepted{m.request_id, "", ""};
   if (auto st = Admit(caller, m, &accepted); !st.ok()) {
-    if (m.subscribe) Release(caller.tenant);
+    if (m.subscribe) outbox_->PushTask([this, tenant = caller.tenant] { Release(tenant); });
     return SendError(identity, m.request_id, st, accepted.id);
   }
   Send(identity, accepted);
-  if (m.subscribe) Follow(identity, caller.tenant, m.request_id, accepted.id, 0);
+  if (m.subscribe) {
+    // After the Accepted in the outbox: the subscription's frames follow it.
+    outbox_->PushTask([this, identity, tenant = caller.tenant, request_id = m.request_id,
+                       id = accepted.id] { Follow(identity, tenant, request_id, id, 0); });
+  }
 }
 
 Status NativeApi::Admit(const Caller& caller, const client::Submit& m, client::Accepted* accepted) {
@@ -234,12 +257,75 @@ void NativeApi::OnSubscribe(const std::string& identity, const Caller& caller,
                             const client::Subscribe& m) {
   // Counted first: a request over the limit costs no Redis call.
   if (auto st = Reserve(caller); !st.ok()) return SendError(identity, m.request_id, st, m.id);
+  Post({identity, m.request_id, caller, m.id.size(),
+        [this, identity, caller, m] { ServeSubscribe(identity, caller, m); },
+        [this, tenant = caller.tenant] { Release(tenant); }});
+}
+
+void NativeApi::ServeSubscribe(const std::string& identity, const Caller& caller,
+                               const client::Subscribe& m) {
   auto record = service_->Load(caller, m.id);
   if (!record.ok()) {
-    Release(caller.tenant);
+    outbox_->PushTask([this, tenant = caller.tenant] { Release(tenant); });
     return SendError(identity, m.request_id, record.status(), m.id);
   }
-  Follow(identity, caller.tenant, m.request_id, m.id, m.from_seq);
+  outbox_->PushTask([this, identity, tenant = caller.tenant, m] {
+    Follow(identity, tenant, m.request_id, m.id, m.from_seq);
+  });
+}
+
+void NativeApi::Post(Request r) {
+  // Admins share one count; a tenant has its own, as over HTTP.
+  const TenantConfig* tenant = r.caller.admin ? nullptr : FindTenant(config_, r.caller.tenant);
+  const uint32_t limit =
+      tenant ? TenantMaxRequests(config_, *tenant) : config_.quotas.tenant_max_requests;
+  const std::string who = r.caller.admin ? std::string("admin") : r.caller.tenant;
+  TenantRequests& t = requests_[who];
+  if (t.running < limit) {
+    Start(t, std::move(r));
+    if (t.running == 0) requests_.erase(who);  // refused: the pool is full
+    return;
+  }
+  if (t.waiting.size() >= kMaxWaitingRequests || t.waiting_bytes + r.bytes > kMaxWaitingBytes) {
+    SendError(r.identity, r.request_id,
+              Status(Code::kRateLimited, who + " has " + std::to_string(t.waiting.size()) +
+                                             " requests waiting on this broker (" +
+                                             std::to_string(t.waiting_bytes) + " bytes)"));
+    if (r.refused) r.refused();
+    return;
+  }
+  t.waiting_bytes += r.bytes;
+  t.waiting.push_back(std::move(r));
+}
+
+void NativeApi::Start(TenantRequests& t, Request r) {
+  const std::string who = r.caller.admin ? std::string("admin") : r.caller.tenant;
+  ++t.running;
+  if (pool_->TryPost([this, who, serve = std::move(r.serve)] {
+        serve();
+        outbox_->PushTask([this, who] { Done(who); });
+      })) {
+    return;
+  }
+  --t.running;
+  SendError(r.identity, r.request_id,
+            common::Unavailable("the broker is busy (" + std::to_string(kMaxQueuedRequests) +
+                                " native requests queued); retry"));
+  if (r.refused) r.refused();
+}
+
+void NativeApi::Done(const std::string& who) {
+  auto it = requests_.find(who);
+  if (it == requests_.end()) return;
+  TenantRequests& t = it->second;
+  --t.running;
+  if (!t.waiting.empty()) {
+    Request next = std::move(t.waiting.front());
+    t.waiting.pop_front();
+    t.waiting_bytes -= next.bytes;
+    Start(t, std::move(next));
+  }
+  if (t.running == 0 && t.waiting.empty()) requests_.erase(it);
 }
 
 void NativeApi::OnCancel(const std::string& identity, const Caller& caller,
@@ -324,6 +410,7 @@ NativeApi::SendResult NativeApi::TrySend(NativeOutbox::Item& item) {
 }
 
 void NativeApi::Deliver(NativeOutbox::Item item) {
+  if (std::this_thread::get_id() != loop_thread_) return outbox_->Push(std::move(item));
   auto it = pending_.find(item.identity);
   if (it == pending_.end()) {
     const auto from = item.from;

@@ -34,8 +34,17 @@
 // in ZeroMQ that has taken none for broker.clients.write_timeout_ms is
 // closed; a client found gone has its subscriptions ended.
 //
-// Threads: Run() owns the ROUTER and serves requests (short Redis calls) in
-// the calling thread. Create() on any thread, then Run() on one.
+// Threads: Run() owns the ROUTER, decodes and authenticates every frame and
+// holds every client's and subscription's state. The requests that call
+// Redis (submit, subscribe, cancel, get, tool answers) run on a pool of
+// broker.clients.threads, so one client's round trips do not queue the
+// others'; their replies and state changes come back through the
+// NativeOutbox. A tenant has at most its max_requests on the pool at once
+// (as over HTTP): its further requests wait here in order, up to
+// kMaxWaitingRequests or kMaxWaitingBytes (more answer RATE_LIMITED), so
+// one tenant's burst holds no more of the pool than that. At most
+// kMaxQueuedRequests wait for a pool thread (more answer UNAVAILABLE).
+// Create() on any thread, then Run() on one.
 #pragma once
 
 #include <chrono>
@@ -44,10 +53,12 @@
 #include <memory>
 #include <stop_token>
 #include <string>
+#include <thread>
 #include <vector>
 #include <zmq.hpp>
 
 #include "broker/config.hpp"
+#include "broker/http/work_pool.hpp"
 #include "broker/native/client_connections.hpp"
 #include "broker/native/native_subscription.hpp"
 #include "broker/service/execution_service.hpp"
@@ -78,6 +89,12 @@ class NativeApi {
   static constexpr size_t kFrameOverhead = 128u << 10;
   // Plain replies (not subscription frames) kept for a client whose pipe is full.
   static constexpr size_t kMaxPendingReplyBytes = 1u << 20;
+  // Requests waiting for a pool thread; more answer UNAVAILABLE.
+  static constexpr size_t kMaxQueuedRequests = 1024;
+  // A tenant's requests waiting for its max_requests to come down; more
+  // answer RATE_LIMITED.
+  static constexpr size_t kMaxWaitingRequests = 1024;
+  static constexpr size_t kMaxWaitingBytes = 16u << 20;
 
   // Binds config.native.endpoint (which must not be empty).
   static common::StatusOr<std::unique_ptr<NativeApi>> Create(
@@ -112,14 +129,42 @@ class NativeApi {
 
   // Loop thread. `fd` is the connection a frame came from (-1: unknown).
   void HandleFrame(const std::string& identity, int fd, std::string_view frame);
+  // A request for the pool: `serve` runs there; `refused` runs on the loop
+  // if it never starts (after its error was answered).
+  struct Request {
+    std::string identity;
+    uint64_t request_id = 0;
+    Caller caller;
+    size_t bytes = 0;  // its frame's
+    std::function<void()> serve;
+    std::function<void()> refused;
+  };
+  struct TenantRequests {
+    uint32_t running = 0;  // on the pool
+    std::deque<Request> waiting;
+    size_t waiting_bytes = 0;
+  };
+  // Starts `r` on the pool, or queues it behind the caller's requests in
+  // progress, or refuses it.
+  void Post(Request r);
+  void Start(TenantRequests& t, Request r);
+  // Loop thread: a request of `who` ended; its next waiting one starts.
+  void Done(const std::string& who);
+  // Submit and subscribe: what must happen on the loop before the pool.
   void OnSubmit(const std::string& identity, const Caller& caller,
                 const common::protocol::client::Submit& m);
+  // Pool thread: the submit's Redis part, then the subscription (if any)
+  // handed to the loop.
+  void ServeSubmit(const std::string& identity, const Caller& caller,
+                   const common::protocol::client::Submit& m);
   // Submits m's job and fills `accepted` (id and status). A job the policy
   // blocked is an error with its id in accepted->id.
   common::Status Admit(const Caller& caller, const common::protocol::client::Submit& m,
                        common::protocol::client::Accepted* accepted);
   void OnSubscribe(const std::string& identity, const Caller& caller,
                    const common::protocol::client::Subscribe& m);
+  void ServeSubscribe(const std::string& identity, const Caller& caller,
+                      const common::protocol::client::Subscribe& m);
   void OnCancel(const std::string& identity, const Caller& caller,
                 const common::protocol::client::Cancel& m);
   void OnGet(const std::string& identity, const Caller& caller,
@@ -143,6 +188,7 @@ class NativeApi {
   void Follow(const std::string& identity, const std::string& tenant, uint64_t request_id,
               const std::string& job_id, uint64_t from_seq);
   // Sends a frame now, or after the frames already waiting for its client.
+  // From a pool thread: queued for the loop, which does that.
   void Deliver(NativeOutbox::Item item);
   // On kSent the item's frame and charge have gone to ZeroMQ.
   SendResult TrySend(NativeOutbox::Item& item);
@@ -169,9 +215,13 @@ class NativeApi {
   // Shared with the frames in ZeroMQ, whose release may come after this.
   std::shared_ptr<NativeOutbox> outbox_ = std::make_shared<NativeOutbox>();
 
+  std::thread::id loop_thread_;     // set by Run()
+  std::unique_ptr<WorkPool> pool_;  // stopped first in the destructor
+
   // Loop thread only.
-  std::map<std::string, Pending> pending_;  // by client identity
-  std::map<std::string, Client> clients_;   // by client identity
+  std::map<std::string, TenantRequests, std::less<>> requests_;  // by tenant ("admin")
+  std::map<std::string, Pending> pending_;                       // by client identity
+  std::map<std::string, Client> clients_;                        // by client identity
   Clock::time_point next_client_sweep_;
   std::multimap<std::string, std::shared_ptr<NativeSubscription>> subs_;  // by client identity
   size_t active_ = 0;  // reserved subscriptions (followed, or about to be)

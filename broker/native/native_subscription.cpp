@@ -34,6 +34,14 @@ void NativeOutbox::PushWake(std::shared_ptr<NativeSubscription> sub) {
   Signal();
 }
 
+void NativeOutbox::PushTask(std::function<void()> task) {
+  {
+    std::lock_guard lock(mu_);
+    tasks_.push_back(std::move(task));
+  }
+  Signal();
+}
+
 void NativeOutbox::Signal() {
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof(one));
@@ -45,6 +53,13 @@ std::deque<NativeOutbox::Item> NativeOutbox::Take() {
   std::lock_guard lock(mu_);
   std::deque<Item> out;
   out.swap(items_);
+  return out;
+}
+
+std::vector<std::function<void()>> NativeOutbox::TakeTasks() {
+  std::lock_guard lock(mu_);
+  std::vector<std::function<void()>> out;
+  out.swap(tasks_);
   return out;
 }
 

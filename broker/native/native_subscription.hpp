@@ -28,6 +28,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -58,9 +59,13 @@ class NativeOutbox {
   // `sub` took frames and is under half its buffer again: the loop should
   // wake the follower for it. Makes fd() readable.
   void PushWake(std::shared_ptr<NativeSubscription> sub);
+  // Runs `task` on the loop thread (after the frames queued before it):
+  // how a request served on a pool thread touches the loop's state.
+  void PushTask(std::function<void()> task);
   // Everything queued, in order; clears fd()'s readiness (call TakeWakes after).
   std::deque<Item> Take();
   std::vector<std::shared_ptr<NativeSubscription>> TakeWakes();
+  std::vector<std::function<void()>> TakeTasks();
   // An eventfd for the loop's poll.
   int fd() const { return wake_.get(); }
 
@@ -70,6 +75,7 @@ class NativeOutbox {
   std::mutex mu_;
   std::deque<Item> items_;                                  // guarded by mu_
   std::vector<std::shared_ptr<NativeSubscription>> wakes_;  // guarded by mu_
+  std::vector<std::function<void()>> tasks_;                // guarded by mu_
   common::UniqueFd wake_;
 };
 

@@ -12,11 +12,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <iostream>
 #include <map>
 #include <optional>
 #include <random>
 #include <set>
+#include <thread>
 #include <zmq.hpp>
 
 #include "common/protocol/client_codec.hpp"
@@ -456,6 +458,48 @@ TEST_F(NativeTest, TwoHundredJobsPipelinedOnOneSocket) {
   EXPECT_EQ(distinct.size(), static_cast<size_t>(kJobs));
   std::cerr << "200 pipelined shell jobs took "
             << std::chrono::duration<double>(Clock::now() - t0).count() << " s\n";
+}
+
+// Requests that need Redis run off the client loop: while Redis stalls,
+// they wait (and end UNAVAILABLE) in parallel, and what needs no Redis (a
+// wrong token) is answered at once. Served on the loop, the wrong token
+// would wait behind the four stalled calls (2 s each).
+TEST_F(NativeTest, ARedisStallHoldsOnlyTheRequestsThatNeedIt) {
+  NativeClient a = Client(), b = Client();
+  c().redis().Signal(SIGSTOP);
+  struct Resume {
+    TestCluster& c;
+    ~Resume() { c.redis().Signal(SIGCONT); }
+  } resume{c()};
+  for (uint64_t i = 0; i < 4; ++i) {
+    a.Send(client::Get{300 + i, TestCluster::kToken, "ex_stalled_" + std::to_string(i)});
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the loop has them
+  auto t0 = Clock::now();
+  b.Send(client::Get{310, "wrong-token-123", "ex_any"});
+  EXPECT_EQ(As<client::Error>(b.Next(310, std::chrono::seconds(10))).code, "UNAUTHORIZED");
+  const double unauthorized_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_LT(unauthorized_s, 1.0) << "a request without Redis waited for the stalled ones";
+  t0 = Clock::now();
+  b.Send(client::Get{311, TestCluster::kToken, "ex_also_stalled"});
+  EXPECT_EQ(As<client::Error>(b.Next(311, std::chrono::seconds(20))).code, "UNAVAILABLE");
+  const double stalled_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_LT(stalled_s, 5.0) << "a stalled request waited for the other client's";
+  for (uint64_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(As<client::Error>(a.Next(300 + i, std::chrono::seconds(20))).code, "UNAVAILABLE");
+  }
+  std::cerr << "during the stall: wrong token answered in " << unauthorized_s
+            << " s, a stalled get in " << stalled_s << " s\n";
+  c().redis().Signal(SIGCONT);
+  // Served again once Redis answers.
+  bool served = false;
+  for (uint64_t i = 0; i < 40 && !served; ++i) {
+    a.Send(SubmitOf(320 + i, {{"language", "shell"}, {"code", "echo back"}}, true));
+    auto got = a.UntilEnd(320 + i, std::chrono::seconds(10));
+    served = !got.empty() && std::holds_alternative<client::Result>(got.back());
+    if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  EXPECT_TRUE(served) << "no job ran after Redis came back";
 }
 
 // ---------------------------------------------------------------------------

@@ -56,6 +56,7 @@ TEST(BrokerConfig, HttpAndClientConnectionKeys) {
   EXPECT_EQ(d->native.max_connections, 4096u);
   EXPECT_EQ(d->native.max_connections_per_address, 1024u);
   EXPECT_EQ(d->native.auth_timeout_ms, 10000u);
+  EXPECT_EQ(d->native.threads, 8u);
 
   auto c = LoadBrokerConfig(Write(
       std::string(kMinimal) +
@@ -63,7 +64,8 @@ TEST(BrokerConfig, HttpAndClientConnectionKeys) {
       "  http: {threads: 4, io_threads: 3, max_body_bytes: 2048, max_header_bytes: 4096,\n"
       "         max_connections: 50, max_connections_per_address: 5, header_timeout_ms: 200,\n"
       "         body_timeout_ms: 300, idle_timeout_ms: 400, max_queued_requests: 7}\n"
-      "  clients: {max_connections: 60, max_connections_per_address: 6, auth_timeout_ms: 500}\n"));
+      "  clients: {max_connections: 60, max_connections_per_address: 6, auth_timeout_ms: 500,\n"
+      "            threads: 3}\n"));
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->http.threads, 4u);
   EXPECT_EQ(c->http.io_threads, 3u);
@@ -78,11 +80,13 @@ TEST(BrokerConfig, HttpAndClientConnectionKeys) {
   EXPECT_EQ(c->native.max_connections, 60u);
   EXPECT_EQ(c->native.max_connections_per_address, 6u);
   EXPECT_EQ(c->native.auth_timeout_ms, 500u);
+  EXPECT_EQ(c->native.threads, 3u);
 
   for (const char* bad :
        {"broker: {http: {max_body_bytes: 1000}}",  // below 1 KiB
         "broker: {http: {io_threads: 0}}", "broker: {http: {header_timeout_ms: 99}}",
-        "broker: {clients: {auth_timeout_ms: 50}}", "broker: {clients: {max_connections: 0}}"}) {
+        "broker: {clients: {auth_timeout_ms: 50}}", "broker: {clients: {max_connections: 0}}",
+        "broker: {clients: {threads: 0}}", "broker: {clients: {threads: 257}}"}) {
     auto r = LoadBrokerConfig(Write(std::string(kMinimal) + bad + "\n"));
     EXPECT_FALSE(r.ok()) << bad;
   }

@@ -185,7 +185,7 @@ TEST(StreamIds, CompareNumerically) {
 TEST(WorkPool, RunsTasksAndRefusesPastItsQueue) {
   std::atomic<bool> release{false};
   std::atomic<int> ran{0};
-  WorkPool pool(1, 2);
+  WorkPool pool(1, 2, "test-pool");
   // One task holds the only thread; two more fill the queue; the next is refused.
   ASSERT_TRUE(pool.TryPost([&] {
     while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));

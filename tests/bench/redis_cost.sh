@@ -3,7 +3,10 @@
 # the idle rate of the broker's own ticks) and output stream entries for
 #   1. 50 small python jobs (print(1)), one after another;
 #   2. one job writing one byte per write() for 3 s;
-#   3. one output flood (`while True: print(...)`, max_output_bytes 10 MiB, 5 s).
+#   3. one output flood (`while True: print(...)`, max_output_bytes 10 MiB, 5 s);
+#   4. 2,000 statements (`x = 1`) in one session, one client, over HTTP
+#      (`wait: true`) and over the native protocol (submit with subscribe),
+#      with kiln-bench from BIN (the first statement creates the session).
 # Starts its own redis-server, one kiln-broker and one kiln-worker from BIN
 # (default <repo>/build-bench/bin: build it with tests/bench/run_bench.sh) and
 # stops them (by pid). Run as root (the worker creates namespaces).
@@ -26,7 +29,7 @@ cleanup() {
 }
 trap cleanup EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-RP=$(port); HP=$(port); ZP=$(port)
+RP=$(port); HP=$(port); ZP=$(port); NP=$(port)
 redis-server --port "$RP" --bind 127.0.0.1 --dir "$TMP" --save "" --appendonly no >"$TMP/redis.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 50); do redis-cli -p "$RP" ping >/dev/null 2>&1 && break; sleep 0.1; done
@@ -35,7 +38,7 @@ broker:
   id: rcost-broker
   http: {listen: "127.0.0.1:$HP"}
   workers: {endpoint: "tcp://127.0.0.1:$ZP"}
-  clients: {endpoint: ""}
+  clients: {endpoint: "tcp://127.0.0.1:$NP"}
   redis: {url: "redis://127.0.0.1:$RP"}
 tenants:
   - {name: bench, tokens: ["t-$SUFFIX"], enabled: true, auto_approve: true}
@@ -82,3 +85,13 @@ echo "== $BIN; broker background: $idle commands/s (subtracted)"
 measure "50 x print(1)" 50 small
 measure "1-byte writes for 3 s" 1 bytewise
 measure "output flood, 10 MiB cap, 5 s" 1 flood
+if [[ -x "$BIN/kiln-bench" ]]; then
+  statements() {  # statements PROTOCOL-ARGS...: 2,000 of one client in a fresh session
+    "$BIN/kiln-bench" "$@" --token "t-$SUFFIX" -c 1 --jobs 2000 --warmup 0 --session rc >/dev/null
+  }
+  measure "2000 session statements, HTTP" 2000 statements --url "http://127.0.0.1:$HP"
+  measure "2000 session statements, native" 2000 \
+    statements --protocol native --endpoint "tcp://127.0.0.1:$NP"
+else
+  echo "(no $BIN/kiln-bench: session statements not measured)"
+fi

@@ -370,6 +370,44 @@ TEST_F(GvisorSessionsTest, LeftoverProcessesArePausedBetweenExecutions) {
       << "the leftover did not run during the execution: " << c.dump();
 }
 
+// worker.session_stop_after_ms reaches the sessions (worker/main.cpp →
+// Executor → SessionTable): with 1000 ms, a busy loop left behind keeps
+// running for 500 ms after its execution and that CPU is billed to the next
+// execution; once the session was stopped, the next is billed only its own.
+// With the default (10 ms) the first would be billed ~10 ms.
+TEST(SessionStopDelay, TheConfiguredDelayIsHonouredAndTheGapBilled) {
+  ClusterOptions o;
+  o.brokers = 1;
+  o.workers = 1;
+  o.slots = 2;
+  o.extra_worker_yaml = "  session_stop_after_ms: 1000\n";
+  auto cluster = TestCluster::Start(o);
+  ASSERT_TRUE(cluster->WaitForWorkers(1, seconds(20))) << cluster->DumpLogs();
+  auto run = [&](const std::string& code) {
+    HttpReply r =
+        cluster->Submit({{"language", "python"}, {"code", code}, {"session_id", "stop-1"}});
+    EXPECT_EQ(r.status, 200) << r.raw;
+    return r.body;
+  };
+  json a =
+      run("import subprocess\n"
+          "p = subprocess.Popen(['python3', '-c', 'while True: pass'], start_new_session=True)\n");
+  ASSERT_EQ(a["status"], "succeeded") << a.dump();
+  std::this_thread::sleep_for(milliseconds(500));  // within the delay: left running
+  json b = run("x = 1");
+  ASSERT_EQ(b["status"], "succeeded") << b.dump();
+  EXPECT_GT(b["usage"]["cpu_ms"].get<double>(), 100)
+      << "the gap's CPU was not billed: the session was stopped sooner than configured "
+      << b.dump();
+  std::this_thread::sleep_for(milliseconds(2500));  // past 1.5 delays: stopped
+  json c = run("x = 2");
+  ASSERT_EQ(c["status"], "succeeded") << c.dump();
+  EXPECT_LT(c["usage"]["cpu_ms"].get<double>(), 100)
+      << "billed for time the session was stopped, or it was never stopped " << c.dump();
+  std::cerr << "cpu_ms billed: " << b["usage"]["cpu_ms"] << " after 500 ms left running, "
+            << c["usage"]["cpu_ms"] << " after 2.5 s (stopped)\n";
+}
+
 TEST(IdleSessionBudget, TheTenantsOldestIdleSessionIsReclaimed) {
   ClusterOptions o;
   o.brokers = 1;

@@ -307,6 +307,50 @@ TEST_F(WarmPoolTest, ASessionLeftRunningIsStoppedLaterAndBilledForTheGap) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
 }
 
+// What a session left running grows after its execution counts once the
+// stopper has stopped it: past the tenant's idle budget, the tenant's least
+// recently used idle session is reclaimed then, not at its next release.
+TEST_F(WarmPoolTest, ASessionThatGrowsWhileLeftRunningIsCountedOnceStopped) {
+  WarmPool pool(sandbox_.get(), shell_, sandbox::SandboxLimits{}, 0, nullptr);
+  constexpr auto kStopAfter = 300ms;
+  SessionTable table(&pool, {.tenant_bytes = 60ull << 20}, kStopAfter);
+  const runtimes::Runtime& shell = shell_.at(Language::kShell);
+  auto run = [&](const std::string& session, const std::string& code) {
+    common::protocol::Execute job;
+    job.job_id = "j-" + session;
+    job.language = "shell";
+    job.session_id = session;
+    job.session_epoch = 1;
+    job.tenant = "t";
+    job.session_ttl_ms = 60000;
+    job.limits.timeout_ms = 10000;
+    job.limits.memory_mb = 256;
+    job.limits.max_pids = 16;
+    job.code = code;
+    auto lease = table.Acquire(job);
+    ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+    SessionRun r = RunSessionExecution(job, *lease->session, shell, RunOptions{}, -1, 2s);
+    EXPECT_EQ(r.result.reason, common::protocol::EndReason::kExit) << r.result.worker_error;
+    EXPECT_EQ(table.Rest(lease->session), 0u) << "reclaimed at the release already";
+  };
+  run("old", "head -c 25165824 /dev/zero > /workspace/ballast");  // 24 MiB
+  // Small at its release; 40 MiB more 100 ms later, while left running.
+  run("grow", "( sleep 0.1; head -c 41943040 /dev/zero > /workspace/late ) &");
+  EXPECT_EQ(table.size(), 2u);
+  EXPECT_TRUE(Eventually([&] { return table.size() == 1; }))
+      << "the grown session's memory was not counted once it was stopped";
+  common::protocol::Execute again;
+  again.job_id = "again";
+  again.language = "shell";
+  again.session_id = "old";
+  again.session_epoch = 1;
+  again.tenant = "t";
+  auto lease = table.Acquire(again);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  EXPECT_TRUE(lease->state_lost) << "not the least recently used one went";
+  table.Release(lease->session, true);
+}
+
 // A one-shot job's thread polls its sandbox without sleeping for as long as
 // the Executor asked (BusyPoll), and sleeps in poll() otherwise: whether the
 // thread went to sleep while a job slept 300 ms tells which (its voluntary

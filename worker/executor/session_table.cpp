@@ -143,28 +143,39 @@ size_t SessionTable::Release(const std::shared_ptr<SessionSandbox>& session, boo
   const uint64_t bytes = destroy ? 0 : session->sandbox.process->MemoryBytes().value_or(0);
   {
     std::lock_guard lock(mu_);
-    session->busy = false;
     session->last_used = std::chrono::steady_clock::now();
-    session->idle_bytes = bytes;
     ++session->executions;
-    auto it = sessions_.find(session->id);
-    bool closing = closing_.erase(session->id) > 0;
-    if ((destroy || closing) && it != sessions_.end() && it->second == session) {
-      doomed = std::move(it->second);
-      sessions_.erase(it);
-    } else if (it != sessions_.end() && it->second == session) {
-      ReclaimLocked(session->tenant, &reclaimed);
-    }
+    UnholdLocked(session, bytes, destroy, &doomed, &reclaimed);
   }
   released_.notify_all();
+  LogReclaimed(reclaimed);
+  // Leaving, the SandboxProcess destructors kill and reap the drivers of
+  // `doomed` and `reclaimed` (not under the lock).
+  return reclaimed.size();
+}
+
+void SessionTable::UnholdLocked(const std::shared_ptr<SessionSandbox>& s, uint64_t bytes,
+                                bool destroy, std::shared_ptr<SessionSandbox>* doomed,
+                                std::vector<std::shared_ptr<SessionSandbox>>* reclaimed) {
+  s->busy = false;
+  s->idle_bytes = bytes;
+  auto it = sessions_.find(s->id);
+  const bool closing = closing_.erase(s->id) > 0;
+  if (it == sessions_.end() || it->second != s) return;  // no longer the table's
+  if (destroy || closing) {
+    *doomed = std::move(it->second);
+    sessions_.erase(it);
+  } else {
+    ReclaimLocked(s->tenant, reclaimed);
+  }
+}
+
+void SessionTable::LogReclaimed(const std::vector<std::shared_ptr<SessionSandbox>>& reclaimed) {
   for (const auto& s : reclaimed) {
     kLog.Info({.session = SessionIdOf(s->id), .tenant = s->tenant},
               "idle session reclaimed: idle sessions over their memory budget ({} MiB held)",
               s->idle_bytes >> 20);
   }
-  // Leaving, the SandboxProcess destructors kill and reap the drivers of
-  // `doomed` and `reclaimed` (not under the lock).
-  return reclaimed.size();
 }
 
 size_t SessionTable::Rest(const std::shared_ptr<SessionSandbox>& session) {
@@ -241,23 +252,18 @@ void SessionTable::StopLoop(std::stop_token stop) {
       const bool stopped = FreezeBetweenExecutions(*s);
       const uint64_t bytes = stopped ? s->sandbox.process->MemoryBytes().value_or(0) : 0;
       std::shared_ptr<SessionSandbox> doomed;
+      std::vector<std::shared_ptr<SessionSandbox>> reclaimed;
       {
         std::lock_guard relock(mu_);
-        s->busy = false;
         s->awake = false;
-        s->idle_bytes = bytes;
-        const bool closing = closing_.erase(s->id) > 0;
-        auto it = sessions_.find(s->id);
-        if ((!stopped || closing) && it != sessions_.end() && it->second == s) {
-          doomed = std::move(it->second);
-          sessions_.erase(it);
-        }
+        UnholdLocked(s, bytes, !stopped, &doomed, &reclaimed);
       }
       released_.notify_all();
       if (!stopped) {
         kLog.Info({.session = SessionIdOf(s->id), .tenant = s->tenant},
                   "idle session sandbox destroyed: it could not be stopped");
       }
+      LogReclaimed(reclaimed);
     }
     due.clear();  // sandboxes that were the last of theirs die here, off the lock
     lock.lock();

@@ -127,7 +127,8 @@ class SessionTable {
   common::StatusOr<WarmSandbox> Spawn(runtimes::Language language);
   void SpawnLoop(std::stop_token stop);
 
-  // Carries out the deferred stops.
+  // Carries out the deferred stops; a stopped session's memory counts
+  // against the idle budget as a released one's does.
   void StopLoop(std::stop_token stop);
 
   WarmPool* pool_;
@@ -137,6 +138,14 @@ class SessionTable {
   // mu_ held.
   void ReclaimLocked(const std::string& tenant,
                      std::vector<std::shared_ptr<SessionSandbox>>* doomed);
+  // The end of a hold (an execution's, or the stopper's), mu_ held: `s` is
+  // no longer busy and holds `bytes`; it leaves the table (to `doomed`) when
+  // `destroy` or a Close came meanwhile, else the idle budget is enforced
+  // for its tenant (to `reclaimed`).
+  void UnholdLocked(const std::shared_ptr<SessionSandbox>& s, uint64_t bytes, bool destroy,
+                    std::shared_ptr<SessionSandbox>* doomed,
+                    std::vector<std::shared_ptr<SessionSandbox>>* reclaimed);
+  static void LogReclaimed(const std::vector<std::shared_ptr<SessionSandbox>>& reclaimed);
   struct SpawnRequest {
     runtimes::Language language;
     std::promise<common::StatusOr<WarmSandbox>> done;

@@ -86,7 +86,7 @@ NativeApi::NativeApi(const BrokerConfig& config, zmq::context_t* ctx, ExecutionS
       follower_(follower),
       unread_(unread),
       pool_(std::make_unique<WorkPool>(config.native.threads, kMaxQueuedRequests,
-                                       "kiln-native-work")) {}
+                                       "kiln-native-run")) {}
 
 NativeApi::~NativeApi() {
   pool_->Stop();  // its tasks use what follows

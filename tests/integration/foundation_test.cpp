@@ -266,11 +266,11 @@ std::set<std::string> ThreadNames(pid_t pid) {
 }
 
 TEST_F(FoundationTest, DaemonThreadsAreNamed) {
-  EXPECT_THAT(
-      ThreadNames(cluster_->broker(0).pid()),
-      ::testing::IsSupersetOf({"kiln-http-io", "kiln-http-work", "kiln-dispatch", "kiln-gateway",
-                               "kiln-events", "kiln-audit", "kiln-follow", "kiln-unblocker",
-                               "kiln-webhooks", "kiln-tools", "kiln-probe"}));
+  EXPECT_THAT(ThreadNames(cluster_->broker(0).pid()),
+              ::testing::IsSupersetOf({"kiln-http-io", "kiln-http-work", "kiln-dispatch",
+                                       "kiln-gateway", "kiln-events", "kiln-audit", "kiln-follow",
+                                       "kiln-unblocker", "kiln-webhooks", "kiln-tools",
+                                       "kiln-probe", "kiln-native", "kiln-native-run"}));
   EXPECT_THAT(ThreadNames(cluster_->worker(0).pid()),
               ::testing::IsSupersetOf({"kiln-pool-fill", "kiln-sess-spawn", "kiln-sess-stop"}));
 }

@@ -370,18 +370,24 @@ TEST_F(GvisorSessionsTest, LeftoverProcessesArePausedBetweenExecutions) {
       << "the leftover did not run during the execution: " << c.dump();
 }
 
+// One broker and one worker of two slots, with `worker_yaml` added to the
+// worker's section.
+std::unique_ptr<TestCluster> OneWorkerCluster(const std::string& worker_yaml) {
+  ClusterOptions o;
+  o.brokers = 1;
+  o.workers = 1;
+  o.slots = 2;
+  o.extra_worker_yaml = worker_yaml;
+  return TestCluster::Start(o);
+}
+
 // worker.session_stop_after_ms reaches the sessions (worker/main.cpp →
 // Executor → SessionTable): with 1000 ms, a busy loop left behind keeps
 // running for 500 ms after its execution and that CPU is billed to the next
 // execution; once the session was stopped, the next is billed only its own.
 // With the default (10 ms) the first would be billed ~10 ms.
 TEST(SessionStopDelay, TheConfiguredDelayIsHonouredAndTheGapBilled) {
-  ClusterOptions o;
-  o.brokers = 1;
-  o.workers = 1;
-  o.slots = 2;
-  o.extra_worker_yaml = "  session_stop_after_ms: 1000\n";
-  auto cluster = TestCluster::Start(o);
+  auto cluster = OneWorkerCluster("  session_stop_after_ms: 1000\n");
   ASSERT_TRUE(cluster->WaitForWorkers(1, seconds(20))) << cluster->DumpLogs();
   auto run = [&](const std::string& code) {
     HttpReply r =
@@ -409,12 +415,7 @@ TEST(SessionStopDelay, TheConfiguredDelayIsHonouredAndTheGapBilled) {
 }
 
 TEST(IdleSessionBudget, TheTenantsOldestIdleSessionIsReclaimed) {
-  ClusterOptions o;
-  o.brokers = 1;
-  o.workers = 1;
-  o.slots = 2;
-  o.extra_worker_yaml = "  idle_session_memory_per_tenant_mb: 200\n";
-  auto cluster = TestCluster::Start(o);
+  auto cluster = OneWorkerCluster("  idle_session_memory_per_tenant_mb: 200\n");
   ASSERT_TRUE(cluster->WaitForWorkers(1, seconds(20))) << cluster->DumpLogs();
   auto run = [&](const std::string& session, const std::string& code) {
     HttpReply r =

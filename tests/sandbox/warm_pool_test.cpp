@@ -52,6 +52,23 @@ class WarmPoolTest : public ::testing::Test {
     return cond();
   }
 
+  // A shell session execution with room to run (10 s, 256 MiB, 16 pids).
+  static common::protocol::Execute SessionJob(const std::string& session, const std::string& tenant,
+                                              const std::string& code) {
+    common::protocol::Execute job;
+    job.job_id = "j-" + session;
+    job.language = "shell";
+    job.session_id = session;
+    job.session_epoch = 1;
+    job.tenant = tenant;
+    job.session_ttl_ms = 60000;
+    job.limits.timeout_ms = 10000;
+    job.limits.memory_mb = 256;
+    job.limits.max_pids = 16;
+    job.code = code;
+    return job;
+  }
+
   std::unique_ptr<sandbox::Sandbox> sandbox_;
   std::map<Language, runtimes::Runtime> shell_;
 };
@@ -195,17 +212,8 @@ TEST_F(WarmPoolTest, IdleSessionsOverTheirMemoryBudgetAreReclaimedOldestFirst) {
   SessionTable table(&pool, {.worker_bytes = 110ull << 20, .tenant_bytes = 60ull << 20});
   const runtimes::Runtime& shell = shell_.at(Language::kShell);
   auto run = [&](const std::string& session, const std::string& tenant) {
-    common::protocol::Execute job;
-    job.job_id = "j-" + session;
-    job.language = "shell";
-    job.session_id = session;
-    job.session_epoch = 1;
-    job.tenant = tenant;
-    job.session_ttl_ms = 60000;
-    job.limits.timeout_ms = 10000;
-    job.limits.memory_mb = 256;
-    job.limits.max_pids = 16;
-    job.code = "head -c 25165824 /dev/zero > /workspace/ballast";
+    common::protocol::Execute job =
+        SessionJob(session, tenant, "head -c 25165824 /dev/zero > /workspace/ballast");
     auto lease = table.Acquire(job);
     EXPECT_TRUE(lease.ok()) << lease.status().ToString();
     if (!lease.ok()) return size_t{0};
@@ -251,18 +259,8 @@ TEST_F(WarmPoolTest, ASessionLeftRunningIsStoppedLaterAndBilledForTheGap) {
   const runtimes::Runtime& shell = shell_.at(Language::kShell);
   std::shared_ptr<SessionSandbox> session;
   auto run = [&](const std::string& code, std::vector<common::protocol::FileEntry> files = {}) {
-    common::protocol::Execute job;
-    job.job_id = "j";
+    common::protocol::Execute job = SessionJob("gap", "t", code);
     job.files = std::move(files);
-    job.language = "shell";
-    job.session_id = "gap";
-    job.session_epoch = 1;
-    job.tenant = "t";
-    job.session_ttl_ms = 60000;
-    job.limits.timeout_ms = 10000;
-    job.limits.memory_mb = 256;
-    job.limits.max_pids = 16;
-    job.code = code;
     auto lease = table.Acquire(job);
     EXPECT_TRUE(lease.ok()) << lease.status().ToString();
     if (!lease.ok()) return common::protocol::Result{};
@@ -316,17 +314,7 @@ TEST_F(WarmPoolTest, ASessionThatGrowsWhileLeftRunningIsCountedOnceStopped) {
   SessionTable table(&pool, {.tenant_bytes = 60ull << 20}, kStopAfter);
   const runtimes::Runtime& shell = shell_.at(Language::kShell);
   auto run = [&](const std::string& session, const std::string& code) {
-    common::protocol::Execute job;
-    job.job_id = "j-" + session;
-    job.language = "shell";
-    job.session_id = session;
-    job.session_epoch = 1;
-    job.tenant = "t";
-    job.session_ttl_ms = 60000;
-    job.limits.timeout_ms = 10000;
-    job.limits.memory_mb = 256;
-    job.limits.max_pids = 16;
-    job.code = code;
+    common::protocol::Execute job = SessionJob(session, "t", code);
     auto lease = table.Acquire(job);
     ASSERT_TRUE(lease.ok()) << lease.status().ToString();
     SessionRun r = RunSessionExecution(job, *lease->session, shell, RunOptions{}, -1, 2s);
@@ -339,13 +327,7 @@ TEST_F(WarmPoolTest, ASessionThatGrowsWhileLeftRunningIsCountedOnceStopped) {
   EXPECT_EQ(table.size(), 2u);
   EXPECT_TRUE(Eventually([&] { return table.size() == 1; }))
       << "the grown session's memory was not counted once it was stopped";
-  common::protocol::Execute again;
-  again.job_id = "again";
-  again.language = "shell";
-  again.session_id = "old";
-  again.session_epoch = 1;
-  again.tenant = "t";
-  auto lease = table.Acquire(again);
+  auto lease = table.Acquire(SessionJob("old", "t", "true"));
   ASSERT_TRUE(lease.ok()) << lease.status().ToString();
   EXPECT_TRUE(lease->state_lost) << "not the least recently used one went";
   table.Release(lease->session, true);

@@ -223,7 +223,8 @@ void NativeApi::ServeSubmit(const std::string& identity, const Caller& caller,
   }
   Send(identity, accepted);
   if (m.subscribe) {
-    // After the Accepted in the outbox: the subscription's frames follow it.
+    // The Accepted is in the outbox already: the subscription's frames,
+    // queued there by the follower, come after it.
     outbox_->PushTask([this, identity, tenant = caller.tenant, request_id = m.request_id,
                        id = accepted.id] { Follow(identity, tenant, request_id, id, 0); });
   }

@@ -59,8 +59,8 @@ class NativeOutbox {
   // `sub` took frames and is under half its buffer again: the loop should
   // wake the follower for it. Makes fd() readable.
   void PushWake(std::shared_ptr<NativeSubscription> sub);
-  // Runs `task` on the loop thread (after the frames queued before it):
-  // how a request served on a pool thread touches the loop's state.
+  // Runs `task` on the loop thread at its next turn (not ordered with the
+  // frames): how a request served on a pool thread touches the loop's state.
   void PushTask(std::function<void()> task);
   // Everything queued, in order; clears fd()'s readiness (call TakeWakes after).
   std::deque<Item> Take();

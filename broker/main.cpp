@@ -198,18 +198,17 @@ int main(int argc, char** argv) {
   // The front ends answer while Redis loads or is away, as they do when it
   // goes away later: /v1/health 503 with the probe's error, calls that need
   // Redis 503 UNAVAILABLE. Workers connect and wait for the dispatcher.
-  std::jthread probing([&](std::stop_token st) {
-    common::NameThisThread("kiln-probe");
-    probe.Run(st);
-  });
+  // Named for top -H and perf (docs/operations.md, "Troubleshooting").
+  const auto named = [](const char* name, auto run) {
+    return std::jthread([name, run](std::stop_token st) {
+      common::NameThisThread(name);
+      run(st);
+    });
+  };
+  std::jthread probing = named("kiln-probe", [&](std::stop_token st) { probe.Run(st); });
   (*api)->Start();
   std::jthread clients;
-  if (native) {
-    clients = std::jthread([&](std::stop_token st) {
-      common::NameThisThread("kiln-native");
-      native->Run(st);
-    });
-  }
+  if (native) clients = named("kiln-native", [&](std::stop_token st) { native->Run(st); });
   int sig = 0;
   const auto pause = [&](std::chrono::milliseconds d) {  // false: a stop signal came
     const timespec ts{static_cast<time_t>(d.count() / 1000),
@@ -229,13 +228,6 @@ int main(int argc, char** argv) {
   spdlog::info("broker {} ready: http on port {}, workers on {}, clients on {}, redis {}", cfg->id,
                (*api)->port(), (*dispatcher)->endpoint(), native ? native->endpoint() : "(off)",
                endpoint->Redacted());
-  // Named for top -H and perf (docs/operations.md, "Troubleshooting").
-  const auto named = [](const char* name, auto run) {
-    return std::jthread([name, run](std::stop_token st) {
-      common::NameThisThread(name);
-      run(st);
-    });
-  };
   std::jthread loop = named("kiln-dispatch", [&](std::stop_token st) { (*dispatcher)->Run(st); });
   std::jthread events = named("kiln-events", [&](std::stop_token st) { bus.Run(st); });
   std::jthread auditing = named("kiln-audit", [&](std::stop_token st) { audit_writer.Run(st); });

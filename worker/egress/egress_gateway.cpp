@@ -1,6 +1,5 @@
 #include "worker/egress/egress_gateway.hpp"
 
-#include <pthread.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -17,6 +16,7 @@
 
 #include "common/log/logging.hpp"
 #include "common/protocol/messages.hpp"
+#include "common/thread_name.hpp"
 
 namespace kiln::worker {
 
@@ -461,7 +461,7 @@ common::StatusOr<std::unique_ptr<EgressGateway>> EgressGateway::Create(const Egr
   std::unique_ptr<EgressGateway> g(new EgressGateway());
   g->state_ = state;
   g->thread_ = std::thread([state] {
-    ::pthread_setname_np(::pthread_self(), "kiln-egress");
+    common::NameThisThread("kiln-egress");
     state->io.run();
   });
   return g;
